@@ -1,0 +1,220 @@
+package aggregator_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/aggregator/oracle"
+	"github.com/chatpulse/chatpulse/rolling"
+)
+
+func mustWindows(t testing.TB, s string) []rolling.Window {
+	t.Helper()
+	ws, err := rolling.ParseWindows(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ws
+}
+
+// sim drives an aggregator and the oracle with the same random trace.
+type sim struct {
+	t     *testing.T
+	r     *rand.Rand
+	agg   *aggregator.Aggregator
+	ora   *oracle.Oracle
+	names []string
+	now   int64
+	rooms []string
+	users []string
+	seed  uint64
+}
+
+func newSim(t *testing.T, seed uint64, windows string) *sim {
+	ws := mustWindows(t, windows)
+	agg, err := aggregator.New(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(seed, 7))
+	s := &sim{t: t, r: r, agg: agg, ora: oracle.New(ws), names: agg.WindowNames(), seed: seed,
+		now: 1_764_000_000_000 + int64(r.IntN(100_000))}
+	for i := range 1 + r.IntN(8) {
+		s.rooms = append(s.rooms, fmt.Sprintf("room-%d", i))
+	}
+	s.rooms = append(s.rooms, "a/b", "é") // names that need escaping elsewhere
+	for i := range 2 + r.IntN(30) {
+		s.users = append(s.users, fmt.Sprintf("u%02d", i))
+	}
+	return s
+}
+
+// skewed picks low indexes more often, so that some keys dominate and
+// ties among the tail are common.
+func (s *sim) skewed(n int) int {
+	return min(n-1, int(s.r.ExpFloat64()*float64(n)/4))
+}
+
+func (s *sim) event(maxLate int64) aggregator.Event {
+	ts := s.now - s.r.Int64N(maxLate+1)
+	if s.r.IntN(10) == 0 {
+		ts = s.now + s.r.Int64N(3000) // a little ahead of the wall clock
+	}
+	return aggregator.Event{Room: s.rooms[s.skewed(len(s.rooms))], User: s.users[s.skewed(len(s.users))], TS: ts}
+}
+
+func (s *sim) step(i int) {
+	switch p := s.r.IntN(100); {
+	case p < 70: // time passes a little
+		s.now += s.r.Int64N(700)
+	case p < 75: // a gap longer than every window
+		s.now += 10*60_000 + s.r.Int64N(100_000)
+	case p < 78: // the wall clock steps back
+		s.now -= s.r.Int64N(5000)
+	}
+	if s.r.IntN(3) > 0 {
+		batch := make([]aggregator.Event, 1+s.r.IntN(6))
+		maxLate := []int64{0, 2_000, 30_000, 400_000}[s.r.IntN(4)]
+		for j := range batch {
+			batch[j] = s.event(maxLate)
+		}
+		got := s.agg.Observe(s.now, slices.Clone(batch), nil)
+		want := s.ora.Observe(s.now, batch)
+		if !slices.Equal(got, want) {
+			s.t.Fatalf("seed %d step %d: late = %v, want %v", s.seed, i, got, want)
+		}
+		return
+	}
+	w := s.names[s.r.IntN(len(s.names))]
+	k := 1 + s.r.IntN(5)
+	switch s.r.IntN(5) {
+	case 0:
+		got, _ := s.agg.Overview(w, k, s.now)
+		s.same(i, "overview", got, s.ora.Overview(w, k, s.now))
+	case 1:
+		got, _ := s.agg.Rooms(w, k, s.now)
+		s.same(i, "rooms", got, s.ora.Rooms(w, k, s.now))
+	case 2:
+		room := s.rooms[s.r.IntN(len(s.rooms))]
+		got, _ := s.agg.Room(room, w, k, s.now)
+		s.same(i, "room "+room, got, s.ora.Room(room, w, k, s.now))
+	case 3:
+		user := s.users[s.r.IntN(len(s.users))]
+		got, _ := s.agg.User(user, w, s.now)
+		s.same(i, "user "+user, got, s.ora.User(user, w, s.now))
+	case 4: // everything that expired is forgotten
+		s.agg.Advance(s.now)
+		st := s.agg.Stats()
+		rooms, users := s.ora.Tracked(s.now)
+		if st.Rooms != rooms || st.Users != users {
+			s.t.Fatalf("seed %d step %d: tracking %d rooms, %d users; want %d, %d", s.seed, i, st.Rooms, st.Users, rooms, users)
+		}
+	}
+}
+
+func (s *sim) same(i int, what string, got, want any) {
+	s.t.Helper()
+	if !reflect.DeepEqual(got, want) {
+		g, _ := json.Marshal(got)
+		w, _ := json.Marshal(want)
+		s.t.Fatalf("seed %d step %d: %s\n got %s\nwant %s", s.seed, i, what, g, w)
+	}
+}
+
+func TestOracle(t *testing.T) {
+	for _, windows := range []string{"5s:1s,12s:3s,1m", "1m,5m,1h", "10s:2s"} {
+		t.Run(windows, func(t *testing.T) {
+			for seed := range uint64(60) {
+				s := newSim(t, seed, windows)
+				for i := range 600 {
+					s.step(i)
+				}
+			}
+		})
+	}
+}
+
+// FuzzOracle runs random Observe/read sequences drawn from the fuzzer's seed
+// and compares every answer with the oracle.
+func FuzzOracle(f *testing.F) {
+	f.Add(uint64(1), uint16(300), "5s:1s,12s:3s")
+	f.Add(uint64(2), uint16(500), "1m,5m,1h")
+	f.Fuzz(func(t *testing.T, seed uint64, steps uint16, windows string) {
+		if _, err := rolling.ParseWindows(windows); err != nil {
+			return
+		}
+		s := newSim(t, seed, windows)
+		for i := range int(steps % 1000) {
+			s.step(i)
+		}
+	})
+}
+
+func TestUnknownWindow(t *testing.T) {
+	agg, _ := aggregator.New(mustWindows(t, "1m,5m"))
+	_, err := agg.Overview("2m", 10, 0)
+	if err == nil || err.Error() != `unknown window "2m"; configured: 1m, 5m` {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestAsOfFormat(t *testing.T) {
+	b, _ := json.Marshal(aggregator.Time(1_764_486_000_123))
+	if string(b) != `"2025-11-30T07:00:00.123Z"` {
+		t.Fatalf("as_of = %s", b)
+	}
+}
+
+// Concurrent ingest and reads, for the race detector; the answers are
+// checked against the oracle once everything is in.
+func TestConcurrentReads(t *testing.T) {
+	ws := mustWindows(t, "1m,5m,1h")
+	agg, _ := aggregator.New(ws)
+	ora := oracle.New(ws)
+	now := int64(1_764_000_000_000)
+	var batches [][]aggregator.Event
+	r := rand.New(rand.NewPCG(1, 1))
+	for i := range 200 {
+		b := make([]aggregator.Event, 50)
+		for j := range b {
+			b[j] = aggregator.Event{Room: fmt.Sprint("r", r.IntN(20)), User: fmt.Sprint("u", r.IntN(200)), TS: now + int64(i*50+j)}
+		}
+		batches = append(batches, b)
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 2 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				agg.Overview("", 10, now)
+				agg.Rooms("5m", 100, now)
+				agg.Room("r1", "1h", 10, now)
+				agg.User("u1", "1m", now)
+			}
+		})
+	}
+	for _, b := range batches {
+		agg.Observe(now, slices.Clone(b), nil)
+		ora.Observe(now, b)
+	}
+	close(stop)
+	wg.Wait()
+	end := now + 10_000
+	for _, w := range []string{"1m", "5m", "1h"} {
+		got, _ := agg.Overview(w, 10, end)
+		if want := ora.Overview(w, 10, end); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: got %+v, want %+v", w, got, want)
+		}
+	}
+}

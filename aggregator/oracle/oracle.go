@@ -1,0 +1,220 @@
+// Package oracle is the brute-force reference the aggregator is tested
+// against: it keeps every event in a plain list and answers each view by
+// scanning and sorting. It is slow on purpose and has no other use.
+package oracle
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+
+	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/rolling"
+)
+
+// Oracle mirrors aggregator.Aggregator's observable behaviour.
+type Oracle struct {
+	windows []rolling.Window
+	clock   int64
+	evs     []aggregator.Event
+}
+
+// New returns an oracle over the given windows.
+func New(windows []rolling.Window) *Oracle {
+	return &Oracle{windows: windows, clock: -1 << 63}
+}
+
+// Observe takes a batch as the aggregator does and returns the indexes of
+// the events that were too old for every window.
+func (o *Oracle) Observe(now int64, evs []aggregator.Event) (late []int) {
+	o.clock = max(o.clock, now)
+	for i, e := range evs {
+		counted := false
+		for _, w := range o.windows {
+			if w.Bucket(e.TS) > w.Bucket(o.clock)-int64(w.Buckets()) {
+				counted = true
+			}
+		}
+		if !counted {
+			late = append(late, i)
+			continue
+		}
+		o.clock = max(o.clock, e.TS)
+		e.Room, e.User = strings.Clone(e.Room), strings.Clone(e.User)
+		o.evs = append(o.evs, e)
+	}
+	return late
+}
+
+func (o *Oracle) window(name string) rolling.Window {
+	if name == "" {
+		return o.windows[0]
+	}
+	for _, w := range o.windows {
+		if w.Name == name {
+			return w
+		}
+	}
+	panic("oracle: unknown window " + name)
+}
+
+// in lists the events inside window w at as_of t, and the first bucket.
+func (o *Oracle) in(w rolling.Window, t int64) (evs []aggregator.Event, first int64) {
+	first = w.Bucket(t) - int64(w.Buckets()) + 1
+	for _, e := range o.evs {
+		if b := w.Bucket(e.TS); b >= first && b <= w.Bucket(t) {
+			evs = append(evs, e)
+		}
+	}
+	return evs, first
+}
+
+func (o *Oracle) at(now int64) int64 {
+	o.clock = max(o.clock, now)
+	return o.clock
+}
+
+type counted struct {
+	name string
+	n    int64
+}
+
+// rank counts by key and sorts: more first, then the smaller name.
+func rank(evs []aggregator.Event, key func(aggregator.Event) string) []counted {
+	m := map[string]int64{}
+	for _, e := range evs {
+		m[key(e)]++
+	}
+	var out []counted
+	for k, n := range m {
+		out = append(out, counted{k, n})
+	}
+	slices.SortFunc(out, func(a, b counted) int {
+		if c := cmp.Compare(b.n, a.n); c != 0 {
+			return c
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	return out
+}
+
+func byUser(e aggregator.Event) string { return e.User }
+func byRoom(e aggregator.Event) string { return e.Room }
+
+func talkers(cs []counted, k int) []aggregator.Talker {
+	out := []aggregator.Talker{}
+	for _, c := range cs[:min(k, len(cs))] {
+		out = append(out, aggregator.Talker{User: c.name, Messages: c.n})
+	}
+	return out
+}
+
+func first(ts []aggregator.Talker) *aggregator.Talker {
+	if len(ts) == 0 {
+		return nil
+	}
+	return &ts[0]
+}
+
+func series(w rolling.Window, evs []aggregator.Event, from int64) []int64 {
+	s := make([]int64, w.Buckets())
+	for _, e := range evs {
+		s[w.Bucket(e.TS)-from]++
+	}
+	return s
+}
+
+func rate(w rolling.Window, n int64) float64 { return float64(n) / w.Size.Seconds() }
+
+// Overview answers like Aggregator.Overview.
+func (o *Oracle) Overview(window string, k int, now int64) aggregator.Overview {
+	w, t := o.window(window), o.at(now)
+	evs, from := o.in(w, t)
+	users, rooms := rank(evs, byUser), rank(evs, byRoom)
+	v := aggregator.Overview{
+		Window: w.Name, AsOf: aggregator.Time(t),
+		Messages: int64(len(evs)), Rate: rate(w, int64(len(evs))),
+		DistinctUsers: len(users), ActiveRooms: len(rooms),
+		TopUsers: talkers(users, k), TopRooms: []aggregator.RoomCount{},
+		Series: series(w, evs, from),
+	}
+	v.TopTalker = first(v.TopUsers)
+	for _, c := range rooms[:min(k, len(rooms))] {
+		v.TopRooms = append(v.TopRooms, aggregator.RoomCount{Room: c.name, Messages: c.n})
+	}
+	return v
+}
+
+// Rooms answers like Aggregator.Rooms.
+func (o *Oracle) Rooms(window string, limit int, now int64) aggregator.Rooms {
+	w, t := o.window(window), o.at(now)
+	evs, _ := o.in(w, t)
+	v := aggregator.Rooms{Window: w.Name, AsOf: aggregator.Time(t), Rooms: []aggregator.RoomSummary{}}
+	rooms := rank(evs, byRoom)
+	for _, c := range rooms[:min(limit, len(rooms))] {
+		var in []aggregator.Event
+		for _, e := range evs {
+			if e.Room == c.name {
+				in = append(in, e)
+			}
+		}
+		users := rank(in, byUser)
+		v.Rooms = append(v.Rooms, aggregator.RoomSummary{
+			Room: c.name, Messages: c.n, Rate: rate(w, c.n),
+			DistinctUsers: len(users), TopTalker: first(talkers(users, 1)),
+		})
+	}
+	return v
+}
+
+// Room answers like Aggregator.Room.
+func (o *Oracle) Room(name, window string, k int, now int64) aggregator.Room {
+	w, t := o.window(window), o.at(now)
+	all, from := o.in(w, t)
+	var evs []aggregator.Event
+	for _, e := range all {
+		if e.Room == name {
+			evs = append(evs, e)
+		}
+	}
+	users := rank(evs, byUser)
+	v := aggregator.Room{
+		Room: name, Window: w.Name, AsOf: aggregator.Time(t),
+		Messages: int64(len(evs)), Rate: rate(w, int64(len(evs))),
+		DistinctUsers: len(users), TopUsers: talkers(users, k),
+		Series: series(w, evs, from),
+	}
+	v.TopTalker = first(v.TopUsers)
+	return v
+}
+
+// User answers like Aggregator.User.
+func (o *Oracle) User(name, window string, now int64) aggregator.User {
+	w, t := o.window(window), o.at(now)
+	all, _ := o.in(w, t)
+	var evs []aggregator.Event
+	for _, e := range all {
+		if e.User == name {
+			evs = append(evs, e)
+		}
+	}
+	v := aggregator.User{User: name, Window: w.Name, AsOf: aggregator.Time(t), Messages: int64(len(evs)), Rooms: []aggregator.RoomCount{}}
+	for _, c := range rank(evs, byRoom) {
+		v.Rooms = append(v.Rooms, aggregator.RoomCount{Room: c.name, Messages: c.n})
+	}
+	return v
+}
+
+// Tracked is the number of rooms and users with messages in some window at
+// as_of now: what the aggregator should still hold.
+func (o *Oracle) Tracked(now int64) (rooms, users int) {
+	t := o.at(now)
+	rs, us := map[string]bool{}, map[string]bool{}
+	for _, w := range o.windows {
+		evs, _ := o.in(w, t)
+		for _, e := range evs {
+			rs[e.Room], us[e.User] = true, true
+		}
+	}
+	return len(rs), len(us)
+}

@@ -1,0 +1,107 @@
+package aggregator
+
+import (
+	"strconv"
+	"time"
+)
+
+// The views, shaped exactly as the contract's JSON (section 3).
+
+// Time is an instant in Unix milliseconds that marshals as RFC 3339 UTC with
+// milliseconds, the contract's as_of.
+type Time int64
+
+// MarshalJSON writes the time as "2006-01-02T15:04:05.000Z".
+func (t Time) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, 26)
+	b = append(b, '"')
+	b = time.UnixMilli(int64(t)).UTC().AppendFormat(b, "2006-01-02T15:04:05.000Z07:00")
+	return append(b, '"'), nil
+}
+
+func (t Time) String() string { return strconv.FormatInt(int64(t), 10) }
+
+// Talker is a user and its messages in a window.
+type Talker struct {
+	User     string `json:"user"`
+	Messages int64  `json:"messages"`
+}
+
+// RoomCount is a room and its messages in a window.
+type RoomCount struct {
+	Room     string `json:"room"`
+	Messages int64  `json:"messages"`
+}
+
+// WindowInfo describes one configured window.
+type WindowInfo struct {
+	Name              string  `json:"name"`
+	Seconds           float64 `json:"seconds"`
+	ResolutionSeconds float64 `json:"resolution_seconds"`
+}
+
+// Windows is GET /api/v1/windows.
+type Windows struct {
+	Windows []WindowInfo `json:"windows"`
+}
+
+// Overview is GET /api/v1/overview.
+type Overview struct {
+	Window        string      `json:"window"`
+	AsOf          Time        `json:"as_of"`
+	Messages      int64       `json:"messages"`
+	Rate          float64     `json:"rate"`
+	DistinctUsers int         `json:"distinct_users"`
+	ActiveRooms   int         `json:"active_rooms"`
+	TopTalker     *Talker     `json:"top_talker"`
+	TopUsers      []Talker    `json:"top_users"`
+	TopRooms      []RoomCount `json:"top_rooms"`
+	Series        []int64     `json:"series"`
+}
+
+// RoomSummary is one row of the rooms list.
+type RoomSummary struct {
+	Room          string  `json:"room"`
+	Messages      int64   `json:"messages"`
+	Rate          float64 `json:"rate"`
+	DistinctUsers int     `json:"distinct_users"`
+	TopTalker     *Talker `json:"top_talker"`
+}
+
+// Rooms is GET /api/v1/rooms: active rooms, busiest first.
+type Rooms struct {
+	Window string        `json:"window"`
+	AsOf   Time          `json:"as_of"`
+	Rooms  []RoomSummary `json:"rooms"`
+}
+
+// Room is GET /api/v1/rooms/{room}.
+type Room struct {
+	Room          string   `json:"room"`
+	Window        string   `json:"window"`
+	AsOf          Time     `json:"as_of"`
+	Messages      int64    `json:"messages"`
+	Rate          float64  `json:"rate"`
+	DistinctUsers int      `json:"distinct_users"`
+	TopTalker     *Talker  `json:"top_talker"`
+	TopUsers      []Talker `json:"top_users"`
+	Series        []int64  `json:"series"`
+}
+
+// User is GET /api/v1/users/{user}.
+type User struct {
+	User     string      `json:"user"`
+	Window   string      `json:"window"`
+	AsOf     Time        `json:"as_of"`
+	Messages int64       `json:"messages"`
+	Rooms    []RoomCount `json:"rooms"`
+}
+
+// topTalker is the first of the top users, or nil.
+func topTalker(ts []Talker) *Talker {
+	if len(ts) == 0 {
+		return nil
+	}
+	t := ts[0]
+	return &t
+}

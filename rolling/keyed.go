@@ -1,0 +1,170 @@
+package rolling
+
+// Tally is one key's share of a Keyed window: its count and the buckets it
+// was seen in. Embed it in the caller's per-key struct; Keyed keeps pointers
+// to keys, so the struct must not move.
+type Tally struct {
+	Count int64  // events of this key in the window
+	cells []cell // buckets with events, oldest first, from off
+	off   int
+}
+
+type cell struct {
+	b int64 // bucket
+	n int64 // events in it
+}
+
+// live are the cells still in the window, oldest first.
+func (t *Tally) live() []cell { return t.cells[t.off:] }
+
+// push appends a cell, reusing the space of expired cells at the front once
+// they are at least half the buffer, so a key that stays busy stops
+// allocating and the copy is O(1) amortized.
+func (t *Tally) push(c cell) {
+	if len(t.cells) == cap(t.cells) && t.off >= len(t.cells)/2 && t.off > 0 {
+		n := copy(t.cells, t.cells[t.off:])
+		t.cells = t.cells[:n]
+		t.off = 0
+	}
+	t.cells = append(t.cells, c)
+}
+
+// insert adds k events in bucket b, older than the newest cell.
+func (t *Tally) insert(b, k int64) (added bool) {
+	live := t.live()
+	lo, hi := 0, len(live)
+	for lo < hi { // first cell with bucket >= b
+		m := int(uint(lo+hi) >> 1)
+		if live[m].b < b {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo < len(live) && live[lo].b == b {
+		live[lo].n += k
+		return false
+	}
+	i := t.off + lo
+	t.cells = append(t.cells, cell{})
+	copy(t.cells[i+1:], t.cells[i:])
+	t.cells[i] = cell{b, k}
+	return true
+}
+
+// Keyed counts events per key over the last n buckets, sparsely: a key has
+// one cell per bucket it was seen in, and ring[slot(b)] lists the keys with
+// a cell in bucket b. When a bucket leaves the window each listed key drops
+// its oldest cell (that very bucket, since cells are in order) and its count
+// falls; the owner hears of it through fell. Memory is bounded by the (key,
+// bucket) pairs inside the window; a key whose count reaches zero holds
+// nothing here and is the owner's to forget.
+//
+// K is the owner's handle for a key (a pointer to its struct); tally finds
+// the key's Tally from it.
+type Keyed[K any] struct {
+	ring  [][]K
+	head  int64
+	keys  int // keys with Count > 0
+	tally func(K) *Tally
+	fell  func(key K, k int64)
+}
+
+// NewKeyed returns a keyed window of n buckets. fell, if not nil, is called
+// after expiry lowered a key's count by k; the count may now be zero.
+func NewKeyed[K any](n int, tally func(K) *Tally, fell func(key K, k int64)) *Keyed[K] {
+	if n < 1 {
+		panic("rolling: a window needs at least one bucket")
+	}
+	return &Keyed[K]{ring: make([][]K, n), head: never, tally: tally, fell: fell}
+}
+
+// Keys is the number of distinct keys with events in the window as of the
+// head. Call Advance first to read it as of a later bucket.
+func (w *Keyed[K]) Keys() int { return w.keys }
+
+// Advance moves the head to bucket b, expiring the buckets that leave the
+// window. It is the only place where time moves.
+func (w *Keyed[K]) Advance(b int64) {
+	if b <= w.head {
+		return
+	}
+	if w.head != never {
+		// Bucket s reuses the slot of bucket s-n, which leaves the window; a
+		// jump of a whole window or more expires every bucket held, once.
+		n := int64(len(w.ring))
+		for old := w.head - n + 1; old <= min(w.head, b-n); old++ {
+			w.expire(old)
+		}
+	}
+	w.head = b
+}
+
+// expire drops bucket old from every key listed in its slot.
+func (w *Keyed[K]) expire(old int64) {
+	i := slot(old, len(w.ring))
+	keys := w.ring[i]
+	for _, key := range keys {
+		t := w.tally(key)
+		c := t.cells[t.off] // == bucket old: older cells expired before it
+		t.off++
+		t.Count -= c.n
+		if t.Count == 0 {
+			t.cells, t.off = t.cells[:0], 0
+			w.keys--
+		}
+		if w.fell != nil {
+			w.fell(key, c.n)
+		}
+	}
+	clear(keys) // let forgotten keys be collected
+	w.ring[i] = keys[:0]
+}
+
+// Add counts k > 0 events of key in bucket b, like Counter.Add.
+func (w *Keyed[K]) Add(key K, b int64, k int64) error {
+	if k < 1 {
+		panic("rolling: Keyed.Add needs k > 0")
+	}
+	w.Advance(b)
+	if b <= w.head-int64(len(w.ring)) {
+		return ErrLate
+	}
+	t := w.tally(key)
+	if t.Count == 0 {
+		w.keys++
+	}
+	t.Count += k
+	live := t.live()
+	switch last := len(live) - 1; {
+	case last >= 0 && live[last].b == b:
+		live[last].n += k
+		return nil
+	case last < 0 || live[last].b < b:
+		t.push(cell{b, k})
+	case !t.insert(b, k):
+		return nil
+	}
+	i := slot(b, len(w.ring))
+	w.ring[i] = append(w.ring[i], key)
+	return nil
+}
+
+// Series appends the key's per-bucket counts of the window as of the head,
+// oldest first, n values, to dst.
+func (w *Keyed[K]) Series(key K, dst []int64) []int64 {
+	n := int64(len(w.ring))
+	if w.head == never {
+		return append(dst, make([]int64, n)...)
+	}
+	live := w.tally(key).live()
+	for s := w.head - n + 1; s <= w.head; s++ {
+		var v int64
+		if len(live) > 0 && live[0].b == s {
+			v = live[0].n
+			live = live[1:]
+		}
+		dst = append(dst, v)
+	}
+	return dst
+}
