@@ -39,12 +39,12 @@ var ErrUnknownWindow = errors.New("unknown window")
 
 // Aggregator is safe for concurrent use.
 type Aggregator struct {
-	mu     sync.Mutex
-	ws     []*window
-	rooms  map[string]*room
-	users  map[string]*user
-	clock  int64 // as_of so far: the latest now or accepted event time seen
-	late   []uint64
+	mu    sync.Mutex
+	ws    []*window
+	rooms map[string]*room
+	users map[string]*user
+	clock int64 // as_of so far: the latest now or accepted event time seen
+	late  []uint64
 
 	buckets []int64 // scratch: an event's bucket in each window
 }

@@ -285,17 +285,17 @@ func TestParseWindows(t *testing.T) {
 		}
 	}
 	bad := map[string]string{
-		"":           `no windows given (example: 1m,5m,1h or 7d:1h)`,
-		"1m,1m":      `window "1m" given twice`,
-		"1x":         `window "1x": size: "1x" is not a duration (examples: 90s, 5m, 1h, 7d)`,
-		"0s":         `window "0s": size must be positive`,
-		"-1m":        `window "-1m": size: "-1m": no sign allowed`,
-		"1m:7s":      `window "1m:7s": size 1m0s is not a whole multiple of resolution 7s`,
-		"1m:500ms":   `window "1m:500ms": resolution 500ms is below the minimum 1s`,
-		"7d:1s":      `window "7d:1s": 604800 buckets (size/resolution) is more than 20000; use a coarser resolution`,
-		"1m:":        `window "1m:": resolution: empty duration`,
-		"1500ms":     `window "1500ms": resolution 25ms is below the minimum 1s`,
-		"1m,":        `window "": size: empty duration`,
+		"":              `no windows given (example: 1m,5m,1h or 7d:1h)`,
+		"1m,1m":         `window "1m" given twice`,
+		"1x":            `window "1x": size: "1x" is not a duration (examples: 90s, 5m, 1h, 7d)`,
+		"0s":            `window "0s": size must be positive`,
+		"-1m":           `window "-1m": size: "-1m": no sign allowed`,
+		"1m:7s":         `window "1m:7s": size 1m0s is not a whole multiple of resolution 7s`,
+		"1m:500ms":      `window "1m:500ms": resolution 500ms is below the minimum 1s`,
+		"7d:1s":         `window "7d:1s": 604800 buckets (size/resolution) is more than 20000; use a coarser resolution`,
+		"1m:":           `window "1m:": resolution: empty duration`,
+		"1500ms":        `window "1500ms": resolution 25ms is below the minimum 1s`,
+		"1m,":           `window "": size: empty duration`,
 		"1m:1.0000001s": `window "1m:1.0000001s": resolution 1.0000001s is not a whole number of milliseconds`,
 	}
 	for in, want := range bad {
