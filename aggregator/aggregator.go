@@ -4,13 +4,15 @@
 // owns all of that state behind one lock and answers the contract's views
 // (section 3) at any as_of.
 //
-// Every window holds three sparse keyed counters (rolling.Keyed): one for
-// (room, user) pairs, one for rooms and one for users, plus a dense counter
-// for the total. An event is one add to each, and one push into each of
-// three lazily-deleted heaps (topk): the room's talkers, the top rooms and
-// the top users. Expiry runs through rolling's callbacks, which is where
-// distinct counts fall and where a pair, room or user that has nothing left
-// in any window is forgotten. So memory is bounded by what the windows hold.
+// Every window holds two sparse keyed counters (rolling.Keyed), one for
+// (room, user) pairs and one for rooms (whose cells are also the room's
+// series), and a dense counter for the total. A user's count is the sum of
+// its pairs', kept as they rise and fall. An event is one add to each
+// counter and one push into each of three lazily-deleted heaps (topk): the
+// room's talkers, the top rooms and the top users. Expiry runs through
+// rolling's callbacks, which is where counts and distinct counts fall and
+// where a pair, room or user with nothing left in any window is forgotten.
+// So memory is bounded by what the windows hold.
 //
 // It never reads the wall clock: callers pass now (Unix milliseconds).
 package aggregator
@@ -45,6 +47,7 @@ type Aggregator struct {
 	users map[string]*user
 	clock int64 // as_of so far: the latest now or accepted event time seen
 	late  []uint64
+	pairs int // (room, user) pairs tracked
 
 	buckets []int64 // scratch: an event's bucket in each window
 }
@@ -54,10 +57,11 @@ type window struct {
 	i        int
 	n        int64
 	res      int64 // ms
+	head     int64 // bucket of the aggregator's clock
 	total    rolling.Counter
 	pairs    *rolling.Keyed[*pairWin]
 	rooms    *rolling.Keyed[*roomWin]
-	users    *rolling.Keyed[*userWin]
+	users    int // users with messages in this window
 	topRooms topk.Heap
 	topUsers topk.Heap
 }
@@ -85,8 +89,7 @@ type user struct {
 }
 
 type userWin struct {
-	user  *user
-	tally rolling.Tally
+	count int64     // the sum of its pairs' counts in this window
 	item  topk.Item // in the window's top users
 }
 
@@ -121,10 +124,9 @@ func New(windows []rolling.Window) (*Aggregator, error) {
 		if n < 1 || n > rolling.MaxBuckets || spec.Res < rolling.MinResolution {
 			return nil, fmt.Errorf("aggregator: window %q: bad geometry %v/%v", spec.Name, spec.Size, spec.Res)
 		}
-		w := &window{Window: spec, i: i, n: int64(n), res: spec.Res.Milliseconds(), total: rolling.NewCounter(n)}
-		w.pairs = rolling.NewKeyed(n, func(p *pairWin) *rolling.Tally { return &p.tally }, a.pairFell(i))
+		w := &window{Window: spec, i: i, n: int64(n), res: spec.Res.Milliseconds(), head: -1 << 62, total: rolling.NewCounter(n)}
+		w.pairs = rolling.NewKeyed(n, func(p *pairWin) *rolling.Tally { return &p.tally }, a.pairFell(w))
 		w.rooms = rolling.NewKeyed(n, func(r *roomWin) *rolling.Tally { return &r.tally }, a.roomFell)
-		w.users = rolling.NewKeyed(n, func(u *userWin) *rolling.Tally { return &u.tally }, a.userFell)
 		a.ws = append(a.ws, w)
 	}
 	return a, nil
@@ -133,21 +135,29 @@ func New(windows []rolling.Window) (*Aggregator, error) {
 // The fell callbacks run when expiry lowers a count; a count at zero means
 // the key left that window, and a key that left every window is forgotten.
 
-func (a *Aggregator) pairFell(i int) func(*pairWin, int64) {
-	return func(pw *pairWin, _ int64) {
-		if pw.tally.Count > 0 {
-			return
-		}
+func (a *Aggregator) pairFell(w *window) func(*pairWin, int64) {
+	i := w.i
+	return func(pw *pairWin, k int64) {
 		p := pw.pair
-		p.room.w[i].distinct--
-		if p.live--; p.live == 0 {
-			delete(p.room.users, p.user.name)
-			u := p.user
-			last := len(u.pairs) - 1
-			u.pairs[p.at] = u.pairs[last]
-			u.pairs[p.at].at = p.at
-			u.pairs[last] = nil
-			u.pairs = u.pairs[:last]
+		u := p.user
+		if pw.tally.Count == 0 {
+			p.room.w[i].distinct--
+			if p.live--; p.live == 0 {
+				a.pairs--
+				delete(p.room.users, u.name)
+				last := len(u.pairs) - 1
+				u.pairs[p.at] = u.pairs[last]
+				u.pairs[p.at].at = p.at
+				u.pairs[last] = nil
+				u.pairs = u.pairs[:last]
+			}
+		}
+		uw := &u.w[i]
+		if uw.count -= k; uw.count == 0 {
+			w.users--
+			if u.live--; u.live == 0 { // so all its pairs are gone too
+				delete(a.users, u.name)
+			}
 		}
 	}
 }
@@ -159,16 +169,6 @@ func (a *Aggregator) roomFell(rw *roomWin, _ int64) {
 	r := rw.room
 	if r.live--; r.live == 0 {
 		delete(a.rooms, r.name)
-	}
-}
-
-func (a *Aggregator) userFell(uw *userWin, _ int64) {
-	if uw.tally.Count > 0 {
-		return
-	}
-	u := uw.user
-	if u.live--; u.live == 0 {
-		delete(a.users, u.name)
 	}
 }
 
@@ -184,10 +184,10 @@ func (w *window) bucket(t int64) int64 { return rolling.FloorDiv(t, w.res) }
 
 // advance moves every structure of the window to bucket b.
 func (w *window) advance(b int64) {
+	w.head = max(w.head, b)
 	w.total.Count(b)
 	w.pairs.Advance(b)
 	w.rooms.Advance(b)
-	w.users.Advance(b)
 }
 
 // Observe counts a batch of messages, received at wall-clock time now. An
@@ -206,11 +206,10 @@ func (a *Aggregator) Observe(now int64, evs []Event, late []int) []int {
 }
 
 func (a *Aggregator) observe(ev *Event) bool {
-	t := a.clock
 	counted := false
 	for _, w := range a.ws {
 		b := w.bucket(ev.TS)
-		if b <= w.bucket(t)-w.n {
+		if b <= w.head-w.n {
 			a.late[w.i]++
 			b = lateBucket
 		} else {
@@ -260,10 +259,11 @@ func (a *Aggregator) observe(ev *Event) bool {
 		w.rooms.Add(rw, b, 1)
 		w.topRooms.Push(&rw.item)
 
-		if uw.tally.Count == 0 {
+		if uw.count == 0 {
 			u.live++
+			w.users++
 		}
-		w.users.Add(uw, b, 1)
+		uw.count++
 		w.topUsers.Push(&uw.item)
 	}
 	return true
@@ -287,8 +287,7 @@ func (a *Aggregator) newUser(name string) *user {
 	u := &user{name: strings.Clone(name), w: make([]userWin, len(a.ws))}
 	for i := range u.w {
 		uw := &u.w[i]
-		uw.user = u
-		uw.item = topk.Item{Name: u.name, Count: &uw.tally.Count}
+		uw.item = topk.Item{Name: u.name, Count: &uw.count}
 	}
 	a.users[u.name] = u
 	return u
@@ -303,6 +302,7 @@ func (a *Aggregator) newPair(r *room, u *user) *pair {
 	}
 	u.pairs = append(u.pairs, p)
 	r.users[u.name] = p
+	a.pairs++
 	return p
 }
 
@@ -399,7 +399,7 @@ func (a *Aggregator) Overview(window string, k int, now int64) (Overview, error)
 		Window:        w.Name,
 		AsOf:          Time(t),
 		Messages:      w.total.Count(b),
-		DistinctUsers: w.users.Keys(),
+		DistinctUsers: w.users,
 		ActiveRooms:   w.rooms.Keys(),
 		TopUsers:      talkers(w.topUsers.Top(k, items[:0])),
 		Series:        w.total.Series(b, make([]int64, 0, w.n)),
@@ -474,7 +474,7 @@ func (a *Aggregator) User(name, window string, now int64) (User, error) {
 	if u == nil {
 		return v, nil
 	}
-	v.Messages = u.w[w.i].tally.Count
+	v.Messages = u.w[w.i].count
 	for _, p := range u.pairs {
 		if c := p.w[w.i].tally.Count; c > 0 {
 			v.Rooms = append(v.Rooms, RoomCount{Room: p.room.name, Messages: c})
@@ -492,6 +492,7 @@ func (a *Aggregator) User(name, window string, now int64) (User, error) {
 // Stats are the numbers behind the aggregator's metrics.
 type Stats struct {
 	Rooms, Users int      // tracked: with messages in some window
+	Pairs        int      // tracked (room, user) pairs
 	Late         []uint64 // per window, events it skipped as too old
 }
 
@@ -499,5 +500,5 @@ type Stats struct {
 func (a *Aggregator) Stats() Stats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return Stats{Rooms: len(a.rooms), Users: len(a.users), Late: slices.Clone(a.late)}
+	return Stats{Rooms: len(a.rooms), Users: len(a.users), Pairs: a.pairs, Late: slices.Clone(a.late)}
 }

@@ -1,0 +1,278 @@
+package aggregator_test
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/rolling"
+)
+
+// The benchmark trace: 1,000 rooms and 100,000 users, both Zipf-skewed, one
+// event per simulated millisecond (1,000 events/s of chat time), so the 1h
+// window holds 3.6 million events in steady state.
+const (
+	benchRooms = 1_000
+	benchUsers = 100_000
+	benchTrace = 1 << 22
+	// readEvery is how often the benchmark reads an overview (top 10 users
+	// and rooms of the first window): about 100 reads a second at 1M
+	// events/s, a few dashboards and moderation bots.
+	readEvery = 10_000
+)
+
+var (
+	traceOnce sync.Once
+	trace     []aggregator.Event
+)
+
+func benchTraceEvents() []aggregator.Event {
+	traceOnce.Do(func() {
+		r := rand.New(rand.NewPCG(42, 42))
+		zr := rand.NewZipf(r, 1.2, 1, benchRooms-1)
+		zu := rand.NewZipf(r, 1.1, 1, benchUsers-1)
+		rooms := make([]string, benchRooms)
+		for i := range rooms {
+			rooms[i] = fmt.Sprintf("room-%04d", i)
+		}
+		users := make([]string, benchUsers)
+		for i := range users {
+			users[i] = fmt.Sprintf("user-%06d", i)
+		}
+		trace = make([]aggregator.Event, benchTrace)
+		for i := range trace {
+			trace[i] = aggregator.Event{Room: rooms[zr.Uint64()], User: users[zu.Uint64()]}
+		}
+	})
+	return trace
+}
+
+// observer is what the benchmark drives: chatpulse's aggregator or the
+// naive baseline.
+type observer interface {
+	observe(now int64, evs []aggregator.Event)
+	topTalker(now int64) string
+}
+
+type fast struct{ a *aggregator.Aggregator }
+
+func (f fast) observe(now int64, evs []aggregator.Event) { f.a.Observe(now, evs, nil) }
+func (f fast) topTalker(now int64) string {
+	v, _ := f.a.Overview("", 10, now)
+	if v.TopTalker == nil {
+		return ""
+	}
+	return v.TopTalker.User
+}
+
+// feed plays the trace from event index from, count events, in batches of
+// 64 (as ingest does), with an overview read every readEvery events.
+func feed(o observer, start int64, from, count int) {
+	tr := benchTraceEvents()
+	batch := make([]aggregator.Event, 0, 64)
+	for i := from; i < from+count; i++ {
+		e := tr[i%len(tr)]
+		e.TS = start + int64(i)
+		batch = append(batch, e)
+		if len(batch) == cap(batch) {
+			o.observe(e.TS, batch)
+			batch = batch[:0]
+		}
+		if i%readEvery == 0 {
+			o.topTalker(e.TS)
+		}
+	}
+	if len(batch) > 0 {
+		o.observe(start+int64(from+count), batch)
+	}
+}
+
+const benchStart = 1_764_000_000_000
+
+var lastFastNs float64
+
+// BenchmarkObserve measures ingest with the default windows in steady state
+// (a full hour of traffic already in), against the naive baseline on the
+// same trace. The naive run reports how many times slower it is.
+func BenchmarkObserve(b *testing.B) {
+	ws, _ := rolling.ParseWindows(rolling.DefaultWindows)
+	warm := benchWarm(ws)
+	b.Run("chatpulse", func(b *testing.B) {
+		runtime.GC()
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+		a, _ := aggregator.New(ws)
+		feed(fast{a}, benchStart, 0, warm)
+		runtime.GC()
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		st := a.Stats()
+		b.ReportAllocs()
+		b.ResetTimer()
+		feed(fast{a}, benchStart, warm, b.N)
+		b.StopTimer()
+		lastFastNs = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		b.ReportMetric(float64(after.HeapInuse-before.HeapInuse)/float64(st.Pairs*len(ws)), "B/pair/window")
+		b.ReportMetric(float64(st.Pairs), "pairs")
+		runtime.KeepAlive(a)
+	})
+	b.Run("naive", func(b *testing.B) {
+		n := newNaive(ws)
+		feed(n, benchStart, 0, warm)
+		b.ReportAllocs()
+		b.ResetTimer()
+		feed(n, benchStart, warm, b.N)
+		b.StopTimer()
+		ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		if lastFastNs > 0 {
+			b.ReportMetric(ns/lastFastNs, "x_slower_than_chatpulse")
+		}
+	})
+}
+
+// live100k is an aggregator with 100,000 users and 1,000 rooms live in the
+// first window.
+func live100k(b *testing.B) (*aggregator.Aggregator, int64) {
+	ws, _ := rolling.ParseWindows(rolling.DefaultWindows)
+	a, _ := aggregator.New(ws)
+	r := rand.New(rand.NewPCG(3, 3))
+	z := rand.NewZipf(r, 1.1, 1, benchUsers-1)
+	now := int64(benchStart)
+	var evs []aggregator.Event
+	for i := range 300_000 {
+		u := i
+		if i >= benchUsers {
+			u = int(z.Uint64())
+		}
+		evs = append(evs, aggregator.Event{Room: fmt.Sprintf("room-%04d", r.IntN(benchRooms)), User: fmt.Sprintf("user-%06d", u), TS: now - int64(r.IntN(50_000))})
+	}
+	a.Observe(now, evs, nil)
+	if v, _ := a.Overview("", 1, now); v.DistinctUsers != benchUsers {
+		b.Fatalf("%d live users", v.DistinctUsers)
+	}
+	return a, now
+}
+
+func BenchmarkOverview(b *testing.B) {
+	a, now := live100k(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		a.Overview("", 10, now)
+	}
+}
+
+func BenchmarkRoom(b *testing.B) {
+	a, now := live100k(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		a.Room("room-0001", "", 10, now)
+	}
+}
+
+// BenchmarkRooms is the biggest view: all 1,000 rooms with their top
+// talkers, built under the lock, so its time is the longest a read can hold
+// up ingest.
+func BenchmarkRooms(b *testing.B) {
+	a, now := live100k(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		a.Rooms("", 1000, now)
+	}
+}
+
+// naive is the baseline the background notes warn against: a deque of
+// timestamps per key and window, and a sort of all users for a top talker.
+type naive struct {
+	ws []naiveWindow
+}
+
+type naiveWindow struct {
+	size  int64
+	total []int64
+	rooms map[string]*[]int64
+	users map[string]*[]int64
+	pairs map[[2]string]*[]int64
+}
+
+func newNaive(ws []rolling.Window) *naive {
+	n := &naive{}
+	for _, w := range ws {
+		n.ws = append(n.ws, naiveWindow{size: w.Size.Milliseconds(), rooms: map[string]*[]int64{}, users: map[string]*[]int64{}, pairs: map[[2]string]*[]int64{}})
+	}
+	return n
+}
+
+func expire(q *[]int64, now, size int64) {
+	i := 0
+	for i < len(*q) && (*q)[i] <= now-size {
+		i++
+	}
+	*q = (*q)[i:]
+}
+
+func push[K comparable](m map[K]*[]int64, k K, ts, size int64) {
+	q := m[k]
+	if q == nil {
+		q = new([]int64)
+		m[k] = q
+	}
+	expire(q, ts, size)
+	*q = append(*q, ts)
+}
+
+func (n *naive) observe(now int64, evs []aggregator.Event) {
+	for _, e := range evs {
+		for i := range n.ws {
+			w := &n.ws[i]
+			expire(&w.total, e.TS, w.size)
+			w.total = append(w.total, e.TS)
+			push(w.rooms, strings.Clone(e.Room), e.TS, w.size)
+			push(w.users, strings.Clone(e.User), e.TS, w.size)
+			push(w.pairs, [2]string{e.Room, e.User}, e.TS, w.size)
+		}
+	}
+}
+
+func (n *naive) topTalker(now int64) string {
+	w := &n.ws[0]
+	type uc struct {
+		user string
+		n    int
+	}
+	var all []uc
+	for u, q := range w.users {
+		expire(q, now, w.size)
+		if len(*q) == 0 {
+			delete(w.users, u)
+			continue
+		}
+		all = append(all, uc{u, len(*q)})
+	}
+	slices.SortFunc(all, func(a, b uc) int {
+		if a.n != b.n {
+			return b.n - a.n
+		}
+		return strings.Compare(a.user, b.user)
+	})
+	if len(all) == 0 {
+		return ""
+	}
+	return all[0].user
+}
+
+var warmMs = flag.Int64("warm", 0, "warm-up events (default: the largest window plus a second)")
+
+func benchWarm(ws []rolling.Window) int {
+	if *warmMs > 0 {
+		return int(*warmMs)
+	}
+	return int(ws[len(ws)-1].Size.Milliseconds()) + 1000
+}

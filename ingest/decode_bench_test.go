@@ -1,0 +1,65 @@
+package ingest
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// benchEvents are realistic events of about 150 bytes.
+var benchEvents = []struct {
+	name    string
+	json    string
+	escapes bool // room, user or text needs unescaping (one allocation)
+}{
+	{"ts-string", `{"id":"m-184467","room":"lobby","user":"alice","ts":"2026-11-30T07:00:00.123Z","text":"hi there, how is everyone doing today?"}`, false},
+	{"ts-int", `{"id":"m-184468","room":"support-eu","user":"bob_1987","ts":1796022000123,"text":"hi there, how is everyone doing today?"}`, false},
+	{"ts-offset-typed", `{"id":"m-184469","type":"message","room":"lobby","user":"carol","ts":"2026-11-30T08:00:00.123+01:00","text":"see you all at 9"}`, false},
+	{"no-ts-unicode", `{"id":"m-184470","room":"café-paris","user":"zoë","text":"¿qué tal? 👋 ça va bien, merci beaucoup à tous"}`, false},
+	{"text-escapes", `{"id":"m-184471","room":"lobby","user":"dave","ts":1796022000123,"text":"line one\nline two: \"quoted\" caf\u00e9 \ud83d\ude00"}`, true},
+}
+
+// BenchmarkDecode compares, on the same events, Decode with the reference
+// decoder (encoding/json plus the same rules) and with bare json.Unmarshal
+// into a struct of strings (no validation at all, text assumed a string: a
+// lower bound for any decoder built on encoding/json).
+//
+//	go test -run='^$' -bench=BenchmarkDecode -benchmem ./ingest/
+func BenchmarkDecode(b *testing.B) {
+	decoders := []struct {
+		name   string
+		decode func([]byte) error
+	}{
+		{"fast", func(data []byte) error {
+			_, err := Decode(data, testNow, testSkew)
+			return err
+		}},
+		{"encoding-json-reference", func(data []byte) error {
+			if _, err := refDecode(data, testNow, testSkew); err != nil {
+				return err
+			}
+			return nil
+		}},
+		{"encoding-json-unmarshal", func(data []byte) error {
+			var ev struct {
+				Room, User, Type, Text string
+				TS                     json.RawMessage
+			}
+			return json.Unmarshal(data, &ev)
+		}},
+	}
+	for _, ev := range benchEvents {
+		data := []byte(ev.json)
+		for _, d := range decoders {
+			b.Run(ev.name+"/"+d.name, func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(len(data)))
+				for b.Loop() {
+					if err := d.decode(data); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+			})
+		}
+	}
+}
