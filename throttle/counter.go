@@ -1,0 +1,163 @@
+package throttle
+
+import (
+	"math"
+	"math/bits"
+	"time"
+)
+
+// SlidingWindowCounter estimates a sliding window from two fixed windows, in
+// O(1) memory per key: the count of the current window and of the one before.
+//
+// Windows of length W are aligned to the Unix epoch: window w covers
+// [w·W, (w+1)·W). At an instant t in window w, with e = t - w·W milliseconds
+// elapsed in it, the estimate of the hits in the sliding window (t-W, t] is
+//
+//	estimate = prev·(W-e)/W + curr
+//
+// where curr counts the hits in window w and prev those in window w-1: the
+// previous window is assumed to have been uniform, and the fraction of it
+// still inside the sliding window is (W-e)/W. One more hit is allowed iff
+// estimate < limit, which is decided without rounding as
+// prev·(W-e) + curr·W < limit·W. Count is floor(estimate), so Allowed is
+// still Count < Limit. Every hit is recorded, allowed or not.
+//
+// Retry-after solves the same inequality for the first millisecond e' at
+// which it holds:
+//
+//   - if curr < limit, the estimate falls as e grows:
+//     e' = floor((prev+curr-limit)·W/prev) + 1; if e' falls past the end of
+//     the window, the next window starts with estimate = curr < limit, so
+//     the answer is the start of the next window;
+//   - if curr >= limit, no instant of this window helps; in the next window
+//     curr becomes prev, and e' = floor((curr-limit)·W/curr) + 1 into it.
+//
+// Catching up (advance) is lazy: when t is one window later, curr becomes
+// prev and curr starts at 0; two or more windows later, both are 0. A late
+// hit in the previous window adds to prev; older ones are dropped. A read at
+// an instant before the key's current window is answered at the start of
+// that window.
+type SlidingWindowCounter struct {
+	k counterKernel
+	s counterState
+}
+
+// NewSlidingWindowCounter returns a SlidingWindowCounter allowing an
+// estimated limit hits per window. It panics unless limit >= 1 and window is
+// a positive whole number of milliseconds.
+func NewSlidingWindowCounter(limit int, window time.Duration) *SlidingWindowCounter {
+	k := mustKernel(Policy{Algorithm: AlgSlidingWindowCounter, Limit: limit, Window: window}).(counterKernel)
+	return &SlidingWindowCounter{k: k, s: k.fresh()}
+}
+
+// Decide reports whether one more hit would be allowed at now. It changes
+// nothing.
+func (c *SlidingWindowCounter) Decide(now time.Time) Verdict {
+	return c.k.decide(&c.s, nil, now.UnixMilli())
+}
+
+// Hit decides at `at` as Decide would, then records the hit, allowed or not.
+func (c *SlidingWindowCounter) Hit(at time.Time) Verdict {
+	t := at.UnixMilli()
+	v := c.k.decide(&c.s, nil, t)
+	c.k.hit(&c.s, nil, t)
+	return v
+}
+
+type counterKernel struct {
+	limit int64
+	w     int64 // window, ms
+}
+
+type counterState struct {
+	prev, curr uint32
+	win        int64 // the window curr counts; noTime before the first hit
+}
+
+func (k counterKernel) fresh() counterState { return counterState{win: noTime} }
+
+// advance is the state at instant t, and e, the milliseconds elapsed in its
+// window. It is pure: s is not changed.
+func (k counterKernel) advance(s counterState, t int64) (_ counterState, e int64) {
+	wt := floorDiv(t, k.w)
+	switch {
+	case s.win == noTime:
+		return counterState{win: wt}, t - wt*k.w
+	case wt < s.win:
+		return s, 0
+	case wt == s.win:
+	case wt == s.win+1:
+		s.prev, s.curr = s.curr, 0
+	default:
+		s.prev, s.curr = 0, 0
+	}
+	s.win = wt
+	return s, t - wt*k.w
+}
+
+// scaled returns estimate·W = prev·(W-e) + curr·W, in 128 bits: prev and
+// curr reach 2^32, W 2^35.
+func (k counterKernel) scaled(a counterState, e int64) (hi, lo uint64) {
+	w := uint64(k.w)
+	hi, lo = bits.Mul64(uint64(a.prev), w-uint64(e))
+	hi2, lo2 := bits.Mul64(uint64(a.curr), w)
+	lo, carry := bits.Add64(lo, lo2, 0)
+	return hi + hi2 + carry, lo
+}
+
+func (k counterKernel) decide(s *counterState, _ []struct{}, now int64) Verdict {
+	a, e := k.advance(*s, now)
+	p, c, w, l := uint64(a.prev), uint64(a.curr), uint64(k.w), uint64(k.limit)
+	hi, lo := k.scaled(a, e)
+	count, _ := bits.Div64(hi, lo, w) // < p+c, so hi < w
+	if int64(count) < k.limit {
+		return allowed(int64(count), k.limit)
+	}
+	start := a.win * k.w
+	var at int64
+	switch {
+	case c >= l:
+		at = start + k.w + int64(mulDiv(c-l, w, c)) + 1
+	default:
+		// Denied with curr < limit implies prev+curr >= limit.
+		if e1 := int64(mulDiv(p+c-l, w, p)) + 1; e1 < k.w {
+			at = start + e1
+		} else {
+			at = start + k.w
+		}
+	}
+	return denied(int64(count), k.limit, at-now)
+}
+
+// mulDiv is floor(a·b/c), for a·b/c < 2^64.
+func mulDiv(a, b, c uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	q, _ := bits.Div64(hi, lo, c)
+	return q
+}
+
+func (k counterKernel) hit(s *counterState, _ []struct{}, at int64) bool {
+	a, e := k.advance(*s, at)
+	hi, lo := k.scaled(a, e)
+	ok := hi == 0 && lo < uint64(k.limit)*uint64(k.w)
+	switch floorDiv(at, k.w) {
+	case a.win:
+		a.curr = satInc(a.curr)
+	case a.win - 1:
+		a.prev = satInc(a.prev)
+	}
+	*s = a
+	return ok
+}
+
+func (k counterKernel) atRest(s *counterState, _ []struct{}, now int64) bool {
+	a, _ := k.advance(*s, now)
+	return a.prev == 0 && a.curr == 0
+}
+
+func satInc(n uint32) uint32 {
+	if n == math.MaxUint32 {
+		return n
+	}
+	return n + 1
+}

@@ -1,0 +1,37 @@
+// Package throttle decides whether one more chat message from a user in a
+// room would be allowed under chatpulse's moderation policies, and notices the
+// moment a key first goes over an enforcing policy (contract section 5).
+//
+// It owns three things:
+//
+//   - Six small rate-limiting algorithms, each a type that can also be used
+//     on its own for a single key: SlidingWindow, SlidingWindowCounter,
+//     FixedWindow, TokenBucket, GCRA and Repeat. Each doc comment explains
+//     its algorithm; all of them take the time as an argument and catch up
+//     lazily when called, so nothing ticks in the background.
+//   - Policy, with DefaultPolicies and a YAML loader (ParsePolicies,
+//     LoadPolicies) whose errors name the file, the line and the field.
+//   - Set, which keeps the keyed state of every policy with bounded memory,
+//     is safe for concurrent use, turns observed messages into Alerts, and
+//     answers Check and Active.
+//
+// What it must never do: read the wall clock (time is a parameter of every
+// call, like AllowN(now, n) in golang.org/x/time/rate), talk to the network,
+// or import a metrics library. Stats and DecisionLabels return plain numbers
+// and names that the service layer turns into metrics.
+//
+// # Time
+//
+// Every instant is reduced to Unix milliseconds, rounded down; the answers
+// (retry_after_ms) are whole milliseconds. Windows and resolutions are whole
+// milliseconds too. For every algorithm, retry-after is exact: at
+// now+RetryAfter one more message is allowed, and one millisecond earlier it
+// is not.
+//
+// Time never goes backwards for a key. Messages may arrive slightly out of
+// order (event time), so each algorithm says what it does with a late hit;
+// the rule is the same everywhere: a read or a hit at an instant before the
+// newest one the key has seen is decided as if at that newest instant.
+// (GCRA, which keeps only one timestamp, decides a late hit at its own,
+// earlier instant, which can only be stricter.)
+package throttle

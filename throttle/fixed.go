@@ -1,0 +1,83 @@
+package throttle
+
+import "time"
+
+// FixedWindow counts a key's hits per calendar window: window w covers
+// [w·W, (w+1)·W) in Unix time, so windows are aligned to the epoch (a 1m
+// window starts on the minute). One more hit is allowed while the current
+// window's count is below the limit; every hit is recorded, allowed or not.
+//
+// It is the cheapest counter (one count and the window's number), and the
+// crudest: a key can send limit hits at the end of one window and limit more
+// at the start of the next. SlidingWindow and SlidingWindowCounter fix that.
+//
+// Catching up (advance) is lazy: a hit or read in a later window sees a
+// count of 0. Retry-after is the start of the next window. A late hit in an
+// earlier window is dropped, and a read at an instant before the key's
+// current window is answered in that window.
+type FixedWindow struct {
+	k fixedKernel
+	s fixedState
+}
+
+// NewFixedWindow returns a FixedWindow allowing limit hits per window. It
+// panics unless limit >= 1 and window is a positive whole number of
+// milliseconds.
+func NewFixedWindow(limit int, window time.Duration) *FixedWindow {
+	k := mustKernel(Policy{Algorithm: AlgFixedWindow, Limit: limit, Window: window}).(fixedKernel)
+	return &FixedWindow{k: k, s: k.fresh()}
+}
+
+// Decide reports whether one more hit would be allowed at now. It changes
+// nothing.
+func (f *FixedWindow) Decide(now time.Time) Verdict { return f.k.decide(&f.s, nil, now.UnixMilli()) }
+
+// Hit decides at `at` as Decide would, then records the hit, allowed or not.
+func (f *FixedWindow) Hit(at time.Time) Verdict {
+	t := at.UnixMilli()
+	v := f.k.decide(&f.s, nil, t)
+	f.k.hit(&f.s, nil, t)
+	return v
+}
+
+type fixedKernel struct {
+	limit int64
+	w     int64 // window, ms
+}
+
+type fixedState struct {
+	count uint32
+	win   int64 // the window count belongs to; noTime before the first hit
+}
+
+func (k fixedKernel) fresh() fixedState { return fixedState{win: noTime} }
+
+// advance is the state at instant t; it is pure.
+func (k fixedKernel) advance(s fixedState, t int64) fixedState {
+	if wt := floorDiv(t, k.w); s.win == noTime || wt > s.win {
+		return fixedState{win: wt}
+	}
+	return s
+}
+
+func (k fixedKernel) decide(s *fixedState, _ []struct{}, now int64) Verdict {
+	a := k.advance(*s, now)
+	if c := int64(a.count); c >= k.limit {
+		return denied(c, k.limit, (a.win+1)*k.w-now)
+	}
+	return allowed(int64(a.count), k.limit)
+}
+
+func (k fixedKernel) hit(s *fixedState, _ []struct{}, at int64) bool {
+	a := k.advance(*s, at)
+	ok := int64(a.count) < k.limit
+	if floorDiv(at, k.w) == a.win {
+		a.count = satInc(a.count)
+	}
+	*s = a
+	return ok
+}
+
+func (k fixedKernel) atRest(s *fixedState, _ []struct{}, now int64) bool {
+	return k.advance(*s, now).count == 0
+}

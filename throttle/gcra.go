@@ -1,0 +1,99 @@
+package throttle
+
+import (
+	"math"
+	"time"
+)
+
+// GCRA (the generic cell rate algorithm) is a token bucket that keeps a
+// single timestamp per key instead of a level and a time.
+//
+// Hits are spaced by the emission interval I = window/limit. The state is
+// TAT, the theoretical arrival time: the instant at which the key would be
+// back to a full bucket if it sent nothing more. A hit at t is allowed iff
+// max(TAT, t) - t <= τ, where the burst tolerance τ = (burst-1)·I lets burst
+// hits through at once; an allowed hit moves TAT to max(TAT, t) + I, a
+// denied one changes nothing (not charged, as in TokenBucket). The two
+// algorithms give the same answers: the tokens in use are
+// ceil((max(TAT, t) - t)/I), and a hit is denied exactly when all burst of
+// them are. Retry-after is the instant at which TAT - t falls to τ, that is
+// TAT - τ.
+//
+// Time runs in units of 1/limit millisecond, so that I = window in
+// milliseconds and every quantity is an integer and every answer exact.
+//
+// GCRA keeps no last-hit time, so a late hit (or a read at an earlier
+// instant) is decided at its own instant, where TAT is further away: that is
+// never more permissive than deciding it at the newest instant.
+type GCRA struct {
+	k gcraKernel
+	s gcraState
+}
+
+// NewGCRA returns a GCRA allowing limit hits per window with bursts of up to
+// burst hits; burst 0 means limit. It panics unless limit >= 1, burst >= 0
+// and window is a positive whole number of milliseconds.
+func NewGCRA(limit int, window time.Duration, burst int) *GCRA {
+	k := mustKernel(Policy{Algorithm: AlgGCRA, Limit: limit, Window: window, Burst: burst}).(gcraKernel)
+	return &GCRA{k: k, s: k.fresh()}
+}
+
+// Decide reports whether one more hit would be allowed at now. It changes
+// nothing.
+func (g *GCRA) Decide(now time.Time) Verdict { return g.k.decide(&g.s, nil, now.UnixMilli()) }
+
+// Hit decides at `at` as Decide would, then records the hit if allowed.
+func (g *GCRA) Hit(at time.Time) Verdict {
+	t := at.UnixMilli()
+	v := g.k.decide(&g.s, nil, t)
+	g.k.hit(&g.s, nil, t)
+	return v
+}
+
+type gcraKernel struct {
+	limit int64 // units per ms
+	burst int64
+	i     int64 // emission interval in units: the window in ms
+	tau   int64 // burst tolerance in units: (burst-1)·i
+}
+
+type gcraState struct {
+	tat int64 // theoretical arrival time, in units; noTime: never used
+}
+
+func (k gcraKernel) fresh() gcraState { return gcraState{tat: noTime} }
+
+// units converts Unix milliseconds to units, saturating far outside the
+// range of real event times rather than wrapping around.
+func (k gcraKernel) units(t int64) int64 {
+	if lim := math.MaxInt64 / 2 / k.limit; t > lim {
+		t = lim
+	} else if t < -lim {
+		t = -lim
+	}
+	return t * k.limit
+}
+
+func (k gcraKernel) decide(s *gcraState, _ []struct{}, now int64) Verdict {
+	t := k.units(now)
+	used := max(s.tat, t) - t
+	count := ceilDiv(used, k.i)
+	if used <= k.tau {
+		return allowed(count, k.burst)
+	}
+	return denied(min(count, k.burst), k.burst, ceilDiv(s.tat-k.tau, k.limit)-now)
+}
+
+func (k gcraKernel) hit(s *gcraState, _ []struct{}, at int64) bool {
+	t := k.units(at)
+	tat := max(s.tat, t)
+	ok := tat-t <= k.tau
+	if ok {
+		s.tat = tat + k.i
+	}
+	return ok
+}
+
+func (k gcraKernel) atRest(s *gcraState, _ []struct{}, now int64) bool {
+	return s.tat <= k.units(now)
+}

@@ -1,0 +1,383 @@
+package throttle
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// A Set holds policies and the keyed state they keep. It is fed the stream
+// of accepted messages (Observe) and answers whether one more message would
+// be allowed (Check) and which keys are over an enforcing policy (Active).
+// A Set is safe for concurrent use.
+//
+// Alerts. Observe first decides each message as Check would at its instant,
+// then records it. The first message an enforcing policy denies for a key
+// is the crossing: Observe returns an Alert and marks the key; further
+// denied messages do not alert, and the next allowed one clears the mark, so
+// a key alerts once per crossing. During replay (replay=true) marks are set
+// and cleared exactly as live, but no Alert is returned: a crossing that
+// happened during replay was already alerted by the previous run, so a live
+// message right after replay that is still over the limit does not alert
+// again, and Active after a restart is what it was before.
+//
+// The key of a message depends on the policy's scope: the user (room
+// empty), the room (user empty), both, or, for group, none (room and user
+// both empty: the policy's name is the group). Alerts and Active name keys
+// that way.
+//
+// Memory follows the live keys, not the events. A key whose state is back
+// at rest (its window empty, its bucket full, its TAT past) is forgotten,
+// since that changes no answer: a little at a time as new keys arrive, and
+// all at once by Sweep. Each policy also tracks at most WithMaxKeys keys; a
+// new key beyond that evicts the least recently observed one even if it is
+// not at rest (counted in Stats as Evicted), and with it its alert mark, so
+// such a key alerts again if it crosses again.
+type Set struct {
+	policies []*policy
+	repeat   bool // some policy needs the text's hash
+}
+
+type policy struct {
+	Policy
+	rooms   []glob
+	enforce bool
+	repeat  bool // the key includes the text: only messages with text count
+	store   store
+	// Decisions of Check, by result.
+	allowed, denied, shadowDenied atomic.Uint64
+}
+
+func (p *policy) sees(room string) bool {
+	if len(p.rooms) == 0 {
+		return true
+	}
+	for i := range p.rooms {
+		if p.rooms[i].match(room) {
+			return true
+		}
+	}
+	return false
+}
+
+// DefaultMaxKeys is the default cap on the keys a Set tracks per policy.
+const DefaultMaxKeys = 100_000
+
+// An Option changes how NewSet builds a Set.
+type Option func(*options)
+
+type options struct{ maxKeys int }
+
+// WithMaxKeys caps the keys tracked per policy (default DefaultMaxKeys, at
+// least 1). A new key beyond the cap evicts the least recently observed one.
+func WithMaxKeys(n int) Option { return func(o *options) { o.maxKeys = max(n, 1) } }
+
+// NewSet returns a Set of the policies, which must be valid and have
+// distinct names. Their order is the order of decisions in a Result.
+func NewSet(policies []Policy, opts ...Option) (*Set, error) {
+	o := options{maxKeys: DefaultMaxKeys}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	s := &Set{}
+	seen := make(map[string]bool)
+	for _, p := range policies {
+		if err := p.Validate(); err != nil {
+			return nil, fmt.Errorf("policy %q: %w", p.Name, err)
+		}
+		if seen[p.Name] {
+			return nil, fmt.Errorf("policy %q: name: defined twice", p.Name)
+		}
+		seen[p.Name] = true
+		p = p.withDefaults()
+		p.Rooms = slices.Clone(p.Rooms)
+		pol := &policy{Policy: p, enforce: p.Mode == ModeEnforce, repeat: p.Algorithm == AlgRepeat, store: newStore(p, o.maxKeys)}
+		for _, g := range p.Rooms {
+			cg, _ := compileGlob(g)
+			pol.rooms = append(pol.rooms, cg)
+		}
+		s.policies = append(s.policies, pol)
+		s.repeat = s.repeat || p.Algorithm == AlgRepeat
+	}
+	return s, nil
+}
+
+// Policies returns the Set's policies, defaults filled in.
+func (s *Set) Policies() []Policy {
+	ps := make([]Policy, len(s.policies))
+	for i, p := range s.policies {
+		ps[i] = p.Policy
+		ps[i].Rooms = slices.Clone(p.Rooms)
+	}
+	return ps
+}
+
+// An Alert says that a key crossed an enforcing policy: At is the event
+// time of its first message over the limit, and Count the key's count with
+// that message. It marshals as the data of contract section 4.
+type Alert struct {
+	Policy string    `json:"policy"`
+	Room   string    `json:"room"`
+	User   string    `json:"user"`
+	Count  int64     `json:"count"`
+	Limit  int64     `json:"limit"`
+	At     time.Time `json:"at"`
+}
+
+// Observe records one accepted message, at its event time, as one hit for
+// every policy that sees its room (a repeat policy only sees messages whose
+// text is not empty once normalized), and returns the alerts for the keys
+// it made cross an enforcing policy; none when replay is set. See Set for
+// the alert rules. Observing a message for keys already tracked does not
+// allocate.
+func (s *Set) Observe(at time.Time, room, user, text string, replay bool) []Alert {
+	t := at.UnixMilli()
+	var h uint64
+	hasText := false
+	if s.repeat {
+		h, hasText = textHash(text)
+	}
+	var alerts []Alert
+	for _, p := range s.policies {
+		if !p.sees(room) || p.repeat && !hasText {
+			continue
+		}
+		crossed, v := p.store.observe(room, user, h, t, p.enforce)
+		if crossed && !replay {
+			r, u := keyOf(p.Scope, room, user)
+			alerts = append(alerts, Alert{Policy: p.Name, Room: strings.Clone(r), User: strings.Clone(u), Count: v.Count, Limit: v.Limit, At: time.UnixMilli(t).UTC()})
+		}
+	}
+	return alerts
+}
+
+// keyOf is the room and user that name a message's key under a scope.
+func keyOf(scope Scope, room, user string) (string, string) {
+	switch scope {
+	case ScopeUser:
+		return "", user
+	case ScopeRoom:
+		return room, ""
+	case ScopeUserInRoom:
+		return room, user
+	}
+	return "", ""
+}
+
+// A Result answers "would one more message from this user in this room (with
+// this text) be allowed now?". It marshals as contract section 5's answer.
+type Result struct {
+	// Allowed is false iff an enforcing policy denies.
+	Allowed   bool       `json:"allowed"`
+	AsOf      time.Time  `json:"as_of"` // the now of the Check, to the millisecond
+	Room      string     `json:"room"`
+	User      string     `json:"user"`
+	Decisions []Decision `json:"decisions"` // one per policy that sees the room, in policy order
+}
+
+// A Decision is one policy's part of a Result. Count, Limit, Remaining
+// and RetryAfterMs are the policy's Verdict for the key: Count is the
+// messages the window holds (it can exceed Limit), or for token_bucket and
+// gcra the tokens in use, with Limit then the burst; Remaining is
+// max(0, Limit-Count); RetryAfterMs is 0 when Allowed, else the exact wait
+// until one more message is allowed.
+type Decision struct {
+	Policy       string    `json:"policy"`
+	Scope        Scope     `json:"scope"`
+	Algorithm    Algorithm `json:"algorithm"`
+	Mode         Mode      `json:"mode"`
+	Allowed      bool      `json:"allowed"`
+	Count        int64     `json:"count"`
+	Limit        int64     `json:"limit"`
+	Remaining    int64     `json:"remaining"`
+	RetryAfterMs int64     `json:"retry_after_ms"`
+}
+
+// Decision results, the values of the result label of
+// chatpulse_throttle_decisions_total.
+const (
+	ResultAllowed      = "allowed"
+	ResultDenied       = "denied"        // by an enforcing policy
+	ResultShadowDenied = "shadow_denied" // by a shadow policy
+)
+
+// Check answers whether one more message from user in room would be allowed
+// at now, with text if hasText. A repeat policy takes part only when the
+// check carries a text that is not empty once normalized. Check changes no
+// state that any later answer depends on; it only counts its decisions for
+// Stats.
+func (s *Set) Check(now time.Time, room, user, text string, hasText bool) Result {
+	t := now.UnixMilli()
+	var h uint64
+	if hasText && s.repeat {
+		h, hasText = textHash(text)
+	}
+	res := Result{Allowed: true, AsOf: time.UnixMilli(t).UTC(), Room: strings.Clone(room), User: strings.Clone(user), Decisions: []Decision{}}
+	for _, p := range s.policies {
+		if !p.sees(room) || p.repeat && !hasText {
+			continue
+		}
+		v := p.store.check(room, user, h, t)
+		switch {
+		case v.Allowed:
+			p.allowed.Add(1)
+		case p.enforce:
+			p.denied.Add(1)
+			res.Allowed = false
+		default:
+			p.shadowDenied.Add(1)
+		}
+		res.Decisions = append(res.Decisions, Decision{
+			Policy: p.Name, Scope: p.Scope, Algorithm: p.Algorithm, Mode: p.Mode,
+			Allowed: v.Allowed, Count: v.Count, Limit: v.Limit, Remaining: v.Remaining,
+			RetryAfterMs: v.RetryAfter.Milliseconds(),
+		})
+	}
+	return res
+}
+
+// An Active entry is a key over an enforcing policy: it crossed at Since
+// (its alert) and would still be denied now. It marshals as an entry of
+// contract section 3's /api/v1/throttle/active.
+type Active struct {
+	Policy string    `json:"policy"`
+	Room   string    `json:"room"`
+	User   string    `json:"user"`
+	Count  int64     `json:"count"`
+	Limit  int64     `json:"limit"`
+	Since  time.Time `json:"since"`
+}
+
+// Active returns the keys over an enforcing policy at now, by policy order,
+// then room, then user. A key of a repeat policy is listed once however
+// many of its texts are over, with the highest count and earliest Since.
+func (s *Set) Active(now time.Time) []Active {
+	t := now.UnixMilli()
+	out := []Active{}
+	for _, p := range s.policies {
+		if !p.enforce {
+			continue
+		}
+		start := len(out)
+		p.store.active(t, func(room, user string, v Verdict, since int64) {
+			out = append(out, Active{Policy: p.Name, Room: room, User: user, Count: v.Count, Limit: v.Limit, Since: time.UnixMilli(since).UTC()})
+		})
+		part := out[start:]
+		slices.SortFunc(part, func(a, b Active) int {
+			return cmp.Or(strings.Compare(a.Room, b.Room), strings.Compare(a.User, b.User), a.Since.Compare(b.Since))
+		})
+		// Merge the texts of one repeat key: sorted, so they are adjacent.
+		merged := part[:0]
+		for _, a := range part {
+			if n := len(merged); n > 0 && merged[n-1].Room == a.Room && merged[n-1].User == a.User {
+				merged[n-1].Count = max(merged[n-1].Count, a.Count)
+				continue
+			}
+			merged = append(merged, a)
+		}
+		out = out[:start+len(merged)]
+	}
+	return out
+}
+
+// Sweep forgets every key whose state is back at rest at now, as if it had
+// never been seen, and returns how many. Observe already does this a little
+// at a time; calling Sweep now and then (say, every window) also frees the
+// keys of traffic that stopped.
+func (s *Set) Sweep(now time.Time) int {
+	n := 0
+	for _, p := range s.policies {
+		n += p.store.sweep(now.UnixMilli())
+	}
+	return n
+}
+
+// PolicyStats are a policy's counters since the Set was made.
+type PolicyStats struct {
+	Policy string
+	// Decisions of Check, by result.
+	Allowed, Denied, ShadowDenied uint64
+	// Keys is the number of keys tracked now.
+	Keys int
+	// Evicted counts keys forgotten because of the cap (WithMaxKeys) before
+	// they were at rest; Expired, keys forgotten at rest (no answer changes).
+	Evicted, Expired uint64
+}
+
+// Stats returns each policy's counters, in policy order.
+func (s *Set) Stats() []PolicyStats {
+	out := make([]PolicyStats, len(s.policies))
+	for i, p := range s.policies {
+		keys, evicted, expired := p.store.stats()
+		out[i] = PolicyStats{
+			Policy: p.Name, Allowed: p.allowed.Load(), Denied: p.denied.Load(), ShadowDenied: p.shadowDenied.Load(),
+			Keys: keys, Evicted: evicted, Expired: expired,
+		}
+	}
+	return out
+}
+
+// A DecisionLabel is one (policy, result) pair that Check can count.
+type DecisionLabel struct{ Policy, Result string }
+
+// DecisionLabels returns every (policy, result) pair Stats can count, known
+// before any decision, so that metrics can be exported at 0 from the start:
+// allowed and denied for an enforcing policy, allowed and shadow_denied for
+// a shadow one.
+func (s *Set) DecisionLabels() []DecisionLabel {
+	var out []DecisionLabel
+	for _, p := range s.policies {
+		no := ResultDenied
+		if !p.enforce {
+			no = ResultShadowDenied
+		}
+		out = append(out, DecisionLabel{p.Name, ResultAllowed}, DecisionLabel{p.Name, no})
+	}
+	return out
+}
+
+// jsonTime is the time format of the contract: RFC 3339, UTC, milliseconds.
+const jsonTime = "2006-01-02T15:04:05.000Z07:00"
+
+// MarshalJSON encodes r as {"allowed","as_of","room","user","decisions"}.
+func (r Result) MarshalJSON() ([]byte, error) {
+	decisions := r.Decisions
+	if decisions == nil {
+		decisions = []Decision{}
+	}
+	return json.Marshal(struct {
+		Allowed   bool       `json:"allowed"`
+		AsOf      string     `json:"as_of"`
+		Room      string     `json:"room"`
+		User      string     `json:"user"`
+		Decisions []Decision `json:"decisions"`
+	}{r.Allowed, r.AsOf.UTC().Format(jsonTime), r.Room, r.User, decisions})
+}
+
+// MarshalJSON encodes a as {"policy","room","user","count","limit","at"}.
+func (a Alert) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Policy string `json:"policy"`
+		Room   string `json:"room"`
+		User   string `json:"user"`
+		Count  int64  `json:"count"`
+		Limit  int64  `json:"limit"`
+		At     string `json:"at"`
+	}{a.Policy, a.Room, a.User, a.Count, a.Limit, a.At.UTC().Format(jsonTime)})
+}
+
+// MarshalJSON encodes a as {"policy","room","user","count","limit","since"}.
+func (a Active) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Policy string `json:"policy"`
+		Room   string `json:"room"`
+		User   string `json:"user"`
+		Count  int64  `json:"count"`
+		Limit  int64  `json:"limit"`
+		Since  string `json:"since"`
+	}{a.Policy, a.Room, a.User, a.Count, a.Limit, a.Since.UTC().Format(jsonTime)})
+}

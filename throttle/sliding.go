@@ -1,0 +1,147 @@
+package throttle
+
+import (
+	"math"
+	"time"
+)
+
+// SlidingWindow counts a key's hits exactly, in buckets of a fixed
+// resolution r, over a window of n = window/r buckets: the windows of
+// contract section 2.
+//
+// The bucket of an instant t (Unix time) is b(t) = floor(t/r), so buckets are
+// aligned to the epoch. Read at T, the window holds the hits whose bucket lies
+// in [b(T)-n+1, b(T)]: a 10s window at 1s resolution read at 12.3s counts the
+// seconds 3 to 12, both included. One more hit is allowed while the count is
+// below the limit. Every hit is recorded, allowed or not, so the count is the
+// exact number of messages in the window (12 with a limit of 10, if 12 came).
+//
+// The state is a ring of n counters plus their running total: bucket j lives
+// in slot j mod n, and last is the newest bucket written. Before a hit writes
+// bucket b > last, advance empties the slots of buckets last+1..b, which still
+// hold hits from n buckets earlier, and subtracts them from the total; a gap
+// of n buckets or more empties the whole ring in one step. So memory is n
+// counters however many hits arrive, and a hit costs O(1) amortized. A read
+// must not write, so it subtracts the expired buckets from the total as it
+// goes instead (held).
+//
+// Retry-after comes from the buckets: the count falls only when whole buckets
+// leave the window. Walk the buckets still held from the oldest, subtracting
+// each, until the count is below the limit; if that happens at bucket j, the
+// window stops seeing j at the start of bucket j+n, and that instant, (j+n)·r,
+// is exactly when one more hit is allowed.
+//
+// Late hits: a hit whose bucket is older than last still goes into its bucket
+// while that bucket is inside the window [last-n+1, last]; an older one is
+// dropped, since no later read could count it. A read at an instant older
+// than bucket last is answered at bucket last.
+type SlidingWindow struct {
+	k    slidingKernel
+	s    slidingState
+	ring []uint32
+}
+
+// NewSlidingWindow returns a SlidingWindow allowing limit hits per window,
+// counted in buckets of resolution. It panics unless limit >= 1 and window is
+// a positive whole multiple of resolution (whole milliseconds, at most
+// 3600 buckets).
+func NewSlidingWindow(limit int, window, resolution time.Duration) *SlidingWindow {
+	k := mustKernel(Policy{Algorithm: AlgSlidingWindow, Limit: limit, Window: window, Resolution: resolution}).(slidingKernel)
+	return &SlidingWindow{k: k, s: k.fresh(), ring: make([]uint32, k.n)}
+}
+
+// Decide reports whether one more hit would be allowed at now. It changes
+// nothing.
+func (w *SlidingWindow) Decide(now time.Time) Verdict {
+	return w.k.decide(&w.s, w.ring, now.UnixMilli())
+}
+
+// Hit decides at `at` as Decide would, then records the hit, allowed or not.
+func (w *SlidingWindow) Hit(at time.Time) Verdict {
+	t := at.UnixMilli()
+	v := w.k.decide(&w.s, w.ring, t)
+	w.k.hit(&w.s, w.ring, t)
+	return v
+}
+
+type slidingKernel struct {
+	limit int64
+	n     int64 // buckets in the window
+	res   int64 // width of a bucket, ms
+}
+
+type slidingState struct {
+	total int64 // sum of the ring: the hits of buckets [last-n+1, last]
+	last  int64 // newest bucket written; noTime before the first hit
+}
+
+func (k slidingKernel) fresh() slidingState { return slidingState{last: noTime} }
+
+// held returns the hits a read at bucket b (b >= s.last) sees: the total,
+// less the buckets that left the window between s.last and b.
+func (k slidingKernel) held(s *slidingState, ring []uint32, b int64) int64 {
+	oldest := b - k.n + 1
+	if oldest > s.last {
+		return 0
+	}
+	count := s.total
+	for j := s.last - k.n + 1; j < oldest; j++ {
+		count -= int64(ring[floorMod(j, k.n)])
+	}
+	return count
+}
+
+// advance moves the ring to bucket b > s.last, emptying the slots of the
+// buckets that leave. It is the only place where a key's clock moves.
+func (k slidingKernel) advance(s *slidingState, ring []uint32, b int64) {
+	if s.last == noTime || b-s.last >= k.n {
+		clear(ring)
+		s.total = 0
+	} else {
+		for j := s.last + 1; j <= b; j++ {
+			i := floorMod(j, k.n)
+			s.total -= int64(ring[i])
+			ring[i] = 0
+		}
+	}
+	s.last = b
+}
+
+func (k slidingKernel) decide(s *slidingState, ring []uint32, now int64) Verdict {
+	if s.total == 0 {
+		return allowed(0, k.limit)
+	}
+	b := max(floorDiv(now, k.res), s.last)
+	count := k.held(s, ring, b)
+	if count < k.limit {
+		return allowed(count, k.limit)
+	}
+	// The loop ends by bucket s.last at the latest, where c reaches 0.
+	c := count
+	for j := max(b-k.n+1, s.last-k.n+1); ; j++ {
+		c -= int64(ring[floorMod(j, k.n)])
+		if c < k.limit {
+			return denied(count, k.limit, (j+k.n)*k.res-now)
+		}
+	}
+}
+
+func (k slidingKernel) hit(s *slidingState, ring []uint32, at int64) bool {
+	b := floorDiv(at, k.res)
+	if s.last == noTime || b > s.last {
+		k.advance(s, ring, b)
+	}
+	ok := s.total < k.limit // the count at bucket s.last
+	if b <= s.last-k.n {
+		return ok // late beyond the window: no read could count it
+	}
+	if i := floorMod(b, k.n); ring[i] < math.MaxUint32 {
+		ring[i]++
+		s.total++
+	}
+	return ok
+}
+
+func (k slidingKernel) atRest(s *slidingState, ring []uint32, now int64) bool {
+	return s.total == 0 || floorDiv(now, k.res)-k.n+1 > s.last
+}

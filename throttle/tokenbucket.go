@@ -1,0 +1,109 @@
+package throttle
+
+import "time"
+
+// TokenBucket lets a key spend tokens from a bucket that holds at most burst
+// of them, initially full, and refills at limit tokens per window. Each hit
+// takes one token; a hit that finds no whole token is denied. Short bursts of
+// up to burst hits pass at once, and over a long time the rate is limit per
+// window. It is the algorithm of golang.org/x/time/rate.
+//
+// A denied hit is not charged, as in x/time/rate's Allow: the bucket cannot
+// go into debt, so a key that keeps sending is let through at the refill rate
+// rather than locked out forever. So Count, the tokens in use
+// (burst - whole tokens left), never exceeds burst, and Limit in a Verdict is
+// burst (the capacity).
+//
+// Tokens are kept as an integer so that every answer is exact: a token is W
+// units (W the window in milliseconds) and the bucket gains limit units per
+// millisecond, so the capacity is burst·W units. Nothing ticks: advance
+// computes the level at an instant from the level at the last update,
+// min(capacity, level + elapsed·limit), and is the only place where time
+// moves. Retry-after is the time the missing units take to drip in,
+// ceil((W - level)/limit) milliseconds.
+//
+// Example (burst 3, 1 token per second), hits at 0, 0, 0, 0, 1, 1.5 and 3
+// seconds: allowed, allowed, allowed, denied, allowed, denied, allowed.
+//
+// A hit or read at an instant before the last update is taken at the last
+// update.
+type TokenBucket struct {
+	k bucketKernel
+	s bucketState
+}
+
+// NewTokenBucket returns a full TokenBucket of burst tokens refilled at limit
+// tokens per window; burst 0 means limit. It panics unless limit >= 1,
+// burst >= 0 and window is a positive whole number of milliseconds.
+func NewTokenBucket(limit int, window time.Duration, burst int) *TokenBucket {
+	k := mustKernel(Policy{Algorithm: AlgTokenBucket, Limit: limit, Window: window, Burst: burst}).(bucketKernel)
+	return &TokenBucket{k: k, s: k.fresh()}
+}
+
+// Decide reports whether one more hit would be allowed at now. It changes
+// nothing.
+func (b *TokenBucket) Decide(now time.Time) Verdict { return b.k.decide(&b.s, nil, now.UnixMilli()) }
+
+// Hit decides at `at` as Decide would, then takes a token if there is one.
+func (b *TokenBucket) Hit(at time.Time) Verdict {
+	t := at.UnixMilli()
+	v := b.k.decide(&b.s, nil, t)
+	b.k.hit(&b.s, nil, t)
+	return v
+}
+
+type bucketKernel struct {
+	limit    int64 // units gained per ms
+	burst    int64
+	w        int64 // units in one token: the window in ms
+	capacity int64 // burst·w
+	fill     int64 // ms to fill an empty bucket: ceil(capacity/limit)
+}
+
+type bucketState struct {
+	level int64 // units in the bucket at last
+	last  int64 // ms of the last update; noTime: never used, full
+}
+
+func (k bucketKernel) fresh() bucketState { return bucketState{last: noTime} }
+
+// advance returns the level at instant t and the instant it belongs to
+// (never before s.last). It is pure.
+func (k bucketKernel) advance(s bucketState, t int64) (level, at int64) {
+	switch {
+	case s.last == noTime:
+		return k.capacity, t
+	case t <= s.last:
+		return s.level, s.last
+	}
+	// Past fill, even an empty bucket is full; below it, elapsed·limit
+	// cannot overflow.
+	if elapsed := t - s.last; elapsed < k.fill {
+		return min(k.capacity, s.level+elapsed*k.limit), t
+	}
+	return k.capacity, t
+}
+
+func (k bucketKernel) decide(s *bucketState, _ []struct{}, now int64) Verdict {
+	level, at := k.advance(*s, now)
+	tokens := level / k.w
+	if tokens >= 1 {
+		return allowed(k.burst-tokens, k.burst)
+	}
+	return denied(k.burst, k.burst, at+ceilDiv(k.w-level, k.limit)-now)
+}
+
+func (k bucketKernel) hit(s *bucketState, _ []struct{}, at int64) bool {
+	level, t := k.advance(*s, at)
+	ok := level >= k.w
+	if ok {
+		level -= k.w
+	}
+	*s = bucketState{level: level, last: t}
+	return ok
+}
+
+func (k bucketKernel) atRest(s *bucketState, _ []struct{}, now int64) bool {
+	level, _ := k.advance(*s, now)
+	return level == k.capacity
+}

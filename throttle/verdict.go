@@ -1,0 +1,92 @@
+package throttle
+
+import (
+	"math"
+	"time"
+)
+
+// A Verdict is one algorithm's answer for one key at one instant: would one
+// more hit be allowed now?
+type Verdict struct {
+	// Allowed reports whether one more hit would be allowed.
+	Allowed bool
+	// Count is what the key holds: the number of messages in the window for
+	// the window algorithms (it can exceed Limit, every message counts), the
+	// tokens in use for TokenBucket and GCRA.
+	Count int64
+	// Limit is the count at which hits are denied: the policy's limit, or the
+	// bucket's capacity (burst) for TokenBucket and GCRA. Allowed is
+	// Count < Limit.
+	Limit int64
+	// Remaining is how many more hits would be allowed now, max(0, Limit-Count).
+	Remaining int64
+	// RetryAfter is 0 when Allowed; otherwise the exact time until one more
+	// hit is allowed, in whole milliseconds.
+	RetryAfter time.Duration
+}
+
+// A Limiter is one algorithm's state for one key. Decide is read-only; Hit
+// decides at its instant as Decide would, then records the hit.
+type Limiter interface {
+	Decide(now time.Time) Verdict
+	Hit(at time.Time) Verdict
+}
+
+// kernel is one algorithm, separated from its per-key state so that a Set can
+// keep the state of many keys in one slab: S is the fixed-size state of a
+// key, ext its variable part (stride elements, the same for every key of a
+// policy; the ring of SlidingWindow, the times of Repeat). Times are Unix
+// milliseconds.
+type kernel[S, E any] interface {
+	// fresh is the state of a key that has seen nothing; its ext is zero.
+	fresh() S
+	// decide is pure: it must not change s or ext.
+	decide(s *S, ext []E, now int64) Verdict
+	// hit records one hit at `at` and reports whether it was allowed, as
+	// decide would have said just before.
+	hit(s *S, ext []E, at int64) bool
+	// atRest reports that the key's state at now is the same as fresh,
+	// so forgetting the key changes no answer.
+	atRest(s *S, ext []E, now int64) bool
+}
+
+// noTime marks "no hit yet" in a state's time fields.
+const noTime = math.MinInt64
+
+// floorDiv is a/b rounded toward minus infinity (b > 0): bucket b(t) =
+// floor(t/r) must hold before 1970 too.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// ceilDiv is a/b rounded toward plus infinity (b > 0).
+func ceilDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a > 0 {
+		q++
+	}
+	return q
+}
+
+// floorMod is a mod b in [0, b) (b > 0): the ring slot of bucket a.
+func floorMod(a, b int64) int64 {
+	m := a % b
+	if m < 0 {
+		m += b
+	}
+	return m
+}
+
+func ms(d int64) time.Duration { return time.Duration(d) * time.Millisecond }
+
+func allowed(count, limit int64) Verdict {
+	return Verdict{Allowed: true, Count: count, Limit: limit, Remaining: limit - count}
+}
+
+func denied(count, limit, retryMs int64) Verdict {
+	return Verdict{Count: count, Limit: limit, RetryAfter: ms(retryMs)}
+}

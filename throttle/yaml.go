@@ -1,0 +1,267 @@
+package throttle
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// LoadPolicies reads a policies file; see ParsePolicies.
+func LoadPolicies(path string) ([]Policy, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("policies: %w", err)
+	}
+	return ParsePolicies(path, data)
+}
+
+// ParsePolicies parses a policies file (contract section 5) and validates
+// every policy, returning them with their defaults filled in:
+//
+//	policies:
+//	  - name: user_room_flood
+//	    scope: user_in_room
+//	    algorithm: sliding_window
+//	    limit: 10
+//	    window: 10s
+//
+// name, scope, algorithm, limit and window are required; resolution, burst,
+// mode and rooms are optional (see Policy). Durations are Go durations plus
+// d for days (ParseDuration). Unknown fields, a field given twice and two
+// policies with one name are errors. An error names the file, the line and
+// the field, as in
+//
+//	policies.yaml:7: policies[1].window: "10x" is not a duration
+//
+// An empty list (policies: []) is valid and means no throttling.
+func ParsePolicies(file string, data []byte) ([]Policy, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, yamlError(file, err)
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return nil, fmt.Errorf("%s: empty file: want a policies: list", file)
+	}
+	root := deref(doc.Content[0])
+	if root.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("%s:%d: want a mapping with a policies: list", file, root.Line)
+	}
+	var list *yaml.Node
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := deref(root.Content[i]), deref(root.Content[i+1])
+		switch {
+		case k.Value != "policies":
+			return nil, fmt.Errorf("%s:%d: %s: unknown field (valid: policies)", file, k.Line, k.Value)
+		case list != nil:
+			return nil, fmt.Errorf("%s:%d: policies: defined twice", file, k.Line)
+		case v.Kind != yaml.SequenceNode:
+			return nil, fmt.Errorf("%s:%d: policies: want a list of policies", file, v.Line)
+		}
+		list = v
+	}
+	if list == nil {
+		return nil, fmt.Errorf("%s:%d: policies: missing", file, root.Line)
+	}
+	policies := []Policy{}
+	names := make(map[string]bool)
+	for i, item := range list.Content {
+		p, lines, err := parsePolicy(file, i, deref(item))
+		if err != nil {
+			return nil, err
+		}
+		if names[p.Name] {
+			return nil, fmt.Errorf("%s:%d: policies[%d].name: %q is already the name of another policy", file, lines["name"], i, p.Name)
+		}
+		names[p.Name] = true
+		policies = append(policies, p)
+	}
+	return policies, nil
+}
+
+var policyFields = []string{"name", "scope", "algorithm", "limit", "window", "resolution", "burst", "mode", "rooms"}
+
+// parsePolicy parses policies[i] and returns it with the line of each field
+// it has.
+func parsePolicy(file string, i int, n *yaml.Node) (Policy, map[string]int, error) {
+	var p Policy
+	lines := make(map[string]int)
+	fail := func(line int, field, format string, args ...any) (Policy, map[string]int, error) {
+		path := fmt.Sprintf("policies[%d]", i)
+		if field != "" {
+			path += "." + field
+		}
+		return Policy{}, nil, fmt.Errorf("%s:%d: %s: %s", file, line, path, fmt.Sprintf(format, args...))
+	}
+	if n.Kind != yaml.MappingNode {
+		return fail(n.Line, "", "want a mapping of name, scope, algorithm, limit, window...")
+	}
+	for j := 0; j+1 < len(n.Content); j += 2 {
+		k, v := deref(n.Content[j]), deref(n.Content[j+1])
+		field := k.Value
+		if k.Kind != yaml.ScalarNode || !slices.Contains(policyFields, field) {
+			return fail(k.Line, field, "unknown field (valid: %s)", strings.Join(policyFields, ", "))
+		}
+		if _, dup := lines[field]; dup {
+			return fail(k.Line, field, "defined twice")
+		}
+		lines[field] = v.Line
+		if field == "rooms" {
+			if v.Kind != yaml.SequenceNode {
+				return fail(v.Line, field, "want a list of room globs, like [\"support-*\"]")
+			}
+			p.Rooms = []string{}
+			for r, g := range v.Content {
+				g = deref(g)
+				f := fmt.Sprintf("rooms[%d]", r)
+				lines[f] = g.Line
+				if g.Kind != yaml.ScalarNode || g.ShortTag() == "!!null" {
+					return fail(g.Line, f, "want a string")
+				}
+				p.Rooms = append(p.Rooms, g.Value)
+			}
+			continue
+		}
+		if v.Kind != yaml.ScalarNode {
+			return fail(v.Line, field, "want a single value")
+		}
+		if v.ShortTag() == "!!null" {
+			return fail(v.Line, field, "has no value")
+		}
+		s := v.Value
+		switch field {
+		case "name":
+			p.Name = s
+		case "scope":
+			p.Scope = Scope(s)
+		case "algorithm":
+			p.Algorithm = Algorithm(s)
+		case "mode":
+			if s == "" {
+				return fail(v.Line, field, `"" is not a mode (valid: enforce, shadow)`)
+			}
+			p.Mode = Mode(s)
+		case "limit", "burst":
+			var x int64
+			if v.ShortTag() != "!!int" || v.Decode(&x) != nil {
+				return fail(v.Line, field, "%q is not an integer", s)
+			}
+			if x < 1 || x > MaxLimit {
+				return fail(v.Line, field, "%d is out of range (1 to %d)", x, MaxLimit)
+			}
+			if field == "limit" {
+				p.Limit = int(x)
+			} else {
+				p.Burst = int(x)
+			}
+		case "window", "resolution":
+			d, err := ParseDuration(s)
+			if err != nil {
+				return fail(v.Line, field, "%v", err)
+			}
+			if d <= 0 {
+				return fail(v.Line, field, "%s must be positive", s)
+			}
+			if field == "window" {
+				p.Window = d
+			} else {
+				p.Resolution = d
+			}
+		}
+	}
+	for _, f := range policyFields[:5] {
+		if _, ok := lines[f]; !ok {
+			return fail(n.Line, f, "missing (name, scope, algorithm, limit and window are required)")
+		}
+	}
+	if err := p.validate(); err != nil {
+		line, ok := lines[err.Field]
+		if !ok {
+			line = n.Line
+		}
+		return fail(line, err.Field, "%s", err.Msg)
+	}
+	return p.withDefaults(), lines, nil
+}
+
+// deref follows aliases (*anchor) to the node they stand for.
+func deref(n *yaml.Node) *yaml.Node {
+	for range 100 {
+		if n.Kind != yaml.AliasNode || n.Alias == nil {
+			break
+		}
+		n = n.Alias
+	}
+	return n
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// yamlError puts the file name in front of a YAML syntax error, with its line
+// in the file:line form of the other errors.
+func yamlError(file string, err error) error {
+	msg := err.Error()
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		return fmt.Errorf("%s:%s: %s", file, m[1], m[2])
+	}
+	return fmt.Errorf("%s: %s", file, strings.TrimPrefix(msg, "yaml: "))
+}
+
+// ParseDuration parses a Go duration (time.ParseDuration: "300ms", "1m30s")
+// that may also use d for days of 24 hours: "7d", "1d12h", "1.5d".
+func ParseDuration(s string) (time.Duration, error) {
+	if !strings.Contains(s, "d") {
+		if d, err := time.ParseDuration(s); err == nil {
+			return d, nil
+		}
+		return 0, durationError(s)
+	}
+	rest, neg := s, false
+	if rest != "" && (rest[0] == '-' || rest[0] == '+') {
+		neg, rest = rest[0] == '-', rest[1:]
+	}
+	if rest == "" {
+		return 0, durationError(s)
+	}
+	var total time.Duration
+	for rest != "" {
+		i := 0
+		for i < len(rest) && (rest[i] == '.' || '0' <= rest[i] && rest[i] <= '9') {
+			i++
+		}
+		j := i
+		for j < len(rest) && rest[j] != '.' && !('0' <= rest[j] && rest[j] <= '9') {
+			j++
+		}
+		num, unit := rest[:i], rest[i:j]
+		rest = rest[j:]
+		if num == "" || unit == "" {
+			return 0, durationError(s)
+		}
+		scale := time.Duration(1)
+		if unit == "d" {
+			unit, scale = "h", 24
+		}
+		d, err := time.ParseDuration(num + unit)
+		if err != nil || d > (1<<63-1)/scale || total > 1<<63-1-d*scale {
+			return 0, durationError(s)
+		}
+		total += d * scale
+	}
+	if neg {
+		total = -total
+	}
+	return total, nil
+}
+
+func durationError(s string) error {
+	if _, err := strconv.ParseFloat(s, 64); err == nil {
+		return fmt.Errorf("%q is not a duration (missing unit, like %ss)", s, s)
+	}
+	return fmt.Errorf("%q is not a duration", s)
+}

@@ -1,0 +1,272 @@
+package throttle
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+const goodPolicies = `# moderation policies
+policies:
+  - name: user_room_flood
+    scope: user_in_room      # user | room | user_in_room | group
+    algorithm: sliding_window
+    limit: 10
+    window: 10s
+  - name: user_flood
+    scope: user
+    algorithm: sliding_window
+    limit: 30
+    window: 1m
+  - name: repeated_text
+    scope: user
+    algorithm: repeat
+    limit: 1
+    window: 30s
+    mode: shadow
+  - name: support_desk
+    scope: group
+    algorithm: token_bucket
+    limit: 100
+    window: 1h
+    burst: 20
+    rooms: ["support-*", 'help\?']
+  - name: weekly
+    scope: user
+    algorithm: sliding_window
+    limit: 5000
+    window: 7d
+    resolution: 1h
+`
+
+func TestParsePoliciesGood(t *testing.T) {
+	ps, err := ParsePolicies("policies.yaml", []byte(goodPolicies))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append(DefaultPolicies(),
+		Policy{Name: "support_desk", Scope: ScopeGroup, Algorithm: AlgTokenBucket, Limit: 100, Window: time.Hour, Burst: 20, Mode: ModeEnforce, Rooms: []string{"support-*", `help\?`}},
+		Policy{Name: "weekly", Scope: ScopeUser, Algorithm: AlgSlidingWindow, Limit: 5000, Window: 7 * 24 * time.Hour, Resolution: time.Hour, Mode: ModeEnforce},
+	)
+	if !reflect.DeepEqual(ps, want) {
+		t.Fatalf("got  %+v\nwant %+v", ps, want)
+	}
+	path := filepath.Join(t.TempDir(), "p.yaml")
+	if err := os.WriteFile(path, []byte(goodPolicies), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if ps2, err := LoadPolicies(path); err != nil || !reflect.DeepEqual(ps2, ps) {
+		t.Fatalf("LoadPolicies: %v", err)
+	}
+	if _, err := LoadPolicies(path + ".missing"); err == nil || !strings.Contains(err.Error(), "p.yaml.missing") {
+		t.Errorf("missing file: %v", err)
+	}
+	s := mustSet(t, ps)
+	for room, want := range map[string]bool{"help?": true, "helpX": false, "support-": true, "lobby": false} {
+		found := false
+		for _, d := range s.Check(time.UnixMilli(0), room, "u", "", false).Decisions {
+			found = found || d.Policy == "support_desk"
+		}
+		if found != want {
+			t.Errorf("support_desk sees %q: %v, want %v", room, found, want)
+		}
+	}
+	if ps, err := ParsePolicies("p.yaml", []byte("policies: []\n")); err != nil || len(ps) != 0 {
+		t.Errorf("empty list: %v %v", ps, err)
+	}
+}
+
+func TestParsePoliciesErrors(t *testing.T) {
+	policy := func(extra string) string {
+		return "policies:\n  - name: ok\n    scope: user\n    algorithm: sliding_window\n    limit: 10\n    window: 10s\n" +
+			"  - name: p\n    scope: user\n    algorithm: token_bucket\n    limit: 10\n" + extra
+	}
+	for _, c := range []struct{ name, yaml, want string }{
+		{"bad duration", policy("    window: 10x\n"), `policies.yaml:11: policies[1].window: "10x" is not a duration`},
+		{"missing unit", policy("    window: 10\n"), `policies.yaml:11: policies[1].window: "10" is not a duration (missing unit, like 10s)`},
+		{"unknown field", policy("    window: 10s\n    windw: 5s\n"), `policies.yaml:12: policies[1].windw: unknown field (valid: name, scope, algorithm, limit, window, resolution, burst, mode, rooms)`},
+		{"missing window", policy(""), `policies.yaml:7: policies[1].window: missing`},
+		{"unknown algorithm", strings.Replace(policy("    window: 1s\n"), "token_bucket", "leaky", 1), `policies.yaml:9: policies[1].algorithm: "leaky" is not an algorithm`},
+		{"unknown scope", strings.Replace(policy("    window: 1s\n"), "scope: user\n    algorithm: token", "scope: everyone\n    algorithm: token", 1), `policies.yaml:8: policies[1].scope: "everyone" is not a scope`},
+		{"unknown mode", policy("    window: 1s\n    mode: loud\n"), `policies.yaml:12: policies[1].mode: "loud" is not a mode`},
+		{"limit 0", strings.Replace(policy("    window: 1s\n"), "limit: 10\n    window: 10s", "limit: 0\n    window: 10s", 1), `policies.yaml:5: policies[0].limit: 0 is out of range`},
+		{"limit text", policy("    window: 1s\n    burst: lots\n"), `policies.yaml:12: policies[1].burst: "lots" is not an integer`},
+		{"limit float", policy("    window: 1s\n    burst: 1.5\n"), `policies.yaml:12: policies[1].burst: "1.5" is not an integer`},
+		{"window 0", policy("    window: 0s\n"), `policies.yaml:11: policies[1].window: 0s must be positive`},
+		{"window negative", policy("    window: -1m\n"), `policies.yaml:11: policies[1].window: -1m must be positive`},
+		{"window sub-ms", policy("    window: 1500us\n"), `policies.yaml:11: policies[1].window: 1.5ms is not a whole number of milliseconds`},
+		{"not a multiple", strings.Replace(policy("    window: 1s\n"), "window: 10s", "window: 10s\n    resolution: 3s", 1), `policies.yaml:7: policies[0].resolution: window 10s is not a whole multiple of resolution 3s`},
+		{"default resolution", strings.Replace(policy("    window: 1s\n"), "window: 10s", "window: 1500ms", 1), `policies.yaml:6: policies[0].window: window 1.5s is not a whole multiple of resolution 1s`},
+		{"too many buckets", strings.Replace(policy("    window: 1s\n"), "window: 10s", "window: 7d", 1), `policies.yaml:6: policies[0].window: window 168h0m0s at resolution 1s is 604800 buckets, more than 3600`},
+		{"burst on a window", strings.Replace(policy("    window: 1s\n"), "window: 10s", "window: 10s\n    burst: 3", 1), `policies.yaml:7: policies[0].burst: only token_bucket and gcra have a burst`},
+		{"resolution on a bucket", policy("    window: 1s\n    resolution: 1s\n"), `policies.yaml:12: policies[1].resolution: only sliding_window has a resolution`},
+		{"duplicate name", strings.Replace(policy("    window: 1s\n"), "name: p", "name: ok", 1), `policies.yaml:7: policies[1].name: "ok" is already the name of another policy`},
+		{"bad name", strings.Replace(policy("    window: 1s\n"), "name: p", "name: a b", 1), `policies.yaml:7: policies[1].name: "a b": only letters`},
+		{"bad glob", policy("    window: 1s\n    rooms:\n      - ok-*\n      - \"[a-z]*\"\n"), `policies.yaml:14: policies[1].rooms[1]: "[a-z]*" is not a valid glob: character classes are not supported`},
+		{"rooms not a list", policy("    window: 1s\n    rooms: support-*\n"), `policies.yaml:12: policies[1].rooms: want a list`},
+		{"field twice", policy("    window: 1s\n    window: 2s\n"), `policies.yaml:12: policies[1].window: defined twice`},
+		{"no value", policy("    window:\n"), `policies.yaml:11: policies[1].window: has no value`},
+		{"repeat limit", strings.Replace(policy("    window: 1s\n"), "algorithm: token_bucket\n    limit: 10", "algorithm: repeat\n    limit: 101", 1), `policies.yaml:10: policies[1].limit: 101 is out of range (1 to 100)`},
+		{"policy not a mapping", "policies:\n  - just a string\n", `policies.yaml:2: policies[0]: want a mapping`},
+		{"unknown top level", "policy:\n  - name: x\n", `policies.yaml:1: policy: unknown field (valid: policies)`},
+		{"policies not a list", "policies: {name: x}\n", `policies.yaml:1: policies: want a list`},
+		{"syntax", "policies:\n  - name: x\n   scope: user\n", `policies.yaml:1: did not find expected`},
+		{"empty", "", `policies.yaml: empty file`},
+		{"not a mapping", "- a\n", `policies.yaml:1: want a mapping with a policies: list`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ParsePolicies("policies.yaml", []byte(c.yaml))
+			if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+				t.Errorf("error\n got %v\nwant %s...", err, c.want)
+			}
+		})
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"10s": 10 * time.Second, "1m30s": 90 * time.Second, "7d": 7 * 24 * time.Hour, "1d12h": 36 * time.Hour,
+		"1.5d": 36 * time.Hour, "-1d": -24 * time.Hour, "250ms": 250 * time.Millisecond, "0": 0,
+	} {
+		if got, err := ParseDuration(in); err != nil || got != want {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "d", "1", "10x", "1dd", "d1", "1d-1h", "200000d", "1.2.3d", "+", "1 d"} {
+		if d, err := ParseDuration(in); err == nil {
+			t.Errorf("ParseDuration(%q) = %v, want an error", in, d)
+		}
+	}
+}
+
+func TestGlob(t *testing.T) {
+	for _, c := range []struct {
+		pattern string
+		yes, no []string
+	}{
+		{"lobby", []string{"lobby"}, []string{"lobby2", "Lobby", ""}},
+		{"support-*", []string{"support-", "support-eu", "support-a/b"}, []string{"support", "xsupport-eu"}},
+		{"*", []string{"", "a", "a/b/c"}, nil},
+		{"a*b*c", []string{"abc", "aXbYc", "abbbc", "a/b/c", "acbc"}, []string{"ab", "acb", "abcx"}},
+		{"?", []string{"a", "é", "日"}, []string{"", "ab"}},
+		{"r?om-*-?", []string{"room-x-1", "rüom--é"}, []string{"rom-x-1", "room-x-"}},
+		{`\*lit\?`, []string{"*lit?"}, []string{"xlit?", "*lit!"}},
+		{"*a", []string{"a", "aaa", "ba"}, []string{"ab", ""}},
+		{"**x**", []string{"x", "axb"}, []string{"ab"}},
+	} {
+		g, err := compileGlob(c.pattern)
+		if err != nil {
+			t.Fatalf("%q: %v", c.pattern, err)
+		}
+		for _, s := range c.yes {
+			if !g.match(s) {
+				t.Errorf("%q does not match %q", c.pattern, s)
+			}
+		}
+		for _, s := range c.no {
+			if g.match(s) {
+				t.Errorf("%q matches %q", c.pattern, s)
+			}
+		}
+	}
+	for _, bad := range []string{"", `abc\`, "[abc]", "a]", "\xff*"} {
+		if _, err := compileGlob(bad); err == nil {
+			t.Errorf("%q compiled", bad)
+		}
+	}
+}
+
+// FuzzParsePolicies: the parser never panics, every error names the file,
+// and whatever it accepts is valid and builds a Set.
+func FuzzParsePolicies(f *testing.F) {
+	f.Add([]byte(goodPolicies))
+	f.Add([]byte("policies: []\n"))
+	f.Add([]byte("policies:\n  - {name: a, scope: room, algorithm: gcra, limit: 3, window: 1.5d, burst: 9}\n"))
+	f.Add([]byte("policies:\n  - &p {name: a, scope: group, algorithm: fixed_window, limit: 1, window: 1ms, rooms: ['*']}\n  - *p\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ps, err := ParsePolicies("fuzz.yaml", data)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "fuzz.yaml") {
+				t.Fatalf("error without the file name: %v", err)
+			}
+			return
+		}
+		for _, p := range ps {
+			if err := p.Validate(); err != nil {
+				t.Fatalf("accepted %+v: %v", p, err)
+			}
+		}
+		s, err := NewSet(ps, WithMaxKeys(4))
+		if err != nil {
+			t.Fatalf("accepted policies do not build a Set: %v", err)
+		}
+		now := time.UnixMilli(1_764_489_600_000)
+		for i := range 6 {
+			s.Observe(now.Add(time.Duration(i)*time.Millisecond), "support-eu", "u", "t", false)
+		}
+		s.Check(now, "support-eu", "u", "t", true)
+		s.Active(now)
+	})
+}
+
+// FuzzGlob: a glob matches the same strings as a reference matcher that
+// tries every split (exponential, fine for fuzz-sized inputs).
+func FuzzGlob(f *testing.F) {
+	f.Add("a*b?c", "aXXbYc")
+	f.Add(`\**`, "*abc")
+	f.Add("*?*", "é")
+	f.Fuzz(func(t *testing.T, pattern, s string) {
+		g, err := compileGlob(pattern)
+		if err != nil || len(g.toks) > 12 || len(s) > 24 {
+			return
+		}
+		toks := g.toks
+		if g.kind != globGeneral {
+			toks = mustToks(pattern)
+		}
+		if got, want := g.match(s), refMatch(toks, []rune(s)); got != want {
+			t.Fatalf("glob %q on %q: %v, reference %v", pattern, s, got, want)
+		}
+	})
+}
+
+func mustToks(pattern string) []globTok {
+	var toks []globTok
+	rs := []rune(pattern)
+	for i := 0; i < len(rs); i++ {
+		switch rs[i] {
+		case '*':
+			toks = append(toks, globTok{kind: tokAny})
+		case '?':
+			toks = append(toks, globTok{kind: tokOne})
+		case '\\':
+			i++
+			toks = append(toks, globTok{r: rs[i]})
+		default:
+			toks = append(toks, globTok{r: rs[i]})
+		}
+	}
+	return toks
+}
+
+func refMatch(toks []globTok, s []rune) bool {
+	if len(toks) == 0 {
+		return len(s) == 0
+	}
+	switch t := toks[0]; t.kind {
+	case tokAny:
+		for i := 0; i <= len(s); i++ {
+			if refMatch(toks[1:], s[i:]) {
+				return true
+			}
+		}
+		return false
+	case tokOne:
+		return len(s) > 0 && refMatch(toks[1:], s[1:])
+	default:
+		return len(s) > 0 && s[0] == t.r && refMatch(toks[1:], s[1:])
+	}
+}
