@@ -47,7 +47,7 @@ type Aggregator struct {
 	users map[string]*user
 	clock int64 // as_of so far: the latest now or accepted event time seen
 	late  []uint64
-	pairs int // (room, user) pairs tracked
+	pairs map[pairKey]*pair
 
 	buckets []int64 // scratch: an event's bucket in each window
 }
@@ -67,10 +67,9 @@ type window struct {
 }
 
 type room struct {
-	name  string
-	users map[string]*pair
-	w     []roomWin
-	live  int // windows in which it has messages
+	name string
+	w    []roomWin
+	live int // windows in which it has messages
 }
 
 type roomWin struct {
@@ -92,6 +91,8 @@ type userWin struct {
 	count int64     // the sum of its pairs' counts in this window
 	item  topk.Item // in the window's top users
 }
+
+type pairKey struct{ room, user string }
 
 type pair struct {
 	room *room
@@ -115,6 +116,7 @@ func New(windows []rolling.Window) (*Aggregator, error) {
 	a := &Aggregator{
 		rooms:   make(map[string]*room),
 		users:   make(map[string]*user),
+		pairs:   make(map[pairKey]*pair),
 		clock:   -1 << 63,
 		late:    make([]uint64, len(windows)),
 		buckets: make([]int64, len(windows)),
@@ -143,8 +145,7 @@ func (a *Aggregator) pairFell(w *window) func(*pairWin, int64) {
 		if pw.tally.Count == 0 {
 			p.room.w[i].distinct--
 			if p.live--; p.live == 0 {
-				a.pairs--
-				delete(p.room.users, u.name)
+				delete(a.pairs, pairKey{p.room.name, u.name})
 				last := len(u.pairs) - 1
 				u.pairs[p.at] = u.pairs[last]
 				u.pairs[p.at].at = p.at
@@ -226,18 +227,11 @@ func (a *Aggregator) observe(ev *Event) bool {
 		a.advance(ev.TS)
 	}
 
-	r := a.rooms[ev.Room]
-	if r == nil {
-		r = a.newRoom(ev.Room)
-	}
-	u := a.users[ev.User]
-	if u == nil {
-		u = a.newUser(ev.User)
-	}
-	p := r.users[ev.User]
+	p := a.pairs[pairKey{ev.Room, ev.User}]
 	if p == nil {
-		p = a.newPair(r, u)
+		p = a.newPair(ev.Room, ev.User)
 	}
+	r, u := p.room, p.user
 	for _, w := range a.ws {
 		b := a.buckets[w.i]
 		if b == lateBucket {
@@ -273,7 +267,7 @@ func (a *Aggregator) observe(ev *Event) bool {
 const lateBucket = -1 << 63
 
 func (a *Aggregator) newRoom(name string) *room {
-	r := &room{name: strings.Clone(name), users: make(map[string]*pair), w: make([]roomWin, len(a.ws))}
+	r := &room{name: strings.Clone(name), w: make([]roomWin, len(a.ws))}
 	for i := range r.w {
 		rw := &r.w[i]
 		rw.room = r
@@ -293,7 +287,15 @@ func (a *Aggregator) newUser(name string) *user {
 	return u
 }
 
-func (a *Aggregator) newPair(r *room, u *user) *pair {
+func (a *Aggregator) newPair(roomName, userName string) *pair {
+	r := a.rooms[roomName]
+	if r == nil {
+		r = a.newRoom(roomName)
+	}
+	u := a.users[userName]
+	if u == nil {
+		u = a.newUser(userName)
+	}
 	p := &pair{room: r, user: u, at: len(u.pairs), w: make([]pairWin, len(a.ws))}
 	for i := range p.w {
 		pw := &p.w[i]
@@ -301,8 +303,7 @@ func (a *Aggregator) newPair(r *room, u *user) *pair {
 		pw.item = topk.Item{Name: u.name, Count: &pw.tally.Count}
 	}
 	u.pairs = append(u.pairs, p)
-	r.users[u.name] = p
-	a.pairs++
+	a.pairs[pairKey{r.name, u.name}] = p
 	return p
 }
 
@@ -500,5 +501,5 @@ type Stats struct {
 func (a *Aggregator) Stats() Stats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return Stats{Rooms: len(a.rooms), Users: len(a.users), Pairs: a.pairs, Late: slices.Clone(a.late)}
+	return Stats{Rooms: len(a.rooms), Users: len(a.users), Pairs: len(a.pairs), Late: slices.Clone(a.late)}
 }

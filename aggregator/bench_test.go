@@ -9,14 +9,17 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/rolling"
 )
 
-// The benchmark trace: 1,000 rooms and 100,000 users, both Zipf-skewed, one
-// event per simulated millisecond (1,000 events/s of chat time), so the 1h
-// window holds 3.6 million events in steady state.
+// The benchmark trace: 1,000 rooms and 100,000 users, one event per
+// simulated millisecond (1,000 events/s of chat time), so the 1h window
+// holds 3.6 million events in steady state. Users are Zipf-skewed; each
+// belongs to one to three rooms, drawn Zipf-skewed too (people talk in a
+// few rooms, not in every room), and talks in one of them at random.
 const (
 	benchRooms = 1_000
 	benchUsers = 100_000
@@ -42,12 +45,24 @@ func benchTraceEvents() []aggregator.Event {
 			rooms[i] = fmt.Sprintf("room-%04d", i)
 		}
 		users := make([]string, benchUsers)
+		member := make([][]string, benchUsers)
 		for i := range users {
 			users[i] = fmt.Sprintf("user-%06d", i)
+			for range 1 + r.IntN(3) {
+				member[i] = append(member[i], rooms[zr.Uint64()])
+			}
 		}
+		// Each event owns its strings, laid out one after another like the
+		// payloads that ingest decodes in place, not shared with other events.
 		trace = make([]aggregator.Event, benchTrace)
+		arena := make([]byte, 0, benchTrace*24)
 		for i := range trace {
-			trace[i] = aggregator.Event{Room: rooms[zr.Uint64()], User: users[zu.Uint64()]}
+			u := zu.Uint64()
+			room, user := member[u][r.IntN(len(member[u]))], users[u]
+			at := len(arena)
+			arena = append(arena, room...)
+			arena = append(arena, user...)
+			trace[i] = aggregator.Event{Room: unsafe.String(&arena[at], len(room)), User: unsafe.String(&arena[at+len(room)], len(user))}
 		}
 	})
 	return trace

@@ -3,9 +3,15 @@ package rolling
 // Tally is one key's share of a Keyed window: its count and the buckets it
 // was seen in. Embed it in the caller's per-key struct; Keyed keeps pointers
 // to keys, so the struct must not move.
+//
+// The newest bucket lives inline (most events land in the bucket the key
+// was last seen in, and this keeps them off a second cache line); older
+// buckets are in cells, oldest first, from off. A key seen in one bucket
+// only never allocates.
 type Tally struct {
 	Count int64  // events of this key in the window
-	cells []cell // buckets with events, oldest first, from off
+	last  cell   // the newest bucket with events; n == 0 iff Count == 0
+	cells []cell // older buckets with events, oldest first, from off
 	off   int
 }
 
@@ -14,8 +20,8 @@ type cell struct {
 	n int64 // events in it
 }
 
-// live are the cells still in the window, oldest first.
-func (t *Tally) live() []cell { return t.cells[t.off:] }
+// older are the cells before last that are still in the window.
+func (t *Tally) older() []cell { return t.cells[t.off:] }
 
 // push appends a cell, reusing the space of expired cells at the front once
 // they are at least half the buffer, so a key that stays busy stops
@@ -29,20 +35,21 @@ func (t *Tally) push(c cell) {
 	t.cells = append(t.cells, c)
 }
 
-// insert adds k events in bucket b, older than the newest cell.
-func (t *Tally) insert(b, k int64) (added bool) {
-	live := t.live()
-	lo, hi := 0, len(live)
+// insert adds k events in bucket b, older than last; it reports whether
+// that made a new cell.
+func (t *Tally) insert(b, k int64) bool {
+	older := t.older()
+	lo, hi := 0, len(older)
 	for lo < hi { // first cell with bucket >= b
 		m := int(uint(lo+hi) >> 1)
-		if live[m].b < b {
+		if older[m].b < b {
 			lo = m + 1
 		} else {
 			hi = m
 		}
 	}
-	if lo < len(live) && live[lo].b == b {
-		live[lo].n += k
+	if lo < len(older) && older[lo].b == b {
+		older[lo].n += k
 		return false
 	}
 	i := t.off + lo
@@ -50,6 +57,21 @@ func (t *Tally) insert(b, k int64) (added bool) {
 	copy(t.cells[i+1:], t.cells[i:])
 	t.cells[i] = cell{b, k}
 	return true
+}
+
+// dropOldest removes the oldest cell and returns it.
+func (t *Tally) dropOldest() cell {
+	if t.off < len(t.cells) {
+		c := t.cells[t.off]
+		t.off++
+		if t.off == len(t.cells) {
+			t.cells, t.off = t.cells[:0], 0
+		}
+		return c
+	}
+	c := t.last
+	t.last = cell{}
+	return c
 }
 
 // Keyed counts events per key over the last n buckets, sparsely: a key has
@@ -106,11 +128,9 @@ func (w *Keyed[K]) expire(old int64) {
 	keys := w.ring[i]
 	for _, key := range keys {
 		t := w.tally(key)
-		c := t.cells[t.off] // == bucket old: older cells expired before it
-		t.off++
+		c := t.dropOldest() // == bucket old: older cells expired before it
 		t.Count -= c.n
 		if t.Count == 0 {
-			t.cells, t.off = t.cells[:0], 0
 			w.keys--
 		}
 		if w.fell != nil {
@@ -131,17 +151,17 @@ func (w *Keyed[K]) Add(key K, b int64, k int64) error {
 		return ErrLate
 	}
 	t := w.tally(key)
-	if t.Count == 0 {
-		w.keys++
-	}
 	t.Count += k
-	live := t.live()
-	switch last := len(live) - 1; {
-	case last >= 0 && live[last].b == b:
-		live[last].n += k
+	switch {
+	case t.Count == k: // new in the window
+		w.keys++
+		t.last = cell{b, k}
+	case b == t.last.b:
+		t.last.n += k
 		return nil
-	case last < 0 || live[last].b < b:
-		t.push(cell{b, k})
+	case b > t.last.b:
+		t.push(t.last)
+		t.last = cell{b, k}
 	case !t.insert(b, k):
 		return nil
 	}
@@ -157,12 +177,16 @@ func (w *Keyed[K]) Series(key K, dst []int64) []int64 {
 	if w.head == never {
 		return append(dst, make([]int64, n)...)
 	}
-	live := w.tally(key).live()
+	t := w.tally(key)
+	older := t.older()
 	for s := w.head - n + 1; s <= w.head; s++ {
 		var v int64
-		if len(live) > 0 && live[0].b == s {
-			v = live[0].n
-			live = live[1:]
+		switch {
+		case len(older) > 0 && older[0].b == s:
+			v = older[0].n
+			older = older[1:]
+		case t.Count > 0 && t.last.b == s:
+			v = t.last.n
 		}
 		dst = append(dst, v)
 	}

@@ -12,11 +12,16 @@
 // has one). So expiry is O(1) per key and Top(1) is O(log n) amortized: every
 // entry is pushed once and popped at most once.
 //
-// What bounds the stale entries is compaction: when the heap holds more than
-// twice the entries it held right after the last compaction (plus a little),
-// the next push rebuilds it from one entry per live key in O(n). A rebuild
-// follows at least as many pushes as it keeps entries, so it is O(1)
+// What bounds the stale entries is compaction: when stale entries outnumber
+// the live ones by staleFactor (the heap holds 1+staleFactor times the
+// entries it kept at the last compaction, plus a little), the next push
+// rebuilds it from one entry per live key in O(n). A rebuild follows at
+// least staleFactor times as many pushes as it keeps entries, so it is O(1)
 // amortized per push, and memory stays O(live keys), never O(events).
+//
+// Pushes are also coalesced: Push collects up to maxPending distinct items
+// and flushes them together (Top flushes first), so a key that rises many
+// times in between costs one entry.
 //
 // Order: more counts first, then the smaller name (bytewise), the order of
 // every ranking in chatpulse. Nothing here is safe for concurrent use.
@@ -25,41 +30,87 @@ package topk
 // Item is a key as the heap sees it. Embed one in the owner's per-key
 // struct, which must not move: the heap keeps pointers to items.
 type Item struct {
-	Name  string
-	Count *int64 // the key's live count, owned and changed by the owner
-	ver   uint32 // which of the item's entries speaks for it: the newest
+	Name    string
+	Count   *int64 // the key's live count, owned and changed by the owner
+	ver     uint32 // which of the item's entries speaks for it: the newest
+	pending bool   // pushed since the heap last flushed
 }
 
 // entry is one push of an item: a snapshot of its count.
 type entry struct {
 	n   int64
-	ver uint32
+	pre uint64 // the name's first 8 bytes, big-endian: most ties end here
 	it  *Item
+	ver uint32
 }
 
 // Heap is a max-heap of items by count with lazy deletion.
 type Heap struct {
-	es    []entry
-	limit int     // compact when the heap holds more entries than this
-	taken []entry // scratch for Top
+	es      []entry
+	limit   int     // compact when the heap holds more entries than this
+	pending []*Item // pushed but not yet in es
+	taken   []entry // scratch for Top
 }
 
-// minLimit keeps tiny heaps from compacting at every other push.
-const minLimit = 64
+const (
+	// staleFactor is how many stale entries per live one the heap lets
+	// pile up before it compacts: more costs memory, fewer costs time.
+	staleFactor = 2
+	// minLimit keeps tiny heaps from compacting at every other push.
+	minLimit = 64
+	// maxPending is how many items Push collects before it flushes them
+	// into the heap. A busy key pushed many times in between costs one
+	// entry, not one per increment.
+	maxPending = 64
+)
 
 // Push records that it's count rose. Call it after every increase; a
 // decrease needs no call.
 func (h *Heap) Push(it *Item) {
-	if len(h.es) >= max(h.limit, minLimit) {
-		h.compact()
+	if it.pending {
+		return
 	}
-	it.ver++
-	h.push(entry{n: *it.Count, ver: it.ver, it: it})
+	it.pending = true
+	h.pending = append(h.pending, it)
+	if len(h.pending) >= maxPending {
+		h.flush()
+	}
+}
+
+// flush pushes a fresh entry for every pending item, at its count now.
+func (h *Heap) flush() {
+	for _, it := range h.pending {
+		it.pending = false
+		if *it.Count == 0 {
+			continue // fell to nothing since: its older entries are stale
+		}
+		if len(h.es) >= max(h.limit, minLimit) {
+			h.compact()
+		}
+		it.ver++
+		h.push(entry{n: *it.Count, pre: prefix(it.Name), ver: it.ver, it: it})
+	}
+	clear(h.pending)
+	h.pending = h.pending[:0]
+}
+
+// prefix is the first 8 bytes of s, big-endian, zero-padded, so that
+// comparing prefixes orders names as comparing the names would, up to ties.
+func prefix(s string) uint64 {
+	var p uint64
+	for i := range 8 {
+		p <<= 8
+		if i < len(s) {
+			p |= uint64(s[i])
+		}
+	}
+	return p
 }
 
 // Top appends to dst the k items with the largest counts (count above
 // zero), largest first, ties by the smaller name.
 func (h *Heap) Top(k int, dst []*Item) []*Item {
+	h.flush()
 	start := len(dst)
 	taken := h.taken[:0]
 	for len(dst)-start < k && len(h.es) > 0 {
@@ -67,7 +118,7 @@ func (h *Heap) Top(k int, dst []*Item) []*Item {
 		if e.ver != e.it.ver {
 			continue // superseded by a newer push
 		}
-		if n := *e.it.Count; n != e.n {
+		if n := *e.it.Count; n != e.n || n == 0 {
 			if n > 0 { // it fell since: re-rank it where it stands now
 				e.it.ver++
 				e.n, e.ver = n, e.it.ver
@@ -86,8 +137,8 @@ func (h *Heap) Top(k int, dst []*Item) []*Item {
 	return dst
 }
 
-// Len is the number of entries held, stale ones included.
-func (h *Heap) Len() int { return len(h.es) }
+// Len is the number of entries held, stale and pending ones included.
+func (h *Heap) Len() int { return len(h.es) + len(h.pending) }
 
 // compact rebuilds the heap from the newest entry of every live item, at
 // its current count.
@@ -104,7 +155,7 @@ func (h *Heap) compact() {
 	for i := len(h.es)/2 - 1; i >= 0; i-- {
 		h.down(i)
 	}
-	h.limit = 2*len(h.es) + minLimit
+	h.limit = (1+staleFactor)*len(h.es) + minLimit
 	if cap(h.es) > 4*h.limit { // the heap shrank a lot: give the memory back
 		h.es = append([]entry(nil), h.es...)
 	}
@@ -113,6 +164,9 @@ func (h *Heap) compact() {
 func less(a, b *entry) bool {
 	if a.n != b.n {
 		return a.n > b.n
+	}
+	if a.pre != b.pre {
+		return a.pre < b.pre
 	}
 	return a.it.Name < b.it.Name
 }
