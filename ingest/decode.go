@@ -300,23 +300,44 @@ func (d *decoder) name(field string) (string, *Error) {
 	}
 	d.i = next
 	v, bad := d.value(s)
-	switch {
-	case bad:
+	if bad {
 		d.fail(field + ": must be valid UTF-8")
 		return "", nil
-	case len(v) == 0 || len(v) > MaxNameLen:
-		d.fail(field + ": must be 1..128 bytes, got " + strconv.Itoa(len(v)))
+	}
+	if msg := nameProblem(field, v, s.esc || s.other); msg != "" {
+		d.fail(msg)
 		return "", nil
 	}
-	if s.esc || s.other {
+	return v, nil
+}
+
+// CheckName applies the rules for room and user to a decoded string: 1..128
+// bytes of valid UTF-8 without control characters. The error names field.
+func CheckName(field, v string) error {
+	if !utf8.ValidString(v) {
+		return &Error{ReasonInvalid, field + ": must be valid UTF-8"}
+	}
+	if msg := nameProblem(field, v, true); msg != "" {
+		return &Error{ReasonInvalid, msg}
+	}
+	return nil
+}
+
+// nameProblem describes what is wrong with a room or user of valid UTF-8,
+// or returns "". Control characters are only looked for when mayControl:
+// a name of plain printable ASCII cannot hold one.
+func nameProblem(field, v string, mayControl bool) string {
+	if len(v) == 0 || len(v) > MaxNameLen {
+		return field + ": must be 1..128 bytes, got " + strconv.Itoa(len(v))
+	}
+	if mayControl {
 		for _, r := range v {
 			if unicode.IsControl(r) {
-				d.fail(fmt.Sprintf("%s: must not contain control characters, got %U", field, r))
-				return "", nil
+				return fmt.Sprintf("%s: must not contain control characters, got %U", field, r)
 			}
 		}
 	}
-	return v, nil
+	return ""
 }
 
 // ts decodes ts at d.i.

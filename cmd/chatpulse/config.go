@@ -1,0 +1,112 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/chatpulse/chatpulse/rolling"
+)
+
+// Config is everything the flags (and CHATPULSE_* variables) set.
+type Config struct {
+	NATSURL        string
+	NATSListen     string
+	NATSCreds      string
+	DataDir        string
+	Stream         string
+	JetStream      bool
+	Subject        string
+	HTTP           string
+	Windows        []rolling.Window
+	MaxSkew        time.Duration
+	Policies       string
+	PushInterval   time.Duration
+	AllowedOrigins []string
+	Demo           bool
+}
+
+// UsageError is a problem with how chatpulse was started (a flag, an
+// address, the data directory): exit status 2.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+func usagef(format string, args ...any) error { return &UsageError{fmt.Errorf(format, args...)} }
+
+// EnvName is the environment variable that sets a flag: CHATPULSE_ and the
+// flag's name in upper case, dashes as underscores.
+func EnvName(flagName string) string {
+	return "CHATPULSE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// ParseFlags reads the configuration from args, each flag defaulting to
+// its environment variable (getenv) and then to the contract's default.
+func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
+	fs := flag.NewFlagSet("chatpulse", flag.ContinueOnError)
+	fs.SetOutput(m.Stderr)
+	c := &m.Config
+	var windows, origins string
+	fs.StringVar(&c.NATSURL, "nats-url", "", "connect to this NATS server instead of starting one (user:password@ and token@ work in the URL)")
+	fs.StringVar(&c.NATSListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded NATS server")
+	fs.StringVar(&c.NATSCreds, "nats-creds", "", "NATS credentials file for --nats-url")
+	fs.StringVar(&c.DataDir, "data-dir", "./chatpulse-data", "JetStream store of the embedded server")
+	fs.StringVar(&c.Stream, "stream", "CHAT", "JetStream stream to read, created if missing")
+	fs.BoolVar(&c.JetStream, "jetstream", true, "read a JetStream stream (false: a plain core NATS subscription, no replay)")
+	fs.StringVar(&c.Subject, "subject", "chat.>", "subject filter of chat events")
+	fs.StringVar(&c.HTTP, "http", "127.0.0.1:8080", "address of the HTTP API, websocket and dashboard")
+	fs.StringVar(&windows, "windows", rolling.DefaultWindows, "windows, SIZE or SIZE:RESOLUTION, comma-separated")
+	fs.DurationVar(&c.MaxSkew, "max-skew", 5*time.Second, "how far ahead of the wall clock an event's ts may be")
+	fs.StringVar(&c.Policies, "policies", "", "throttle policies file (YAML); without it the default policies apply")
+	fs.DurationVar(&c.PushInterval, "push-interval", time.Second, "how often websocket views are pushed")
+	fs.StringVar(&origins, "allowed-origins", "", "comma-separated origins also allowed to open /ws")
+	fs.BoolVar(&c.Demo, "demo", false, "also publish synthetic chat traffic")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: chatpulse [flags]\n\nEvery flag can also be set with CHATPULSE_<FLAG> (upper case, dashes as underscores).\n\n")
+		fs.PrintDefaults()
+	}
+
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v := getenv(EnvName(f.Name)); v != "" && envErr == nil {
+			if err := fs.Set(f.Name, v); err != nil {
+				envErr = fmt.Errorf("%s=%q: %v", EnvName(f.Name), v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return &UsageError{envErr}
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return err
+		}
+		return &UsageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q (flags start with --; see --help)", fs.Arg(0))
+	}
+	ws, err := rolling.ParseWindows(windows)
+	if err != nil {
+		return usagef("--windows: %v", err)
+	}
+	c.Windows = ws
+	switch {
+	case c.MaxSkew < 0:
+		return usagef("--max-skew: must not be negative, got %v", c.MaxSkew)
+	case c.PushInterval < 50*time.Millisecond:
+		return usagef("--push-interval: at least 50ms, got %v", c.PushInterval)
+	case c.Subject == "":
+		return usagef("--subject: empty")
+	case c.JetStream && c.Stream == "":
+		return usagef("--stream: empty")
+	}
+	for _, o := range strings.Split(origins, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			c.AllowedOrigins = append(c.AllowedOrigins, o)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// testMain is a chatpulse started the way users start it, on random ports
+// and a temporary data directory unless args say otherwise.
+type testMain struct {
+	*Main
+	t   *testing.T
+	nc  *nats.Conn // a client connection, as a chat server would have
+	url string     // HTTP base URL
+}
+
+// startMain parses args (after defaults that pick free ports and a temp
+// data dir), runs chatpulse and waits until it is ready.
+func startMain(t *testing.T, args ...string) *testMain {
+	t.Helper()
+	m := NewMain()
+	m.Log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	defaults := []string{"--http", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--data-dir", t.TempDir()}
+	if err := m.ParseFlags(append(defaults, args...), func(string) string { return "" }); err != nil {
+		t.Fatalf("flags: %v", err)
+	}
+	if err := m.Run(context.Background()); err != nil {
+		m.Close()
+		t.Fatalf("run: %v", err)
+	}
+	tm := &testMain{Main: m, t: t, url: m.HTTPURL()}
+	t.Cleanup(func() { tm.Close() })
+	nc, err := nats.Connect(m.PublishURL())
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	tm.nc = nc
+	tm.waitReady()
+	return tm
+}
+
+// waitReady polls /readyz until it answers 200.
+func (tm *testMain) waitReady() {
+	tm.t.Helper()
+	eventually(tm.t, 30*time.Second, "ready", func() bool {
+		resp, err := http.Get(tm.url + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+// get fetches path and decodes its JSON into v, returning the status.
+func (tm *testMain) get(path string, v any) int {
+	tm.t.Helper()
+	resp, err := http.Get(tm.url + path)
+	if err != nil {
+		tm.t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if v != nil {
+		if err := json.Unmarshal(body, v); err != nil {
+			tm.t.Fatalf("GET %s: %v in %s", path, err, body)
+		}
+	}
+	return resp.StatusCode
+}
+
+// post sends JSON and decodes the answer.
+func (tm *testMain) post(path, body string, v any) int {
+	tm.t.Helper()
+	resp, err := http.Post(tm.url+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		tm.t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if v != nil {
+		if err := json.Unmarshal(b, v); err != nil {
+			tm.t.Fatalf("POST %s: %v in %s", path, err, b)
+		}
+	}
+	return resp.StatusCode
+}
+
+// publish sends one event payload on subject and flushes.
+func (tm *testMain) publish(subject, payload string) {
+	tm.t.Helper()
+	if err := tm.nc.Publish(subject, []byte(payload)); err != nil {
+		tm.t.Fatal(err)
+	}
+}
+
+// eventually polls cond until it holds or the timeout passes. It is for
+// waiting on asynchronous delivery, never for asserting speed.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/throttle"
+)
+
+// statsCollector exports the aggregator's and the throttle set's numbers,
+// read once per scrape. Every labelled series known up front (each window,
+// each policy and result) is there from the start, at 0.
+type statsCollector struct {
+	agg     *aggregator.Aggregator
+	thr     *throttle.Set
+	windows []string
+	labels  []throttle.DecisionLabel
+
+	rooms, users, pairs, late, decisions, keys, evicted *prometheus.Desc
+}
+
+func newStatsCollector(agg *aggregator.Aggregator, thr *throttle.Set) *statsCollector {
+	return &statsCollector{
+		agg: agg, thr: thr, windows: agg.WindowNames(), labels: thr.DecisionLabels(),
+		rooms:     prometheus.NewDesc("chatpulse_tracked_rooms", "Rooms with messages in some window.", nil, nil),
+		users:     prometheus.NewDesc("chatpulse_tracked_users", "Users with messages in some window.", nil, nil),
+		pairs:     prometheus.NewDesc("chatpulse_tracked_room_users", "(room, user) pairs with messages in some window.", nil, nil),
+		late:      prometheus.NewDesc("chatpulse_events_late_total", "Events a window skipped because they were older than it.", []string{"window"}, nil),
+		decisions: prometheus.NewDesc("chatpulse_throttle_decisions_total", "Throttle check decisions per policy.", []string{"policy", "result"}, nil),
+		keys:      prometheus.NewDesc("chatpulse_throttle_keys", "Keys a throttle policy tracks.", []string{"policy"}, nil),
+		evicted:   prometheus.NewDesc("chatpulse_throttle_keys_evicted_total", "Keys a policy dropped because it hit its cap on tracked keys.", []string{"policy"}, nil),
+	}
+}
+
+func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.rooms, c.users, c.pairs, c.late, c.decisions, c.keys, c.evicted} {
+		ch <- d
+	}
+}
+
+func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.agg.Stats()
+	ch <- prometheus.MustNewConstMetric(c.rooms, prometheus.GaugeValue, float64(st.Rooms))
+	ch <- prometheus.MustNewConstMetric(c.users, prometheus.GaugeValue, float64(st.Users))
+	ch <- prometheus.MustNewConstMetric(c.pairs, prometheus.GaugeValue, float64(st.Pairs))
+	for i, w := range c.windows {
+		ch <- prometheus.MustNewConstMetric(c.late, prometheus.CounterValue, float64(st.Late[i]), w)
+	}
+	byPolicy := map[string]throttle.PolicyStats{}
+	for _, ps := range c.thr.Stats() {
+		byPolicy[ps.Policy] = ps
+		ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(ps.Keys), ps.Policy)
+		ch <- prometheus.MustNewConstMetric(c.evicted, prometheus.CounterValue, float64(ps.Evicted), ps.Policy)
+	}
+	for _, l := range c.labels {
+		ps := byPolicy[l.Policy]
+		var n uint64
+		switch l.Result {
+		case throttle.ResultAllowed:
+			n = ps.Allowed
+		case throttle.ResultDenied:
+			n = ps.Denied
+		case throttle.ResultShadowDenied:
+			n = ps.ShadowDenied
+		}
+		ch <- prometheus.MustNewConstMetric(c.decisions, prometheus.CounterValue, float64(n), l.Policy, l.Result)
+	}
+}

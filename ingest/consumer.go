@@ -1,0 +1,376 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/throttle"
+)
+
+// Subjects and streams of chatpulse's own.
+const (
+	OwnPrefix          = "chatpulse."
+	DeadLetterPrefix   = "chatpulse.deadletter."
+	DeadLetterStream   = "CHATPULSE_DEADLETTER"
+	DeadLetterMaxAge   = 7 * 24 * time.Hour
+	ErrorHeader        = "Chatpulse-Error"
+	SubjectHeader      = "Chatpulse-Subject" // the subject a dead letter was first published on
+	batchSize          = 1024
+	coreBuffer         = 1 << 18 // messages the core subscription may hold before the client drops
+	streamMaxAgeMargin = 10 * time.Minute
+)
+
+// Config says where events come from.
+type Config struct {
+	Subject   string // subject filter, e.g. chat.>
+	JetStream bool
+	Stream    string        // with JetStream: the stream to read (created if missing)
+	Replay    time.Duration // with JetStream: how far back to read at start: the largest window
+	MaxSkew   time.Duration // ts further ahead of the wall clock than this is rejected as future
+	Now       func() time.Time
+	Log       *slog.Logger
+	// OnAlert is called, on the consumer's goroutine, for each alert of a
+	// live (not replayed) message.
+	OnAlert func(throttle.Alert)
+}
+
+// Consumer reads events from NATS into the aggregator and the throttle set.
+type Consumer struct {
+	cfg Config
+	nc  *nats.Conn
+	agg *aggregator.Aggregator
+	thr *throttle.Set
+	m   *metrics
+
+	ready    atomic.Bool
+	stopping chan struct{} // closed once NATS delivers no more
+	done     chan struct{} // closed when the loop has handled everything
+	stop     func()        // stops delivery, waiting for what is buffered
+
+	mu          sync.Mutex // guards lastDropped and lastDropLog
+	lastDropped int
+	lastDropLog time.Time
+
+	// scratch, owned by the loop
+	evs     []aggregator.Event
+	decoded []Event
+	from    []int
+	late    []int
+}
+
+// inMsg is a message as the loop sees it, whatever delivered it.
+type inMsg struct {
+	subject  string
+	data     []byte
+	header   nats.Header
+	replay   bool // read while catching up: no alerts, no dead letters
+	caughtUp bool // the last message of the replay
+}
+
+// New returns a consumer; Start starts it.
+func New(nc *nats.Conn, agg *aggregator.Aggregator, thr *throttle.Set, reg prometheus.Registerer, cfg Config) *Consumer {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	return &Consumer{cfg: cfg, nc: nc, agg: agg, thr: thr, m: newMetrics(reg),
+		stopping: make(chan struct{}), done: make(chan struct{})}
+}
+
+// Ready reports whether the consumer has caught up with the stream (always,
+// once started, without JetStream).
+func (c *Consumer) Ready() bool { return c.ready.Load() }
+
+// Start subscribes and starts the loop that handles messages.
+func (c *Consumer) Start(ctx context.Context) error {
+	if c.cfg.JetStream {
+		return c.startJetStream(ctx)
+	}
+	return c.startCore()
+}
+
+func (c *Consumer) startCore() error {
+	ch := make(chan *nats.Msg, coreBuffer)
+	sub, err := c.nc.ChanSubscribe(c.cfg.Subject, ch)
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", c.cfg.Subject, err)
+	}
+	c.stop = func() {
+		if err := sub.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			c.cfg.Log.Warn("drain subscription", "err", err)
+		}
+		for deadline := time.Now().Add(5 * time.Second); sub.IsValid() && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	c.ready.Store(true)
+	go loop(c, ch, func(m *nats.Msg) inMsg { return inMsg{subject: m.Subject, data: m.Data, header: m.Header} })
+	return nil
+}
+
+func (c *Consumer) startJetStream(ctx context.Context) error {
+	js, err := jetstream.New(c.nc)
+	if err != nil {
+		return err
+	}
+	if err := EnsureStreams(ctx, js, c.cfg.Stream, c.cfg.Subject, c.cfg.Replay+c.cfg.MaxSkew+streamMaxAgeMargin, c.cfg.Log); err != nil {
+		return err
+	}
+	// Start one largest window (plus the skew a ts may have over its
+	// publish time) before now: everything any window can still hold.
+	start := c.cfg.Now().Add(-c.cfg.Replay - c.cfg.MaxSkew)
+	cons, err := js.OrderedConsumer(ctx, c.cfg.Stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{c.cfg.Subject}, // one filter: see the note on DeliverByStartTime in the README
+		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+		OptStartTime:   &start,
+	})
+	if err != nil {
+		return fmt.Errorf("stream %s: consumer: %w", c.cfg.Stream, err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("stream %s: consumer info: %w", c.cfg.Stream, err)
+	}
+	if info.NumPending == 0 {
+		c.ready.Store(true)
+	}
+	c.cfg.Log.Info("replaying", "stream", c.cfg.Stream, "from", start.UTC().Format(time.RFC3339), "messages", info.NumPending)
+	ch := make(chan inMsg, batchSize*4)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		in := inMsg{subject: m.Subject(), data: m.Data(), header: m.Headers()}
+		if !c.ready.Load() {
+			in.replay = true
+			if md, err := m.Metadata(); err == nil && md.NumPending == 0 {
+				in.caughtUp = true
+			}
+		}
+		ch <- in
+	}, jetstream.PullMaxMessages(batchSize*4), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		c.cfg.Log.Warn("jetstream consumer", "stream", c.cfg.Stream, "err", err)
+	}))
+	if err != nil {
+		return fmt.Errorf("stream %s: consume: %w", c.cfg.Stream, err)
+	}
+	c.stop = func() {
+		cc.Drain()
+		select {
+		case <-cc.Closed():
+		case <-time.After(5 * time.Second):
+			cc.Stop()
+		}
+	}
+	go loop(c, ch, func(m inMsg) inMsg { return m })
+	return nil
+}
+
+// Stop stops delivery and returns once every message delivered so far has
+// been handled, or ctx is done.
+func (c *Consumer) Stop(ctx context.Context) error {
+	if c.stop == nil {
+		return nil
+	}
+	c.stop()
+	close(c.stopping)
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// loop handles messages in batches of what has arrived, up to batchSize,
+// until delivery has stopped and the channel is empty.
+func loop[M any](c *Consumer, ch <-chan M, conv func(M) inMsg) {
+	defer close(c.done)
+	batch := make([]inMsg, 0, batchSize)
+	for {
+		batch = batch[:0]
+		select {
+		case m := <-ch:
+			batch = append(batch, conv(m))
+		case <-c.stopping:
+			for { // delivery has stopped: finish what is buffered
+				select {
+				case m := <-ch:
+					batch = append(batch, conv(m))
+					if len(batch) == batchSize {
+						c.handle(batch)
+						batch = batch[:0]
+					}
+				default:
+					c.handle(batch)
+					return
+				}
+			}
+		}
+	more:
+		for len(batch) < batchSize {
+			select {
+			case m := <-ch:
+				batch = append(batch, conv(m))
+			default:
+				break more
+			}
+		}
+		c.handle(batch)
+	}
+}
+
+// handle decodes a batch, counts what is good, and dead-letters the rest.
+func (c *Consumer) handle(batch []inMsg) {
+	if len(batch) == 0 {
+		return
+	}
+	now := c.cfg.Now()
+	nowMs := now.UnixMilli()
+	skew := c.cfg.MaxSkew.Milliseconds()
+	c.evs, c.decoded, c.from = c.evs[:0], c.decoded[:0], c.from[:0]
+	var received, ignored int
+	caughtUp := false
+	for i := range batch {
+		m := &batch[i]
+		caughtUp = caughtUp || m.caughtUp
+		if strings.HasPrefix(m.subject, OwnPrefix) {
+			continue // never our own subjects, whatever the filter says
+		}
+		received++
+		ev, err := Decode(m.data, nowMs, skew)
+		if err != nil {
+			c.reject(m, err.(*Error))
+			continue
+		}
+		if !ev.Counted {
+			ignored++
+			continue
+		}
+		c.decoded = append(c.decoded, ev)
+		c.from = append(c.from, i)
+		c.evs = append(c.evs, aggregator.Event{Room: ev.Room, User: ev.User, TS: ev.TS})
+	}
+	c.late = c.agg.Observe(nowMs, c.evs, c.late[:0])
+	late := c.late
+	for j := range c.decoded {
+		ev, m := &c.decoded[j], &batch[c.from[j]]
+		if len(late) > 0 && late[0] == j {
+			late = late[1:]
+			c.reject(m, &Error{Reason: ReasonLate, Msg: fmt.Sprintf("ts %s: older than every window", formatTS(ev.TS))})
+			continue
+		}
+		for _, a := range c.thr.Observe(time.UnixMilli(ev.TS), ev.Room, ev.User, ev.Text, m.replay) {
+			if c.cfg.OnAlert != nil {
+				c.cfg.OnAlert(a)
+			}
+		}
+	}
+	c.m.received.Add(float64(received))
+	c.m.ignored.Add(float64(ignored))
+	c.m.accepted.Add(float64(len(c.decoded) - len(c.late)))
+	if caughtUp && !c.ready.Load() {
+		c.ready.Store(true)
+		c.cfg.Log.Info("replay caught up", "stream", c.cfg.Stream)
+	}
+}
+
+// reject counts a rejected message and republishes it, unchanged, to
+// chatpulse.deadletter.<reason> with the reason in a header. Replayed
+// messages were dead-lettered when they first arrived, and are not again.
+func (c *Consumer) reject(m *inMsg, err *Error) {
+	c.m.rejected[err.Reason].Inc()
+	if m.replay {
+		return
+	}
+	h := nats.Header{}
+	for k, v := range m.header {
+		h[k] = v
+	}
+	h.Set(ErrorHeader, err.Msg)
+	h.Set(SubjectHeader, m.subject)
+	dl := &nats.Msg{Subject: DeadLetterPrefix + string(err.Reason), Data: m.data, Header: h}
+	if perr := c.nc.PublishMsg(dl); perr != nil {
+		c.cfg.Log.Warn("dead letter not published", "reason", err.Reason, "err", perr)
+	}
+}
+
+// SlowConsumer is for the connection's error handler: it counts what the
+// NATS client dropped for sub and logs it, at most every 10 seconds.
+func (c *Consumer) SlowConsumer(sub *nats.Subscription) {
+	n, err := sub.Dropped()
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	delta := n - c.lastDropped
+	c.lastDropped = n
+	logNow := time.Since(c.lastDropLog) > 10*time.Second
+	if logNow {
+		c.lastDropLog = time.Now()
+	}
+	c.mu.Unlock()
+	if delta > 0 {
+		c.m.dropped.Add(float64(delta))
+	}
+	if logNow {
+		c.cfg.Log.Warn("slow consumer: NATS dropped messages because chatpulse fell behind", "subject", sub.Subject, "dropped_total", n)
+	}
+}
+
+// EnsureStreams creates the chat stream (subjects = subject, at least
+// maxAge of history, file storage) and the dead-letter stream if they are
+// missing. An existing chat stream is used as it is; one that keeps less
+// than maxAge is reported.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, stream, subject string, maxAge time.Duration, log *slog.Logger) error {
+	s, err := js.Stream(ctx, stream)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		if overlapsOwn(subject) {
+			return fmt.Errorf("stream %s: subject %q would also capture chatpulse's own chatpulse.> subjects; use a narrower one such as chat.>", stream, subject)
+		}
+		_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+			Name: stream, Subjects: []string{subject}, MaxAge: maxAge,
+			Storage: jetstream.FileStorage, Discard: jetstream.DiscardOld,
+		})
+		if err != nil {
+			return fmt.Errorf("create stream %s: %w", stream, err)
+		}
+		log.Info("created stream", "stream", stream, "subject", subject, "max_age", maxAge)
+	case err != nil:
+		return fmt.Errorf("stream %s: %w", stream, err)
+	default:
+		if age := s.CachedInfo().Config.MaxAge; age != 0 && age < maxAge {
+			log.Warn("stream keeps less history than the largest window: a restart cannot rebuild it fully",
+				"stream", stream, "max_age", age, "needed", maxAge)
+		}
+	}
+	_, err = js.Stream(ctx, DeadLetterStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+			Name: DeadLetterStream, Subjects: []string{DeadLetterPrefix + ">"}, MaxAge: DeadLetterMaxAge,
+			Storage: jetstream.FileStorage, Discard: jetstream.DiscardOld,
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", DeadLetterStream, err)
+	}
+	return nil
+}
+
+// overlapsOwn reports whether a subject filter matches some chatpulse.>
+// subject.
+func overlapsOwn(subject string) bool {
+	first, _, _ := strings.Cut(subject, ".")
+	return first == ">" || first == "*" || first == "chatpulse"
+}

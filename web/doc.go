@@ -1,0 +1,8 @@
+// Package web is how clients reach chatpulse: the JSON API of contract
+// section 3 over HTTP, the throttle check also as a NATS micro service, the
+// websocket hub that pushes live views, the embedded dashboard, and the
+// health, readiness and metrics endpoints.
+//
+// It reads the aggregator and the throttle set and never changes what they
+// count; the wall clock comes in through Options.Now.
+package web
