@@ -1,7 +1,7 @@
 package aggregator
 
 import (
-	"strconv"
+	"encoding/json"
 	"time"
 )
 
@@ -19,7 +19,23 @@ func (t Time) MarshalJSON() ([]byte, error) {
 	return append(b, '"'), nil
 }
 
-func (t Time) String() string { return strconv.FormatInt(int64(t), 10) }
+// UnmarshalJSON reads what MarshalJSON writes (any RFC 3339 time).
+func (t *Time) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return err
+	}
+	*t = Time(v.UnixMilli())
+	return nil
+}
+
+func (t Time) String() string {
+	return time.UnixMilli(int64(t)).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
 
 // Talker is a user and its messages in a window.
 type Talker struct {

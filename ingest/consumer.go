@@ -74,8 +74,9 @@ type inMsg struct {
 	subject  string
 	data     []byte
 	header   nats.Header
-	replay   bool // read while catching up: no alerts, no dead letters
-	caughtUp bool // the last message of the replay
+	received int64 // Unix ms it reached NATS, if known (JetStream), else 0
+	replay   bool  // read while catching up: no alerts, no dead letters
+	caughtUp bool  // the last message of the replay
 }
 
 // New returns a consumer; Start starts it.
@@ -106,6 +107,9 @@ func (c *Consumer) startCore() error {
 	ch := make(chan *nats.Msg, coreBuffer)
 	sub, err := c.nc.ChanSubscribe(c.cfg.Subject, ch)
 	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", c.cfg.Subject, err)
+	}
+	if err := c.nc.Flush(); err != nil { // the server has the subscription before we say ready
 		return fmt.Errorf("subscribe %s: %w", c.cfg.Subject, err)
 	}
 	c.stop = func() {
@@ -151,11 +155,15 @@ func (c *Consumer) startJetStream(ctx context.Context) error {
 	ch := make(chan inMsg, batchSize*4)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		in := inMsg{subject: m.Subject(), data: m.Data(), header: m.Headers()}
+		md, err := m.Metadata()
+		if err == nil {
+			// An event without ts gets the time the stream took it, the
+			// same on a replay as when it was live.
+			in.received = md.Timestamp.UnixMilli()
+		}
 		if !c.ready.Load() {
 			in.replay = true
-			if md, err := m.Metadata(); err == nil && md.NumPending == 0 {
-				in.caughtUp = true
-			}
+			in.caughtUp = err == nil && md.NumPending == 0
 		}
 		ch <- in
 	}, jetstream.PullMaxMessages(batchSize*4), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
@@ -248,7 +256,11 @@ func (c *Consumer) handle(batch []inMsg) {
 			continue // never our own subjects, whatever the filter says
 		}
 		received++
-		ev, err := Decode(m.data, nowMs, skew)
+		received := nowMs
+		if m.received != 0 {
+			received = m.received
+		}
+		ev, err := Decode(m.data, received, skew)
 		if err != nil {
 			c.reject(m, err.(*Error))
 			continue

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -46,7 +47,6 @@ func EnvName(flagName string) string {
 // its environment variable (getenv) and then to the contract's default.
 func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 	fs := flag.NewFlagSet("chatpulse", flag.ContinueOnError)
-	fs.SetOutput(m.Stderr)
 	c := &m.Config
 	var windows, origins string
 	fs.StringVar(&c.NATSURL, "nats-url", "", "connect to this NATS server instead of starting one (user:password@ and token@ work in the URL)")
@@ -79,11 +79,15 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 	if envErr != nil {
 		return &UsageError{envErr}
 	}
+	// Errors are one line, from main; the flag list only on --help.
+	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
+			fs.SetOutput(m.Stderr)
+			fs.Usage()
 			return err
 		}
-		return &UsageError{err}
+		return usagef("%v (see --help)", err)
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q (flags start with --; see --help)", fs.Arg(0))

@@ -4,10 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,7 +33,16 @@ type testMain struct {
 // data dir), runs chatpulse and waits until it is ready.
 func startMain(t *testing.T, args ...string) *testMain {
 	t.Helper()
+	return startMainAt(t, nil, args...)
+}
+
+// startMainAt is startMain with chatpulse's wall clock set to now.
+func startMainAt(t *testing.T, now func() time.Time, args ...string) *testMain {
+	t.Helper()
 	m := NewMain()
+	if now != nil {
+		m.Now = now
+	}
 	m.Log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	defaults := []string{"--http", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--data-dir", t.TempDir()}
 	if err := m.ParseFlags(append(defaults, args...), func(string) string { return "" }); err != nil {
@@ -104,6 +119,36 @@ func (tm *testMain) publish(subject, payload string) {
 	}
 }
 
+// metric reads one sample from /metrics, e.g.
+// `chatpulse_events_rejected_total{reason="late"}`; absent is -1.
+func (tm *testMain) metric(series string) float64 {
+	tm.t.Helper()
+	resp, err := http.Get(tm.url + "/metrics")
+	if err != nil {
+		tm.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				tm.t.Fatalf("metric %s: %q", series, v)
+			}
+			return f
+		}
+	}
+	return -1
+}
+
+// waitReceived waits until chatpulse has taken in n messages in all.
+func (tm *testMain) waitReceived(n int) {
+	tm.t.Helper()
+	eventually(tm.t, 30*time.Second, fmt.Sprintf("%d messages received", n), func() bool {
+		return tm.metric("chatpulse_events_received_total") >= float64(n)
+	})
+}
+
 // eventually polls cond until it holds or the timeout passes. It is for
 // waiting on asynchronous delivery, never for asserting speed.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
@@ -122,4 +167,30 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(bytes.TrimRight(p, "\n")))
 	return len(p), nil
+}
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// buildBinary builds chatpulse once for the tests that run it as users do.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "chatpulse-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "chatpulse")
+		if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
 }

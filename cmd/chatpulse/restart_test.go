@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/aggregator/oracle"
+	"github.com/chatpulse/chatpulse/rolling"
+)
+
+// A restart on the same data directory rebuilds every window from the
+// stream: the views equal the oracle's again.
+func TestRestartRebuilds(t *testing.T) {
+	clock := newFrozen()
+	dir := t.TempDir()
+	tm := startMainAt(t, clock.Now, "--data-dir", dir)
+	now := clock.ms.Load()
+	evs := randomTrace(rand.New(rand.NewPCG(3, 4)), now, 1500)
+	for i, e := range evs {
+		tm.publish("chat.x.y", eventJSON(e, i))
+	}
+	tm.waitReceived(len(evs))
+	ws, _ := rolling.ParseWindows(rolling.DefaultWindows)
+	o := oracle.New(ws)
+	o.Observe(now, evs)
+	tm.compareAll(o, now, evs)
+	if err := tm.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	again := startMainAt(t, clock.Now, "--data-dir", dir)
+	again.compareAll(o, now, evs)
+}
+
+// freePort finds a TCP port nobody listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// The built binary, killed without a chance to clean up, loses nothing:
+// the next start replays the stream and counts everything again.
+func TestKilledBinaryRecovers(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	httpPort, natsPort := freePort(t), freePort(t)
+	start := func() *exec.Cmd {
+		cmd := exec.Command(bin, "--data-dir", dir, "--http", fmt.Sprint("127.0.0.1:", httpPort), "--nats-listen", fmt.Sprint("127.0.0.1:", natsPort))
+		cmd.Stderr = testWriter{t}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		base := fmt.Sprint("http://127.0.0.1:", httpPort)
+		eventually(t, 30*time.Second, "chatpulse ready", func() bool {
+			resp, err := http.Get(base + "/readyz")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == 200
+		})
+		return cmd
+	}
+	tm := &testMain{t: t, url: fmt.Sprint("http://127.0.0.1:", httpPort)}
+	cmd := start()
+	nc, err := nats.Connect(fmt.Sprint("nats://127.0.0.1:", natsPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	// Publish with acks, so that what the stream holds is known; events
+	// carry no ts, so their time is when the stream took them, replay or not.
+	want := map[string]int64{}
+	for i := range 500 {
+		room := fmt.Sprint("room-", i%7)
+		if _, err := js.Publish(context.Background(), "chat."+room+".u", fmt.Appendf(nil, `{"room":%q,"user":"u%d"}`, room, i%13)); err != nil {
+			t.Fatal(err)
+		}
+		want[room]++
+	}
+	nc.Close()
+	tm.waitReceived(500)
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+
+	start()
+	var rooms aggregator.Rooms
+	tm.get("/api/v1/rooms?window=5m", &rooms)
+	got := map[string]int64{}
+	for _, r := range rooms.Rooms {
+		got[r.Room] = r.Messages
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after SIGKILL and restart: %v, want %v", got, want)
+	}
+}
+
+// An external NATS server goes away mid-stream and comes back on the same
+// store: with JetStream, chatpulse resumes and the final counts are exact.
+func TestExternalNATSRestart(t *testing.T) {
+	store := t.TempDir()
+	port := freePort(t)
+	startServer := func() *server.Server {
+		ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: store, NoSigs: true, NoLog: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go ns.Start()
+		if !ns.ReadyForConnections(10 * time.Second) {
+			t.Fatal("nats server did not start")
+		}
+		return ns
+	}
+	ns := startServer()
+	url := fmt.Sprint("nats://127.0.0.1:", port)
+	tm := startMain(t, "--nats-url", url)
+
+	pub, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	js, _ := jetstream.New(pub)
+	// Every event is published until the stream acks it; the message id
+	// makes a retry of one that was stored after all a duplicate the stream
+	// drops, so exactly total events are stored.
+	const total = 600
+	publish := func(i int) {
+		msg := nats.NewMsg("chat.lobby.u")
+		msg.Data = fmt.Appendf(nil, `{"room":"lobby","user":"u%d"}`, i%10)
+		msg.Header.Set(nats.MsgIdHdr, strconv.Itoa(i))
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, err := js.PublishMsg(ctx, msg)
+			cancel()
+			if err == nil {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for i := range total / 2 {
+		publish(i)
+	}
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	time.Sleep(500 * time.Millisecond) // chatpulse notices the server is gone
+	ns = startServer()
+	defer ns.Shutdown()
+	for i := total / 2; i < total; i++ {
+		publish(i)
+	}
+	eventually(t, 60*time.Second, "every event counted after the restart", func() bool {
+		var v aggregator.Room
+		tm.get("/api/v1/rooms/lobby", &v)
+		return v.Messages >= total
+	})
+	var v aggregator.Room
+	tm.get("/api/v1/rooms/lobby", &v)
+	if v.Messages != total {
+		t.Fatalf("lobby counted %d, want exactly %d", v.Messages, total)
+	}
+}
+
+// Core mode: a plain subscription, ready at once, no replay.
+func TestCoreMode(t *testing.T) {
+	tm := startMain(t, "--jetstream=false")
+	for i := range 20 {
+		tm.publish("chat.lobby.alice", fmt.Sprintf(`{"room":"lobby","user":"u%d"}`, i%4))
+	}
+	tm.waitReceived(20)
+	var v aggregator.Room
+	tm.get("/api/v1/rooms/lobby", &v)
+	if v.Messages != 20 || v.DistinctUsers != 4 {
+		t.Fatalf("lobby: %+v", v)
+	}
+	if tm.metric("chatpulse_events_dropped_total") != 0 {
+		t.Fatal("dropped messages")
+	}
+	if _, err := os.Stat(filepath.Join(tm.Config.DataDir, "jetstream")); err == nil {
+		t.Fatal("core mode wrote a JetStream store")
+	}
+}

@@ -1,0 +1,755 @@
+// The chatpulse dashboard.
+//
+// Everything live comes over one websocket (/ws): the overview of every
+// configured window (for the top-talker strip), the rooms list of the
+// selected window, and a room's view in every window while its detail shows.
+// The wanted subscriptions are derived from the route and the window; after
+// any change, or after a reconnect, reconcile() sends what differs. Frames
+// only record data and mark a part of the page dirty; the page is redrawn at
+// most once per animation frame, writing only what changed.
+//
+// Data is only ever put in the page with textContent and attributes, never
+// as HTML, and room names in URLs are encodeURIComponent'ed: a room can be
+// called anything, "<script>" included.
+
+import { Chart, fmtSpan } from './chart.js';
+import { Rows } from './rows.js';
+
+const MAX_ALERTS = 50;
+const ACTIVE_POLL_MS = 2000;
+const BACKOFF_BASE_MS = 500;
+const BACKOFF_CAP_MS = 10000;
+const FLASH_LIMIT = 80; // cells highlighted per update, at most
+const STORE_WINDOW = 'chatpulse.window';
+
+const $ = (id) => document.getElementById(id);
+
+// ---- formatting ----
+
+const intFmt = new Intl.NumberFormat();
+const compactFmt = new Intl.NumberFormat(undefined, { notation: 'compact', maximumFractionDigits: 1 });
+const clock = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit', second: '2-digit', hourCycle: 'h23' });
+const fmtInt = (n) => intFmt.format(n);
+const fmtCompact = (n) => (n < 10000 ? intFmt.format(n) : compactFmt.format(n));
+
+function fmtRate(r) {
+  if (!r) return '0';
+  const digits = r < 10 ? 2 : r < 100 ? 1 : 0;
+  return r.toLocaleString(undefined, { minimumFractionDigits: digits, maximumFractionDigits: digits });
+}
+
+function fmtAgo(ms) {
+  const s = Math.max(0, Math.round(ms / 1000));
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${String(s % 60).padStart(2, '0')}s`;
+  return `${Math.floor(s / 3600)}h ${String(Math.floor(s / 60) % 60).padStart(2, '0')}m`;
+}
+
+const plural = (n, one, many) => `${fmtInt(n)} ${n === 1 ? one : many}`;
+const roomHref = (room) => `#/rooms/${encodeURIComponent(room)}`;
+
+// el builds an element; children are nodes or text (set as text, never parsed).
+function el(tag, props = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(props)) {
+    if (k === 'class') e.className = v;
+    else if (k === 'text') e.textContent = v;
+    else if (k === 'data') Object.assign(e.dataset, v);
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) e.append(c);
+  return e;
+}
+
+function setText(node, text) {
+  if (node.textContent !== text) node.textContent = text;
+}
+
+// ---- state ----
+
+const state = {
+  windows: [], // [{name, seconds, resolution_seconds}], the first is the default
+  window: null, // the selected window's name
+  route: { name: 'dashboard' },
+  overview: new Map(), // window -> overview data
+  rooms: null, // rooms view of the selected window
+  room: new Map(), // window -> room view of the room in the route
+  alerts: [], // newest first
+  active: null, // the last /api/v1/throttle/active answer
+  activeError: false,
+};
+
+const dirty = new Set();
+let renderQueued = false;
+
+function invalidate(...parts) {
+  for (const p of parts) dirty.add(p);
+  if (renderQueued) return;
+  renderQueued = true;
+  const run = () => {
+    if (!renderQueued) return;
+    renderQueued = false;
+    render();
+  };
+  requestAnimationFrame(run);
+  setTimeout(run, 250); // hidden tabs get no animation frames
+}
+
+const windowInfo = (name) => state.windows.find((w) => w.name === name);
+
+// ---- connection ----
+
+const conn = {
+  ws: null,
+  state: 'connecting',
+  attempt: 0,
+  retryAt: 0,
+  retryTimer: 0,
+  countdown: 0,
+  subscribed: new Map(), // key -> request, as the server has them
+  outbox: [],
+  tokens: 15,
+  flushTimer: 0,
+};
+
+const subKey = (view, window, room = '') => JSON.stringify([view, window, room]);
+
+function wanted() {
+  const want = new Map();
+  const add = (m) => want.set(subKey(m.view, m.window, m.room), m);
+  for (const w of state.windows) add({ view: 'overview', window: w.name });
+  if (state.route.name === 'dashboard' && state.window) add({ view: 'rooms', window: state.window });
+  if (state.route.name === 'room') {
+    for (const w of state.windows) add({ view: 'room', room: state.route.room, window: w.name });
+  }
+  return want;
+}
+
+// reconcile sends the subscribe and unsubscribe requests that make the
+// server's set of views the wanted one.
+function reconcile() {
+  if (!conn.ws || conn.ws.readyState !== WebSocket.OPEN) return;
+  const want = wanted();
+  for (const [k, m] of conn.subscribed) {
+    if (!want.has(k)) {
+      send({ type: 'unsubscribe', ...m });
+      conn.subscribed.delete(k);
+      forget(m);
+    }
+  }
+  for (const [k, m] of want) {
+    if (!conn.subscribed.has(k)) {
+      send({ type: 'subscribe', ...m });
+      conn.subscribed.set(k, m);
+    }
+  }
+}
+
+function forget(m) {
+  if (m.view === 'rooms' && state.rooms && state.rooms.window === m.window) state.rooms = null;
+  if (m.view === 'room') state.room.delete(m.window);
+}
+
+// send queues a frame; frames go out at most ~10 a second (with a burst),
+// well inside the server's limit, so a burst of clicks is never refused.
+function send(msg) {
+  conn.outbox.push(JSON.stringify(msg));
+  flush();
+}
+
+function flush() {
+  clearTimeout(conn.flushTimer);
+  while (conn.outbox.length && conn.tokens >= 1) {
+    if (!conn.ws || conn.ws.readyState !== WebSocket.OPEN) {
+      conn.outbox.length = 0;
+      return;
+    }
+    conn.ws.send(conn.outbox.shift());
+    conn.tokens -= 1;
+  }
+  if (conn.outbox.length) conn.flushTimer = setTimeout(flush, 100);
+}
+setInterval(() => { conn.tokens = Math.min(15, conn.tokens + 1); }, 100);
+
+async function connect() {
+  clearTimeout(conn.retryTimer);
+  setStatus(conn.attempt ? 'reconnecting' : 'connecting');
+  let windows;
+  try {
+    windows = await getJSON('api/v1/windows');
+  } catch {
+    retry();
+    return;
+  }
+  setWindows(windows.windows || []);
+  checkReady();
+
+  const url = new URL('ws', location.href);
+  url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
+  url.hash = '';
+  let ws;
+  try {
+    ws = new WebSocket(url);
+  } catch {
+    retry();
+    return;
+  }
+  conn.ws = ws;
+  ws.onopen = () => {
+    conn.subscribed.clear();
+    conn.outbox.length = 0;
+    setStatus('connected');
+    reconcile();
+  };
+  ws.onmessage = (e) => {
+    conn.attempt = 0; // the server talks: a later drop starts the backoff afresh
+    let msg;
+    try {
+      msg = JSON.parse(e.data);
+    } catch {
+      return;
+    }
+    onFrame(msg);
+  };
+  ws.onclose = () => {
+    if (conn.ws !== ws) return;
+    conn.ws = null;
+    conn.subscribed.clear();
+    retry();
+  };
+}
+
+// retry reconnects after an exponential backoff with jitter, capped at 10 s,
+// or as soon as the browser is back online.
+function retry() {
+  clearTimeout(conn.retryTimer);
+  if (!navigator.onLine) {
+    setStatus('offline');
+    return;
+  }
+  const ceiling = Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** conn.attempt);
+  const delay = ceiling / 2 + Math.random() * ceiling / 2;
+  conn.attempt += 1;
+  conn.retryAt = Date.now() + delay;
+  conn.retryTimer = setTimeout(connect, delay);
+  setStatus('waiting');
+}
+
+window.addEventListener('online', () => {
+  if (!conn.ws) {
+    conn.attempt = 0;
+    connect();
+  }
+});
+window.addEventListener('offline', () => {
+  if (!conn.ws) {
+    clearTimeout(conn.retryTimer);
+    setStatus('offline');
+  }
+});
+
+function setStatus(s) {
+  conn.state = s;
+  clearInterval(conn.countdown);
+  if (s === 'waiting') conn.countdown = setInterval(showStatus, 250);
+  showStatus();
+}
+
+function showStatus() {
+  const box = $('status');
+  let state = conn.state;
+  let text;
+  switch (state) {
+    case 'connected':
+      text = 'connected';
+      break;
+    case 'offline':
+      text = 'offline';
+      break;
+    case 'waiting': {
+      const s = Math.max(1, Math.ceil((conn.retryAt - Date.now()) / 1000));
+      text = `reconnecting in ${s}s`;
+      state = 'reconnecting';
+      break;
+    }
+    case 'reconnecting':
+      text = 'reconnecting…';
+      break;
+    default:
+      text = 'connecting…';
+  }
+  box.dataset.state = state;
+  setText($('status-text'), text);
+  document.body.classList.toggle('stale', state !== 'connected');
+}
+
+function pulse() {
+  const dot = $('status').firstElementChild;
+  dot.classList.remove('beat');
+  // Restart the animation on the next frame rather than forcing a layout.
+  requestAnimationFrame(() => dot.classList.add('beat'));
+}
+
+async function getJSON(path, signal) {
+  const resp = await fetch(path, { cache: 'no-store', signal });
+  if (!resp.ok) throw new Error(`${path}: ${resp.status}`);
+  return resp.json();
+}
+
+// checkReady shows a note while chatpulse replays its stream after a start.
+async function checkReady() {
+  clearTimeout(checkReady.timer);
+  let ready = true;
+  try {
+    const resp = await fetch('readyz', { cache: 'no-store' });
+    ready = resp.ok;
+  } catch {
+    return; // the connection's own retry shows this
+  }
+  const note = $('notice');
+  note.hidden = ready;
+  if (!ready) {
+    note.textContent = 'chatpulse is replaying its history: numbers are still filling in.';
+    checkReady.timer = setTimeout(checkReady, 2000);
+  }
+}
+
+function onFrame(msg) {
+  switch (msg.type) {
+    case 'view': {
+      if (!conn.subscribed.has(subKey(msg.view, msg.window, msg.room || ''))) return; // unsubscribed since
+      pulse();
+      if (msg.view === 'overview') {
+        state.overview.set(msg.window, msg.data);
+        invalidate('overview');
+      } else if (msg.view === 'rooms' && msg.window === state.window) {
+        state.rooms = msg.data;
+        invalidate('rooms');
+      } else if (msg.view === 'room' && state.route.name === 'room' && msg.room === state.route.room) {
+        state.room.set(msg.window, msg.data);
+        invalidate('room');
+      }
+      break;
+    }
+    case 'alert':
+      addAlert(msg.data);
+      break;
+    case 'error':
+      toast(msg.error);
+      break;
+  }
+}
+
+function toast(text) {
+  const t = $('toast');
+  t.textContent = text;
+  t.hidden = false;
+  clearTimeout(toast.timer);
+  toast.timer = setTimeout(() => { t.hidden = true; }, 6000);
+}
+
+// ---- windows ----
+
+function setWindows(list) {
+  const names = list.map((w) => w.name);
+  const same = names.join('\n') === state.windows.map((w) => w.name).join('\n');
+  state.windows = list;
+  for (const w of [...state.overview.keys()]) if (!names.includes(w)) state.overview.delete(w);
+  let pick = state.window || localStorage.getItem(STORE_WINDOW);
+  if (!names.includes(pick)) pick = names[0] || null;
+  state.window = pick;
+  if (!same) {
+    const box = $('windows');
+    box.replaceChildren(...list.map((w) => el('button', {
+      type: 'button', class: 'win', text: w.name, data: { window: w.name },
+      title: `last ${fmtSpan(w.seconds)}, ${fmtSpan(w.resolution_seconds)} buckets`,
+    })));
+    buildStrip($('talker-strip'));
+    buildStrip($('room-strip'));
+  }
+  markWindow();
+  invalidate('overview', 'rooms', 'room');
+}
+
+function selectWindow(name) {
+  if (!windowInfo(name) || name === state.window) return;
+  state.window = name;
+  try { localStorage.setItem(STORE_WINDOW, name); } catch { /* private mode */ }
+  state.rooms = null;
+  markWindow();
+  reconcile();
+  invalidate('overview', 'rooms', 'room');
+}
+
+function markWindow() {
+  for (const b of $('windows').children) b.setAttribute('aria-pressed', String(b.dataset.window === state.window));
+  for (const strip of [$('talker-strip'), $('room-strip')]) {
+    for (const li of strip.children) li.classList.toggle('current', li.dataset.window === state.window);
+  }
+}
+
+$('windows').addEventListener('click', (e) => {
+  const b = e.target.closest('button[data-window]');
+  if (b) selectWindow(b.dataset.window);
+});
+
+function buildStrip(ol) {
+  ol.replaceChildren(...state.windows.map((w) => el('li', { data: { window: w.name }, title: `last ${fmtSpan(w.seconds)}` },
+    el('span', { class: 'w', text: w.name }),
+    el('span', { class: 'who', text: '–' }),
+    el('span', { class: 'n' }))));
+}
+
+for (const id of ['talker-strip', 'room-strip']) {
+  $(id).addEventListener('click', (e) => {
+    const li = e.target.closest('li[data-window]');
+    if (li) selectWindow(li.dataset.window);
+  });
+}
+
+// ---- routing ----
+
+function parseRoute() {
+  const m = /^#\/rooms\/(.+)$/.exec(location.hash);
+  if (!m) return { name: 'dashboard' };
+  let room = m[1];
+  try { room = decodeURIComponent(room); } catch { /* keep it as typed */ }
+  return { name: 'room', room };
+}
+
+let dashboardScroll = 0;
+
+function onRoute() {
+  const prev = state.route;
+  const next = parseRoute();
+  if (prev.name === next.name && prev.room === next.room) return;
+  if (prev.name === 'dashboard') dashboardScroll = window.scrollY;
+  state.route = next;
+  if (next.name !== 'room' || prev.room !== next.room) state.room.clear();
+  $('dashboard').hidden = next.name !== 'dashboard';
+  $('room-detail').hidden = next.name !== 'room';
+  if (next.name === 'room') {
+    $('room-title').textContent = next.room;
+    document.title = `${next.room} · chatpulse`;
+    window.scrollTo(0, 0);
+  } else {
+    document.title = 'chatpulse';
+    requestAnimationFrame(() => window.scrollTo(0, dashboardScroll));
+  }
+  reconcile();
+  updatePolling();
+  invalidate('overview', 'rooms', 'room');
+}
+
+window.addEventListener('hashchange', onRoute);
+
+// ---- rendering ----
+
+function render() {
+  const parts = new Set(dirty);
+  dirty.clear();
+  if (parts.has('overview')) renderOverview();
+  if (state.route.name === 'dashboard') {
+    if (parts.has('rooms')) renderRooms();
+    if (parts.has('active')) renderActive();
+  } else if (parts.has('room') || parts.has('overview')) {
+    renderRoom();
+  }
+}
+
+let overviewChart;
+let roomChart;
+
+function renderOverview() {
+  // The strip: each window's top talker.
+  for (const li of $('talker-strip').children) {
+    const o = state.overview.get(li.dataset.window);
+    const t = o && o.top_talker;
+    setText(li.querySelector('.who'), t ? t.user : '–');
+    setText(li.querySelector('.n'), t ? fmtCompact(t.messages) : '');
+    li.title = t ? `${t.user}: ${fmtInt(t.messages)} messages in the last ${li.dataset.window}` : `nobody in the last ${li.dataset.window}`;
+  }
+  const o = state.overview.get(state.window);
+  const w = windowInfo(state.window);
+  if (!o || !w) return;
+  const span = `in the last ${w.name}`;
+  setText($('messages'), fmtInt(o.messages));
+  setText($('messages-sub'), span);
+  setText($('rate'), fmtRate(o.rate));
+  setText($('rate-sub'), `average over ${w.name}`);
+  setText($('distinct-users'), fmtInt(o.distinct_users));
+  setText($('active-rooms'), fmtInt(o.active_rooms));
+  const t = o.top_talker;
+  setText($('top-talker'), t ? t.user : '–');
+  $('top-talker').title = t ? t.user : '';
+  setText($('top-talker-count'), t ? `${plural(t.messages, 'message', 'messages')} ${span}` : `nobody ${span}`);
+  setText($('chart-caption'), `msg/s · last ${w.name} in ${fmtSpan(w.resolution_seconds)} buckets`);
+  setText($('top-users-sub'), span);
+  setText($('top-rooms-sub'), span);
+  setText($('as-of'), `as of ${clock.format(new Date(o.as_of))}`);
+
+  overviewChart ||= new Chart($('overview-chart'), { label: 'Messages' });
+  overviewChart.set(o.series, w.resolution_seconds, Date.parse(o.as_of));
+
+  const top = o.top_users[0] ? o.top_users[0].messages : 1;
+  topUsers.update(o.top_users.map((u) => ({ ...u, top })));
+  $('top-users-empty').hidden = o.top_users.length > 0;
+  const topR = o.top_rooms[0] ? o.top_rooms[0].messages : 1;
+  topRooms.update(o.top_rooms.map((r) => ({ ...r, top: topR })));
+  $('top-rooms-empty').hidden = o.top_rooms.length > 0;
+}
+
+// Rows of a name (user or room, the key) with a bar behind it that shows
+// its messages as a share of the first row's, and the count.
+function barRows(tbody, name, link) {
+  return new Rows(tbody, {
+    key: (it) => it[name],
+    columns: [
+      {
+        name,
+        value: (it) => Math.round((1000 * it.messages) / Math.max(1, it.top)) / 10,
+        init: (td) => td.append(el('span', { class: 'bar' }), el(link ? 'a' : 'span', { class: 'label' })),
+        set: (td, v) => { td.firstChild.style.width = `${v}%`; },
+        cls: 'bar-cell',
+      },
+      { name: 'messages', value: (it) => it.messages, set: (td, v) => { td.textContent = fmtInt(v); }, cls: 'num' },
+    ],
+    rowInit: (tr, k) => {
+      tr.dataset[name] = k;
+      const label = tr.firstChild.lastChild;
+      label.textContent = k;
+      label.title = k;
+      if (link) label.href = roomHref(k);
+    },
+    onChange: flashChange,
+  });
+}
+
+const topUsers = barRows($('top-users').tBodies[0], 'user', false);
+const topRooms = barRows($('top-rooms').tBodies[0], 'room', true);
+const roomTopUsers = barRows($('room-top-users').tBodies[0], 'user', false);
+
+// flashChange briefly lights a count that went up; a few per update at most.
+let flashes = 0;
+let accent = '';
+function flashChange(row, col, old, v, td) {
+  if (col.name !== 'messages' || !(v > old) || flashes >= FLASH_LIMIT) return;
+  flashes += 1;
+  accent ||= getComputedStyle(document.documentElement).getPropertyValue('--accent').trim();
+  td.animate([{ color: accent, offset: 0 }], { duration: 1400, easing: 'ease-out' });
+}
+matchMedia('(prefers-color-scheme: dark)').addEventListener('change', () => { accent = ''; });
+
+// The rooms table.
+const roomsRows = new Rows($('rooms-table').tBodies[0], {
+  key: (r) => r.room,
+  columns: [
+    {
+      name: 'room',
+      value: (r) => r.room,
+      init: (td) => td.append(el('a', { class: 'label' })),
+      set: (td, v) => {
+        const a = td.firstChild;
+        a.textContent = v;
+        a.title = v;
+        a.href = roomHref(v);
+      },
+    },
+    { name: 'messages', value: (r) => r.messages, set: (td, v) => { td.textContent = fmtInt(v); }, cls: 'num' },
+    { name: 'rate', value: (r) => fmtRate(r.rate), cls: 'num hide-s' },
+    { name: 'users', value: (r) => r.distinct_users, set: (td, v) => { td.textContent = fmtInt(v); }, cls: 'num hide-s' },
+    {
+      name: 'top-talker',
+      value: (r) => (r.top_talker ? `${r.top_talker.user}\u0000${r.top_talker.messages}` : ''),
+      init: (td) => td.append(el('span', { class: 'who' }), el('span', { class: 'n' })),
+      set: (td, v) => {
+        const [who, n] = v ? v.split('\u0000') : ['', ''];
+        td.firstChild.textContent = who;
+        td.firstChild.title = who;
+        td.lastChild.textContent = n ? fmtInt(Number(n)) : '';
+      },
+      cls: 'talker-cell',
+    },
+  ],
+  rowInit: (tr, k) => {
+    tr.dataset.room = k;
+    tr.hidden = !matchesFilter(k);
+  },
+  onChange: flashChange,
+});
+
+let filter = '';
+const matchesFilter = (room) => !filter || room.toLowerCase().includes(filter);
+
+$('room-filter').addEventListener('input', (e) => {
+  filter = e.target.value.trim().toLowerCase();
+  for (const row of roomsRows) row.tr.hidden = !matchesFilter(row.key);
+  renderRoomsCount();
+});
+
+function renderRooms() {
+  flashes = 0;
+  const v = state.rooms;
+  $('rooms').classList.toggle('loading', !v);
+  if (!v) return;
+  roomsRows.update(v.rooms);
+  $('rooms-empty').hidden = v.rooms.length > 0;
+  renderRoomsCount();
+}
+
+function renderRoomsCount() {
+  const total = roomsRows.size;
+  let shown = total;
+  if (filter) {
+    shown = 0;
+    for (const row of roomsRows) if (!row.tr.hidden) shown++;
+  }
+  setText($('rooms-count'), filter ? `${fmtInt(shown)} of ${plural(total, 'room', 'rooms')}` : `${plural(total, 'room', 'rooms')} active in the last ${state.window}`);
+}
+
+// A click anywhere on a room row opens the room; the name is also a link.
+for (const id of ['rooms-table', 'top-rooms']) {
+  $(id).addEventListener('click', (e) => {
+    if (e.target.closest('a')) return;
+    const tr = e.target.closest('tr[data-room]');
+    if (tr) location.hash = roomHref(tr.dataset.room);
+  });
+}
+
+function renderRoom() {
+  if (state.route.name !== 'room') return;
+  flashes = 0;
+  const room = state.route.room;
+  for (const li of $('room-strip').children) {
+    const r = state.room.get(li.dataset.window);
+    setText(li.querySelector('.who'), r ? plural(r.messages, 'msg', 'msgs') : '–');
+    setText(li.querySelector('.n'), r && r.top_talker ? r.top_talker.user : '');
+  }
+  const r = state.room.get(state.window);
+  const w = windowInfo(state.window);
+  $('room-detail').classList.toggle('loading', !r);
+  if (!r || !w || r.room !== room) return;
+  const span = `in the last ${w.name}`;
+  setText($('room-messages'), fmtInt(r.messages));
+  const o = state.overview.get(state.window);
+  setText($('room-share'), o && o.messages ? `${Math.round((100 * r.messages) / o.messages)}% of all ${span}` : span);
+  setText($('room-rate'), fmtRate(r.rate));
+  setText($('room-rate-sub'), `average over ${w.name}`);
+  setText($('room-users'), fmtInt(r.distinct_users));
+  const t = r.top_talker;
+  setText($('room-top-talker'), t ? t.user : '–');
+  setText($('room-top-talker-count'), t ? `${plural(t.messages, 'message', 'messages')} ${span}` : `nobody ${span}`);
+  setText($('room-chart-caption'), `msg/s · last ${w.name} in ${fmtSpan(w.resolution_seconds)} buckets`);
+  setText($('room-top-users-sub'), span);
+  roomChart ||= new Chart($('room-chart'), { label: 'Messages' });
+  roomChart.set(r.series, w.resolution_seconds, Date.parse(r.as_of));
+  const top = r.top_users[0] ? r.top_users[0].messages : 1;
+  roomTopUsers.update(r.top_users.map((u) => ({ ...u, top })));
+  $('room-top-users-empty').hidden = r.top_users.length > 0;
+}
+
+// ---- moderation ----
+
+function addAlert(a) {
+  state.alerts.unshift(a);
+  const list = $('alerts');
+  const when = new Date(a.at);
+  const room = a.room
+    ? el('a', { class: 'room', href: roomHref(a.room), text: a.room, title: a.room })
+    : el('span', { class: 'room any', text: 'all rooms' });
+  const li = el('li', { class: 'alert', data: { testid: 'alert', policy: a.policy, user: a.user, room: a.room } },
+    el('time', { datetime: a.at, text: isNaN(when) ? '' : clock.format(when), title: isNaN(when) ? '' : when.toLocaleString() }),
+    el('span', { class: 'what' },
+      el('span', { class: 'user', text: a.user || '(group)', title: a.user }),
+      el('span', { class: 'in', text: ' in ' }),
+      room),
+    el('span', { class: 'policy', text: a.policy }),
+    el('span', { class: 'count', text: `${fmtInt(a.count)}/${fmtInt(a.limit)}`, title: `${a.count} messages, limit ${a.limit}` }));
+  list.prepend(li);
+  li.classList.add('new');
+  setTimeout(() => li.classList.remove('new'), 50);
+  while (state.alerts.length > MAX_ALERTS) {
+    state.alerts.pop();
+    list.lastElementChild.remove();
+  }
+  $('alerts-empty').hidden = true;
+  const badge = $('alert-count');
+  badge.hidden = false;
+  badge.textContent = plural(state.alerts.length, 'alert', 'alerts');
+  if (visible.moderation) pollActive(); // show the new key over its limit now
+}
+
+const activeRows = new Rows($('active').tBodies[0], {
+  key: (a) => `${a.policy}\u0000${a.room}\u0000${a.user}`,
+  columns: [
+    { name: 'user', value: (a) => a.user || '(group)' },
+    {
+      name: 'room',
+      value: (a) => a.room,
+      set: (td, v) => {
+        td.replaceChildren(v ? el('a', { href: roomHref(v), text: v, title: v }) : el('span', { class: 'any', text: 'all rooms' }));
+      },
+    },
+    { name: 'policy', value: (a) => a.policy, cls: 'hide-s policy' },
+    { name: 'count', value: (a) => `${fmtInt(a.count)}/${fmtInt(a.limit)}`, cls: 'num count' },
+    { name: 'for', value: (a) => fmtAgo(a.age), cls: 'num hide-s' },
+  ],
+  rowInit: (tr, k, a) => {
+    tr.dataset.user = a.user;
+    tr.dataset.room = a.room;
+    tr.dataset.policy = a.policy;
+  },
+});
+
+function renderActive() {
+  const v = state.active;
+  $('active-note').textContent = state.activeError ? '(not reachable)' : '';
+  if (!v) return;
+  const now = Date.parse(v.as_of);
+  activeRows.update(v.active.map((a) => ({ ...a, age: now - Date.parse(a.since) })));
+  $('active-empty').hidden = v.active.length > 0;
+}
+
+let activeTimer = 0;
+let activeInFlight = null;
+const visible = { moderation: false };
+
+async function pollActive() {
+  if (activeInFlight) return;
+  activeInFlight = new AbortController();
+  const t = setTimeout(() => activeInFlight && activeInFlight.abort(), 5000);
+  try {
+    state.active = await getJSON('api/v1/throttle/active', activeInFlight.signal);
+    state.activeError = false;
+  } catch {
+    state.activeError = true;
+  } finally {
+    clearTimeout(t);
+    activeInFlight = null;
+  }
+  invalidate('active');
+}
+
+// The active list is polled only while the moderation panel is on screen.
+function updatePolling() {
+  const want = visible.moderation && document.visibilityState === 'visible' && state.route.name === 'dashboard';
+  if (want && !activeTimer) {
+    pollActive();
+    activeTimer = setInterval(pollActive, ACTIVE_POLL_MS);
+  } else if (!want && activeTimer) {
+    clearInterval(activeTimer);
+    activeTimer = 0;
+  }
+}
+
+new IntersectionObserver((entries) => {
+  for (const e of entries) visible.moderation = e.isIntersecting;
+  updatePolling();
+}).observe($('moderation'));
+document.addEventListener('visibilitychange', updatePolling);
+
+// ---- start ----
+
+onRoute();
+showStatus();
+connect();
