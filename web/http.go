@@ -19,8 +19,8 @@ import (
 // Options configure a Server.
 type Options struct {
 	Now            func() time.Time
-	Ready          func() bool          // readiness: has ingest caught up?
-	Gatherer       prometheus.Gatherer  // what /metrics serves
+	Ready          func() bool           // readiness: has ingest caught up?
+	Gatherer       prometheus.Gatherer   // what /metrics serves
 	Registerer     prometheus.Registerer // where the web metrics go
 	Log            *slog.Logger
 	PushInterval   time.Duration // websocket pushes

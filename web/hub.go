@@ -371,6 +371,9 @@ func (c *client) handle(data []byte) error {
 	if err := dec.Decode(&m); err != nil {
 		return fmt.Errorf(`frames are JSON objects like {"type":"subscribe","view":"overview","window":"1m"}: %v`, err)
 	}
+	if m.Type != "subscribe" && m.Type != "unsubscribe" {
+		return fmt.Errorf("type must be subscribe or unsubscribe, got %q", m.Type)
+	}
 	k, err := c.hub.s.key(m)
 	if err != nil {
 		return err
@@ -398,8 +401,6 @@ func (c *client) handle(data []byte) error {
 			delete(c.pending, k)
 			c.mu.Unlock()
 		}
-	default:
-		return fmt.Errorf("type must be subscribe or unsubscribe, got %q", m.Type)
 	}
 	return nil
 }

@@ -654,20 +654,12 @@ function addAlert(a) {
   state.alerts.unshift(a);
   const list = $('alerts');
   const when = new Date(a.at);
-  const room = a.room
-    ? el('a', { class: 'room', href: roomHref(a.room), text: a.room, title: a.room })
-    : el('span', { class: 'room any', text: 'all rooms' });
-  const li = el('li', { class: 'alert', data: { testid: 'alert', policy: a.policy, user: a.user, room: a.room } },
+  const li = el('li', { class: 'alert new', data: { testid: 'alert', policy: a.policy, user: a.user, room: a.room } },
     el('time', { datetime: a.at, text: isNaN(when) ? '' : clock.format(when), title: isNaN(when) ? '' : when.toLocaleString() }),
-    el('span', { class: 'what' },
-      el('span', { class: 'user', text: a.user || '(group)', title: a.user }),
-      el('span', { class: 'in', text: ' in ' }),
-      room),
-    el('span', { class: 'policy', text: a.policy }),
+    ...who(a.user, a.room, a.policy),
     el('span', { class: 'count', text: `${fmtInt(a.count)}/${fmtInt(a.limit)}`, title: `${a.count} messages, limit ${a.limit}` }));
   list.prepend(li);
-  li.classList.add('new');
-  setTimeout(() => li.classList.remove('new'), 50);
+  setTimeout(() => li.classList.remove('new'), 100);
   while (state.alerts.length > MAX_ALERTS) {
     state.alerts.pop();
     list.lastElementChild.remove();
@@ -679,20 +671,37 @@ function addAlert(a) {
   if (visible.moderation) pollActive(); // show the new key over its limit now
 }
 
+// who names a key the way alerts do: user in room, policy below.
+function who(user, room, policy) {
+  const where = room
+    ? el('a', { class: 'room', href: roomHref(room), text: room, title: room })
+    : el('span', { class: 'room any', text: 'all rooms' });
+  return [
+    el('span', { class: 'what' },
+      el('span', { class: 'user', text: user || '(group)', title: user }),
+      el('span', { class: 'in', text: ' in ' }),
+      where),
+    el('span', { class: 'policy', text: policy }),
+  ];
+}
+
 const activeRows = new Rows($('active').tBodies[0], {
   key: (a) => `${a.policy}\u0000${a.room}\u0000${a.user}`,
   columns: [
-    { name: 'user', value: (a) => a.user || '(group)' },
     {
-      name: 'room',
-      value: (a) => a.room,
-      set: (td, v) => {
-        td.replaceChildren(v ? el('a', { href: roomHref(v), text: v, title: v }) : el('span', { class: 'any', text: 'all rooms' }));
-      },
+      name: 'who',
+      value: (a) => a.user,
+      init: (td, a) => td.append(...who(a.user, a.room, a.policy)),
+      set: () => {},
+      cls: 'who-cell',
     },
-    { name: 'policy', value: (a) => a.policy, cls: 'hide-s policy' },
-    { name: 'count', value: (a) => `${fmtInt(a.count)}/${fmtInt(a.limit)}`, cls: 'num count' },
-    { name: 'for', value: (a) => fmtAgo(a.age), cls: 'num hide-s' },
+    {
+      name: 'count',
+      value: (a) => `${fmtInt(a.count)}/${fmtInt(a.limit)}`,
+      set: (td, v, a) => { td.textContent = v; td.title = `${a.count} messages, limit ${a.limit}`; },
+      cls: 'num count',
+    },
+    { name: 'for', value: (a) => fmtAgo(a.age), cls: 'num for' },
   ],
   rowInit: (tr, k, a) => {
     tr.dataset.user = a.user;
@@ -748,7 +757,31 @@ new IntersectionObserver((entries) => {
 }).observe($('moderation'));
 document.addEventListener('visibilitychange', updatePolling);
 
+// ---- theme: automatic (the system's), dark or light ----
+
+const THEMES = ['auto', 'dark', 'light'];
+const STORE_THEME = 'chatpulse.theme';
+
+function applyTheme(theme) {
+  if (theme === 'auto') delete document.documentElement.dataset.theme;
+  else document.documentElement.dataset.theme = theme;
+  const label = `Theme: ${theme === 'auto' ? 'automatic' : theme}`;
+  $('theme').title = label;
+  $('theme').setAttribute('aria-label', label);
+  accent = '';
+  for (const c of [overviewChart, roomChart]) if (c) c.draw();
+}
+
+$('theme').addEventListener('click', () => {
+  const cur = document.documentElement.dataset.theme || 'auto';
+  const next = THEMES[(THEMES.indexOf(cur) + 1) % THEMES.length];
+  try { localStorage.setItem(STORE_THEME, next); } catch { /* private mode */ }
+  applyTheme(next);
+});
+
 // ---- start ----
+
+try { applyTheme(THEMES.includes(localStorage.getItem(STORE_THEME)) ? localStorage.getItem(STORE_THEME) : 'auto'); } catch { applyTheme('auto'); }
 
 onRoute();
 showStatus();

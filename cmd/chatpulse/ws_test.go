@@ -1,0 +1,263 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+type frame struct {
+	Type   string          `json:"type"`
+	View   string          `json:"view"`
+	Window string          `json:"window"`
+	Room   string          `json:"room"`
+	Data   json.RawMessage `json:"data"`
+	Error  string          `json:"error"`
+}
+
+// dial opens /ws with the given Origin header ("" for none).
+func (tm *testMain) dial(origin string) (*websocket.Conn, *http.Response, error) {
+	h := http.Header{}
+	if origin != "" {
+		h.Set("Origin", origin)
+	}
+	return websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(tm.url, "http")+"/ws", h)
+}
+
+// wsClient reads frames on its own goroutine, so that waiting for one
+// with a timeout leaves the connection usable.
+type wsClient struct {
+	*websocket.Conn
+	frames chan frame
+}
+
+func (tm *testMain) mustDial() *wsClient {
+	tm.t.Helper()
+	c, _, err := tm.dial(tm.url)
+	if err != nil {
+		tm.t.Fatal(err)
+	}
+	tm.t.Cleanup(func() { c.Close() })
+	return &wsClient{Conn: c}
+}
+
+// reading starts the reader; without it the client never reads.
+func (c *wsClient) reading(t *testing.T) *wsClient {
+	c.frames = make(chan frame, 1024)
+	go func() {
+		defer close(c.frames)
+		for {
+			_, b, err := c.ReadMessage()
+			if err != nil {
+				return
+			}
+			var f frame
+			if err := json.Unmarshal(b, &f); err != nil {
+				t.Errorf("frame %s: %v", b, err)
+				return
+			}
+			c.frames <- f
+		}
+	}()
+	return c
+}
+
+func send(t *testing.T, c *wsClient, msg string) {
+	t.Helper()
+	if err := c.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// next returns the next frame, waiting at most d.
+func next(t *testing.T, c *wsClient, d time.Duration) (frame, bool) {
+	t.Helper()
+	select {
+	case f, ok := <-c.frames:
+		return f, ok
+	case <-time.After(d):
+		return frame{}, false
+	}
+}
+
+// withoutAsOf drops as_of from a view's JSON, for comparing views taken at
+// different moments.
+func withoutAsOf(t *testing.T, b []byte) string {
+	var v map[string]any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	delete(v, "as_of")
+	out, _ := json.Marshal(v)
+	return string(out)
+}
+
+func TestWebsocket(t *testing.T) {
+	tm := startMain(t, "--push-interval", "100ms", "--allowed-origins", "https://ok.example")
+	for i := range 3 {
+		tm.publish("chat.lobby.alice", fmt.Sprintf(`{"room":"lobby","user":"u%d"}`, i))
+	}
+	tm.waitReceived(3)
+	c := tm.mustDial().reading(t)
+
+	// Subscribing answers at once with the HTTP view.
+	send(t, c, `{"type":"subscribe","view":"overview","window":"5m"}`)
+	f, ok := next(t, c, 5*time.Second)
+	if !ok || f.Type != "view" || f.View != "overview" || f.Window != "5m" || f.Room != "" {
+		t.Fatalf("first frame: %+v", f)
+	}
+	var httpView json.RawMessage
+	tm.get("/api/v1/overview?window=5m", &httpView)
+	if withoutAsOf(t, f.Data) != withoutAsOf(t, httpView) {
+		t.Fatalf("ws view %s\nhttp view %s", f.Data, httpView)
+	}
+
+	// Events flow: updates arrive.
+	send(t, c, `{"type":"subscribe","view":"room","room":"a/b"}`)
+	if f, ok := next(t, c, 5*time.Second); !ok || f.View != "room" || f.Room != "a/b" || f.Window != "1m" {
+		t.Fatalf("room frame: %+v", f)
+	}
+	tm.publish("chat.x.y", `{"room":"a/b","user":"carol"}`)
+	tm.publish("chat.x.y", `{"room":"lobby","user":"dave"}`)
+	seen := map[string]bool{}
+	for !seen["overview"] || !seen["room"] {
+		f, ok := next(t, c, 5*time.Second)
+		if !ok {
+			t.Fatalf("no update after new events (saw %v)", seen)
+		}
+		var v struct{ Messages int64 }
+		json.Unmarshal(f.Data, &v)
+		if (f.View == "overview" && v.Messages == 5) || (f.View == "room" && v.Messages == 1) {
+			seen[f.View] = true
+		}
+	}
+
+	// Unsubscribing stops them; the other view keeps coming.
+	send(t, c, `{"type":"unsubscribe","view":"overview","window":"5m"}`)
+	drainFor(c, 300*time.Millisecond)
+	tm.publish("chat.x.y", `{"room":"a/b","user":"erin"}`)
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		f, ok := next(t, c, time.Until(deadline))
+		if ok && f.View == "overview" {
+			t.Fatalf("overview pushed after unsubscribe: %+v", f)
+		}
+	}
+
+	// Bad frames get error frames, and the connection stays open.
+	for msg, want := range map[string]string{
+		`not json`: "frames are JSON objects",
+		`{"type":"subscribe","view":"nope"}`:                     `view must be overview, room or rooms, got "nope"`,
+		`{"type":"subscribe","view":"overview","window":"2m"}`:   `unknown window "2m"; configured: 1m, 5m, 1h`,
+		`{"type":"subscribe","view":"room","room":""}`:           "room: must be 1..128 bytes, got 0",
+		`{"type":"dance"}`:                                       "type must be subscribe or unsubscribe",
+		`{"type":"subscribe","view":"overview","room":"lobby"}`: "view overview takes no room",
+	} {
+		send(t, c, msg)
+		for {
+			f, ok := next(t, c, 5*time.Second)
+			if !ok {
+				t.Fatalf("%s: no error frame", msg)
+			}
+			if f.Type == "error" {
+				if !strings.Contains(f.Error, want) {
+					t.Fatalf("%s: error %q, want %q", msg, f.Error, want)
+				}
+				break
+			}
+		}
+	}
+	send(t, c, `{"type":"subscribe","view":"rooms","window":"1h"}`)
+	for {
+		f, ok := next(t, c, 5*time.Second)
+		if !ok {
+			t.Fatal("connection unusable after bad frames")
+		}
+		if f.View == "rooms" {
+			break
+		}
+	}
+
+	// A foreign origin is refused; an allowed one is not.
+	if _, resp, err := tm.dial("https://evil.example"); err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("foreign origin: %v %v", err, resp)
+	}
+	if ok, _, err := tm.dial("https://ok.example"); err != nil {
+		t.Fatalf("allowed origin: %v", err)
+	} else {
+		ok.Close()
+	}
+}
+
+func drainFor(c *wsClient, d time.Duration) {
+	deadline := time.After(d)
+	for {
+		select {
+		case <-c.frames:
+		case <-deadline:
+			return
+		}
+	}
+}
+
+// A client that never reads holds nothing up: ingest counts everything
+// just as without it, and a reading client on the same views keeps getting
+// updates while the stuck one's socket is full.
+func TestSlowClient(t *testing.T) {
+	tm := startMain(t, "--push-interval", "50ms", "--jetstream=false")
+	const rooms = 1000
+	phase := func(stuck bool, base int) (frames int) {
+		var s *wsClient
+		if stuck {
+			s = tm.mustDial()
+			// Big views, so its socket fills within a few pushes.
+			send(t, s, `{"type":"subscribe","view":"rooms","window":"1m"}`)
+			send(t, s, `{"type":"subscribe","view":"rooms","window":"5m"}`)
+			send(t, s, `{"type":"subscribe","view":"overview","window":"1m"}`)
+		}
+		r := tm.mustDial().reading(t)
+		send(t, r, `{"type":"subscribe","view":"overview","window":"1m"}`)
+		send(t, r, `{"type":"subscribe","view":"rooms","window":"1m"}`)
+		done := make(chan int)
+		go func() {
+			n := 0
+			for range r.frames {
+				n++
+			}
+			done <- n
+		}()
+		const events = 20_000
+		for i := range events {
+			tm.publish("chat.x.y", fmt.Sprintf(`{"room":"room-%04d-with-a-long-name-to-make-views-big","user":"user-%d","text":"%d"}`, i%rooms, i%997, i))
+			if i%2000 == 1999 {
+				tm.nc.Flush()
+				time.Sleep(50 * time.Millisecond) // traffic spread over many push intervals
+			}
+		}
+		tm.waitReceived(base + events)
+		time.Sleep(200 * time.Millisecond)
+		r.Close()
+		frames = <-done
+		if s != nil {
+			s.Close()
+		}
+		return frames
+	}
+	withStuck := phase(true, 0)
+	withoutStuck := phase(false, 20_000)
+	t.Logf("frames to the reading client: %d with a stuck client, %d without", withStuck, withoutStuck)
+	if got := tm.metric("chatpulse_events_accepted_total"); got != 40_000 {
+		t.Fatalf("accepted %v of 40000", got)
+	}
+	if d := tm.metric("chatpulse_events_dropped_total"); d != 0 {
+		t.Fatalf("ingest dropped %v messages", d)
+	}
+	if withStuck < 10 {
+		t.Fatalf("the reading client got %d frames beside a stuck client", withStuck)
+	}
+}
