@@ -54,6 +54,7 @@ type Consumer struct {
 	m   *metrics
 
 	ready    atomic.Bool
+	handled  atomic.Uint64 // messages handled, of every kind
 	stopping chan struct{} // closed once NATS delivers no more
 	done     chan struct{} // closed when the loop has handled everything
 	stop     func()        // stops delivery, waiting for what is buffered
@@ -62,7 +63,7 @@ type Consumer struct {
 	lastDropped int
 	lastDropLog time.Time
 
-	// scratch, owned by the loop
+	// scratch of handle, owned by the loop
 	evs     []aggregator.Event
 	decoded []Event
 	from    []int
@@ -94,6 +95,9 @@ func New(nc *nats.Conn, agg *aggregator.Aggregator, thr *throttle.Set, reg prome
 // Ready reports whether the consumer has caught up with the stream (always,
 // once started, without JetStream).
 func (c *Consumer) Ready() bool { return c.ready.Load() }
+
+// Handled is the number of messages handled so far, counted or not.
+func (c *Consumer) Handled() uint64 { return c.handled.Load() }
 
 // Start subscribes and starts the loop that handles messages.
 func (c *Consumer) Start(ctx context.Context) error {
@@ -201,12 +205,36 @@ func (c *Consumer) Stop(ctx context.Context) error {
 }
 
 // loop handles messages in batches of what has arrived, up to batchSize,
-// until delivery has stopped and the channel is empty.
+// until delivery has stopped and the channel is empty. It decodes, counts
+// and dead-letters; the throttle policies are fed on a second goroutine, so
+// the two run side by side, one batch apart.
 func loop[M any](c *Consumer, ch <-chan M, conv func(M) inMsg) {
-	defer close(c.done)
+	work, free := make(chan *job, 1), make(chan *job, 2)
+	free <- &job{}
+	free <- &job{}
+	throttled := make(chan struct{})
+	go func() {
+		defer close(throttled)
+		for j := range work {
+			c.throttle(j)
+			free <- j
+		}
+	}()
+	defer func() {
+		close(work)
+		<-throttled
+		close(c.done)
+	}()
 	batch := make([]inMsg, 0, batchSize)
-	for {
+	handle := func() {
+		if len(batch) > 0 {
+			j := <-free // waits while the throttle goroutine is two batches behind
+			c.handle(batch, j)
+			work <- j
+		}
 		batch = batch[:0]
+	}
+	for {
 		select {
 		case m := <-ch:
 			batch = append(batch, conv(m))
@@ -216,11 +244,10 @@ func loop[M any](c *Consumer, ch <-chan M, conv func(M) inMsg) {
 				case m := <-ch:
 					batch = append(batch, conv(m))
 					if len(batch) == batchSize {
-						c.handle(batch)
-						batch = batch[:0]
+						handle()
 					}
 				default:
-					c.handle(batch)
+					handle()
 					return
 				}
 			}
@@ -234,28 +261,34 @@ func loop[M any](c *Consumer, ch <-chan M, conv func(M) inMsg) {
 				break more
 			}
 		}
-		c.handle(batch)
+		handle()
 	}
 }
 
-// handle decodes a batch, counts what is good, and dead-letters the rest.
-func (c *Consumer) handle(batch []inMsg) {
-	if len(batch) == 0 {
-		return
-	}
+// job is a batch's work for the throttle goroutine: the events the
+// aggregator counted, and the batch's numbers, reported once it is done.
+type job struct {
+	evs                         []Event
+	replay                      []bool
+	messages, received, ignored int
+	caughtUp                    bool
+}
+
+// handle decodes a batch, counts what is good, dead-letters the rest, and
+// fills j with what the throttle policies must see.
+func (c *Consumer) handle(batch []inMsg, j *job) {
 	now := c.cfg.Now()
 	nowMs := now.UnixMilli()
 	skew := c.cfg.MaxSkew.Milliseconds()
 	c.evs, c.decoded, c.from = c.evs[:0], c.decoded[:0], c.from[:0]
-	var received, ignored int
-	caughtUp := false
+	*j = job{evs: j.evs[:0], replay: j.replay[:0], messages: len(batch)}
 	for i := range batch {
 		m := &batch[i]
-		caughtUp = caughtUp || m.caughtUp
+		j.caughtUp = j.caughtUp || m.caughtUp
 		if strings.HasPrefix(m.subject, OwnPrefix) {
 			continue // never our own subjects, whatever the filter says
 		}
-		received++
+		j.received++
 		received := nowMs
 		if m.received != 0 {
 			received = m.received
@@ -266,7 +299,7 @@ func (c *Consumer) handle(batch []inMsg) {
 			continue
 		}
 		if !ev.Counted {
-			ignored++
+			j.ignored++
 			continue
 		}
 		c.decoded = append(c.decoded, ev)
@@ -275,26 +308,39 @@ func (c *Consumer) handle(batch []inMsg) {
 	}
 	c.late = c.agg.Observe(nowMs, c.evs, c.late[:0])
 	late := c.late
-	for j := range c.decoded {
-		ev, m := &c.decoded[j], &batch[c.from[j]]
-		if len(late) > 0 && late[0] == j {
+	for k := range c.decoded {
+		ev, m := &c.decoded[k], &batch[c.from[k]]
+		if len(late) > 0 && late[0] == k {
 			late = late[1:]
 			c.reject(m, &Error{Reason: ReasonLate, Msg: fmt.Sprintf("ts %s: older than every window", formatTS(ev.TS))})
 			continue
 		}
-		for _, a := range c.thr.Observe(time.UnixMilli(ev.TS), ev.Room, ev.User, ev.Text, m.replay) {
+		j.evs = append(j.evs, *ev)
+		j.replay = append(j.replay, m.replay)
+	}
+}
+
+// throttle feeds a job's events to the policies, then reports the batch.
+// Until then the batch does not show in the metrics or in Handled, so that
+// whoever waits for a message to be received sees its throttle state too.
+func (c *Consumer) throttle(j *job) {
+	for k := range j.evs {
+		ev := &j.evs[k]
+		for _, a := range c.thr.Observe(time.UnixMilli(ev.TS), ev.Room, ev.User, ev.Text, j.replay[k]) {
 			if c.cfg.OnAlert != nil {
 				c.cfg.OnAlert(a)
 			}
 		}
 	}
-	c.m.received.Add(float64(received))
-	c.m.ignored.Add(float64(ignored))
-	c.m.accepted.Add(float64(len(c.decoded) - len(c.late)))
-	if caughtUp && !c.ready.Load() {
+	c.m.received.Add(float64(j.received))
+	c.m.ignored.Add(float64(j.ignored))
+	c.m.accepted.Add(float64(len(j.evs)))
+	c.handled.Add(uint64(j.messages))
+	if j.caughtUp && !c.ready.Load() {
 		c.ready.Store(true)
 		c.cfg.Log.Info("replay caught up", "stream", c.cfg.Stream)
 	}
+	clear(j.evs) // let the payloads go
 }
 
 // reject counts a rejected message and republishes it, unchanged, to
