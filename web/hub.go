@@ -69,7 +69,9 @@ func newHub(s *Server) *Hub {
 		watchers: map[viewKey]map[*client]bool{},
 		last:     map[viewKey][]byte{},
 	}
-	h.upgrader = websocket.Upgrader{CheckOrigin: h.checkOrigin, ReadBufferSize: 1024, WriteBufferSize: 4096}
+	// Write buffers come from a pool and go back after each message, so an
+	// idle client holds none.
+	h.upgrader = websocket.Upgrader{CheckOrigin: h.checkOrigin, ReadBufferSize: 512, WriteBufferSize: 4096, WriteBufferPool: &sync.Pool{}}
 	s.opts.Registerer.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "chatpulse_ws_clients", Help: "Websocket clients connected.",
 	}, func() float64 { h.mu.Lock(); defer h.mu.Unlock(); return float64(len(h.clients)) }))

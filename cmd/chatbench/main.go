@@ -1,233 +1,26 @@
-// Command chatbench measures chatpulse's ingest against a raw NATS
-// subscriber, in one run on one NATS server over TCP loopback: (a) a
-// nats.go subscriber that only counts messages, (b) chatpulse ingest in
-// core mode, decoding, validating, counting and aggregating everything and
-// feeding the throttle policies, (c) the same reading a JetStream stream,
-// and (d) the replay of that stream by a fresh chatpulse, as after a
-// restart. Publisher, server and consumer share the machine, as they would
-// on a small box; compare the ratios, not the absolute numbers.
+// Command chatbench measures chatpulse on this machine:
+//
+//	chatbench ingest   events/s of chatpulse's ingest beside a raw NATS subscriber, and replay speed
+//	chatbench check    latency of throttle checks over NATS and HTTP at a steady rate, while events flow
+//	chatbench fanout   websocket delivery lag and cost per client with thousands of dashboards
+//
+// ingest runs everything in process; check and fanout drive a chatpulse
+// that is already running (go run ./cmd/chatpulse), as clients would.
 package main
 
 import (
-	"context"
-	"flag"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
-	"runtime/pprof"
-	"sync/atomic"
-	"syscall"
-	"time"
-
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/chatpulse/chatpulse/aggregator"
-	"github.com/chatpulse/chatpulse/ingest"
-	"github.com/chatpulse/chatpulse/rolling"
-	"github.com/chatpulse/chatpulse/throttle"
-	"github.com/chatpulse/chatpulse/traffic"
 )
 
 func main() {
-	n := flag.Int("n", 300_000, "events per phase")
-	rooms := flag.Int("rooms", 100, "rooms (chatgen's default)")
-	users := flag.Int("users", 10_000, "users (chatgen's default)")
-	profile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
-	flag.Parse()
-	if *profile != "" {
-		f, err := os.Create(*profile)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "chatbench:", err)
-			os.Exit(1)
-		}
-		pprof.StartCPUProfile(f)
-		defer pprof.StopCPUProfile()
+	cmds := map[string]func([]string) error{"ingest": ingestCmd, "check": checkCmd, "fanout": fanoutCmd}
+	if len(os.Args) < 2 || cmds[os.Args[1]] == nil {
+		fmt.Fprintln(os.Stderr, "usage: chatbench ingest|check|fanout [flags]   (chatbench <cmd> -h for the flags)")
+		os.Exit(2)
 	}
-	if err := run(*n, *rooms, *users); err != nil {
+	if err := cmds[os.Args[1]](os.Args[2:]); err != nil {
 		fmt.Fprintln(os.Stderr, "chatbench:", err)
-		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
-}
-
-func run(n, rooms, users int) error {
-	dir, err := os.MkdirTemp("", "chatbench-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true})
-	if err != nil {
-		return err
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		return fmt.Errorf("nats server did not start")
-	}
-	defer ns.Shutdown()
-	url := ns.ClientURL()
-
-	// Realistic events, made before any clock starts.
-	g := traffic.New(traffic.Config{Rooms: rooms, Users: users, Seed: 1})
-	payloads := make([][]byte, n)
-	size := 0
-	now := time.Now()
-	for i := range payloads {
-		_, payloads[i], _, _, _ = g.Next(now)
-		size += len(payloads[i])
-	}
-	fmt.Printf("chatbench: %d events of %d bytes on average, %d rooms, %d users, NATS %s over TCP loopback\n\n", n, size/n, rooms, users, url)
-
-	pub, err := nats.Connect(url, nats.Name("chatbench-publisher"))
-	if err != nil {
-		return err
-	}
-	defer pub.Close()
-	publish := func(subject string) error {
-		for _, p := range payloads {
-			if err := pub.Publish(subject, p); err != nil {
-				return err
-			}
-		}
-		return pub.Flush()
-	}
-
-	// (a) a raw subscriber that only counts.
-	raw, err := phaseRaw(url, n, publish)
-	if err != nil {
-		return err
-	}
-	report("a  raw nats.go subscriber, counting only", n, raw)
-
-	// (b) chatpulse ingest, core NATS.
-	core, _, err := phaseChatpulse(url, n, false, "", func() error { return publish("core.x.y") })
-	if err != nil {
-		return err
-	}
-	report("b  chatpulse ingest, core NATS", n, core)
-
-	// (c) chatpulse ingest, JetStream: the publisher waits for the stream's
-	// acks (asynchronously, as a producer that wants its events kept would).
-	js, err := jetstream.New(pub)
-	if err != nil {
-		return err
-	}
-	jsPhase, _, err := phaseChatpulse(url, n, true, "BENCH", func() error {
-		for i, p := range payloads {
-			if _, err := js.PublishAsync("js.x.y", p); err != nil {
-				return err
-			}
-			if i%2000 == 1999 || i == len(payloads)-1 { // at most 2000 unacked
-				select {
-				case <-js.PublishAsyncComplete():
-				case <-time.After(time.Minute):
-					return fmt.Errorf("jetstream publish acks timed out")
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	report("c  chatpulse ingest, JetStream", n, jsPhase)
-
-	// (d) a fresh chatpulse replaying the stream, as after a restart.
-	replay, _, err := phaseChatpulse(url, n, true, "BENCH", func() error { return nil })
-	if err != nil {
-		return err
-	}
-	report("d  chatpulse replay after a restart", n, replay)
-
-	fmt.Printf("\nb/a = %.2f   c/a = %.2f   replay = %.0f events/s\n",
-		raw.wall.Seconds()/core.wall.Seconds(), raw.wall.Seconds()/jsPhase.wall.Seconds(), float64(n)/replay.wall.Seconds())
-	return nil
-}
-
-// phase is what a phase measured: wall time, and the CPU the whole process
-// (publisher, server and consumer alike) spent.
-type phase struct{ wall, cpu time.Duration }
-
-func report(what string, n int, p phase) {
-	fmt.Printf("%-40s %9.0f events/s  %6.2f µs CPU/event  (%v)\n", what, float64(n)/p.wall.Seconds(),
-		float64(p.cpu.Microseconds())/float64(n), p.wall.Round(time.Millisecond))
-}
-
-// cpuTime is the CPU time the process has used so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// phaseRaw times n messages from the first publish to the last one
-// received by a subscriber that only counts them.
-func phaseRaw(url string, n int, publish func(string) error) (phase, error) {
-	nc, err := nats.Connect(url, nats.Name("chatbench-raw"))
-	if err != nil {
-		return phase{}, err
-	}
-	defer nc.Close()
-	var got atomic.Int64
-	done := make(chan struct{})
-	sub, err := nc.Subscribe("raw.>", func(*nats.Msg) {
-		if got.Add(1) == int64(n) {
-			close(done)
-		}
-	})
-	if err != nil {
-		return phase{}, err
-	}
-	sub.SetPendingLimits(-1, -1)
-	nc.Flush()
-	start, cpu := time.Now(), cpuTime()
-	if err := publish("raw.x.y"); err != nil {
-		return phase{}, err
-	}
-	select {
-	case <-done:
-	case <-time.After(2 * time.Minute):
-		return phase{}, fmt.Errorf("raw subscriber got %d of %d", got.Load(), n)
-	}
-	return phase{time.Since(start), cpuTime() - cpu}, nil
-}
-
-// phaseChatpulse runs chatpulse's ingest (aggregator, default windows and
-// throttle policies) on its own connection and times n messages from the
-// start of publish until all are handled.
-func phaseChatpulse(url string, n int, useJS bool, stream string, publish func() error) (phase, *aggregator.Aggregator, error) {
-	nc, err := nats.Connect(url, nats.Name("chatbench-chatpulse"))
-	if err != nil {
-		return phase{}, nil, err
-	}
-	defer nc.Close()
-	ws, _ := rolling.ParseWindows(rolling.DefaultWindows)
-	agg, _ := aggregator.New(ws)
-	thr, _ := throttle.NewSet(throttle.DefaultPolicies())
-	subject := "core.>"
-	if useJS {
-		subject = "js.>"
-	}
-	c := ingest.New(nc, agg, thr, prometheus.NewRegistry(), ingest.Config{
-		Subject: subject, JetStream: useJS, Stream: stream, Replay: time.Hour, MaxSkew: 5 * time.Second,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err := c.Start(context.Background()); err != nil {
-		return phase{}, nil, err
-	}
-	defer c.Stop(context.Background())
-	start, cpu := time.Now(), cpuTime()
-	if err := publish(); err != nil {
-		return phase{}, nil, err
-	}
-	for deadline := time.Now().Add(3 * time.Minute); c.Handled() < uint64(n); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			return phase{}, nil, fmt.Errorf("chatpulse handled %d of %d", c.Handled(), n)
-		}
-	}
-	return phase{time.Since(start), cpuTime() - cpu}, agg, nil
 }
