@@ -233,8 +233,10 @@ func (h *Hub) serveWS(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	h.clients[c] = true
 	h.mu.Unlock()
+	// Both loops get goroutines of their own, and the handler returns, so
+	// the HTTP server's goroutine and its buffers for this connection go.
 	go c.writeLoop()
-	c.readLoop()
+	go c.readLoop()
 }
 
 // client is one websocket connection: one reader goroutine, one writer.

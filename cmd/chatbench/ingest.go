@@ -109,25 +109,35 @@ func runIngest(n, rooms, users int) error {
 
 	// (c) chatpulse ingest, JetStream: the publisher waits for the stream's
 	// acks (asynchronously, as a producer that wants its events kept would).
+	// Storing costs the server far more than routing, so (a2) is the same
+	// with a raw ordered consumer that only counts, for scale.
 	js, err := jetstream.New(pub)
 	if err != nil {
 		return err
 	}
-	jsPhase, _, err := phaseChatpulse(url, n, true, "BENCH", func() error {
-		for i, p := range payloads {
-			if _, err := js.PublishAsync("js.x.y", p); err != nil {
-				return err
-			}
-			if i%2000 == 1999 || i == len(payloads)-1 { // at most 2000 unacked
-				select {
-				case <-js.PublishAsyncComplete():
-				case <-time.After(time.Minute):
-					return fmt.Errorf("jetstream publish acks timed out")
+	publishJS := func(subject string) func() error {
+		return func() error {
+			for i, p := range payloads {
+				if _, err := js.PublishAsync(subject, p); err != nil {
+					return err
+				}
+				if i%2000 == 1999 || i == len(payloads)-1 { // at most 2000 unacked
+					select {
+					case <-js.PublishAsyncComplete():
+					case <-time.After(time.Minute):
+						return fmt.Errorf("jetstream publish acks timed out")
+					}
 				}
 			}
+			return nil
 		}
-		return nil
-	})
+	}
+	rawJS, err := phaseRawJetStream(url, n, publishJS("rawjs.x.y"))
+	if err != nil {
+		return err
+	}
+	report("a2 raw ordered consumer, JetStream", n, rawJS)
+	jsPhase, _, err := phaseChatpulse(url, n, true, "BENCH", publishJS("js.x.y"))
 	if err != nil {
 		return err
 	}
@@ -140,8 +150,9 @@ func runIngest(n, rooms, users int) error {
 	}
 	report("d  chatpulse replay after a restart", n, replay)
 
-	fmt.Printf("\nb/a = %.2f   c/a = %.2f   replay = %.0f events/s\n",
-		raw.wall.Seconds()/core.wall.Seconds(), raw.wall.Seconds()/jsPhase.wall.Seconds(), float64(n)/replay.wall.Seconds())
+	fmt.Printf("\nb/a = %.2f   c/a = %.2f   c/a2 = %.2f   replay = %.0f events/s\n",
+		raw.wall.Seconds()/core.wall.Seconds(), raw.wall.Seconds()/jsPhase.wall.Seconds(),
+		rawJS.wall.Seconds()/jsPhase.wall.Seconds(), float64(n)/replay.wall.Seconds())
 	return nil
 }
 
@@ -189,6 +200,46 @@ func phaseRaw(url string, n int, publish func(string) error) (phase, error) {
 	case <-done:
 	case <-time.After(2 * time.Minute):
 		return phase{}, fmt.Errorf("raw subscriber got %d of %d", got.Load(), n)
+	}
+	return phase{time.Since(start), cpuTime() - cpu}, nil
+}
+
+// phaseRawJetStream is phaseRaw with a JetStream stream and an ordered
+// consumer that only counts.
+func phaseRawJetStream(url string, n int, publish func() error) (phase, error) {
+	nc, err := nats.Connect(url, nats.Name("chatbench-rawjs"))
+	if err != nil {
+		return phase{}, err
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "RAWJS", Subjects: []string{"rawjs.>"}, Storage: jetstream.FileStorage}); err != nil {
+		return phase{}, err
+	}
+	cons, err := js.OrderedConsumer(ctx, "RAWJS", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return phase{}, err
+	}
+	var got atomic.Int64
+	done := make(chan struct{})
+	cc, err := cons.Consume(func(jetstream.Msg) {
+		if got.Add(1) == int64(n) {
+			close(done)
+		}
+	}, jetstream.PullMaxMessages(4096))
+	if err != nil {
+		return phase{}, err
+	}
+	defer cc.Stop()
+	start, cpu := time.Now(), cpuTime()
+	if err := publish(); err != nil {
+		return phase{}, err
+	}
+	select {
+	case <-done:
+	case <-time.After(3 * time.Minute):
+		return phase{}, fmt.Errorf("raw ordered consumer got %d of %d", got.Load(), n)
 	}
 	return phase{time.Since(start), cpuTime() - cpu}, nil
 }
