@@ -54,7 +54,11 @@ func startMainAt(t *testing.T, now func() time.Time, args ...string) *testMain {
 	}
 	tm := &testMain{Main: m, t: t, url: m.HTTPURL()}
 	t.Cleanup(func() { tm.Close() })
-	nc, err := nats.Connect(m.PublishURL())
+	url := m.PublishURL()
+	if m.Config.NATSURL != "" {
+		url = m.Config.NATSURL // PublishURL hides the credentials
+	}
+	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}

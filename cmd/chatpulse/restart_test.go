@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -70,7 +72,7 @@ func TestKilledBinaryRecovers(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		t.Cleanup(func() { cmd.Process.Kill() })
 		base := fmt.Sprint("http://127.0.0.1:", httpPort)
 		eventually(t, 30*time.Second, "chatpulse ready", func() bool {
 			resp, err := http.Get(base + "/readyz")
@@ -106,7 +108,7 @@ func TestKilledBinaryRecovers(t *testing.T) {
 	}
 	cmd.Wait()
 
-	start()
+	cmd = start()
 	var rooms aggregator.Rooms
 	tm.get("/api/v1/rooms?window=5m", &rooms)
 	got := map[string]int64{}
@@ -115,6 +117,19 @@ func TestKilledBinaryRecovers(t *testing.T) {
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("after SIGKILL and restart: %v, want %v", got, want)
+	}
+
+	// SIGTERM stops it cleanly.
+	cmd.Process.Signal(syscall.SIGTERM)
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("after SIGTERM: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no exit after SIGTERM")
 	}
 }
 
@@ -202,5 +217,59 @@ func TestCoreMode(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(tm.Config.DataDir, "jetstream")); err == nil {
 		t.Fatal("core mode wrote a JetStream store")
+	}
+}
+
+// --nats-url carries the credentials of the server it names: user and
+// password, or a token.
+func TestExternalNATSAuth(t *testing.T) {
+	for name, tc := range map[string]struct {
+		opts func(*server.Options)
+		url  func(port int) string
+	}{
+		"user and password": {func(o *server.Options) { o.Username, o.Password = "chat", "s3cret" },
+			func(p int) string { return fmt.Sprintf("nats://chat:s3cret@127.0.0.1:%d", p) }},
+		"token": {func(o *server.Options) { o.Authorization = "t0ken" },
+			func(p int) string { return fmt.Sprintf("nats://t0ken@127.0.0.1:%d", p) }},
+	} {
+		t.Run(name, func(t *testing.T) {
+			opts := &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true}
+			tc.opts(opts)
+			ns, err := server.NewServer(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			go ns.Start()
+			if !ns.ReadyForConnections(10 * time.Second) {
+				t.Fatal("nats server did not start")
+			}
+			t.Cleanup(ns.Shutdown) // after chatpulse's own cleanup
+			url := tc.url(ns.Addr().(*net.TCPAddr).Port)
+			tm := startMain(t, "--nats-url", url)
+			if got := tm.PublishURL(); got != fmt.Sprintf("nats://***@127.0.0.1:%d", ns.Addr().(*net.TCPAddr).Port) {
+				t.Fatalf("the logged URL shows the secret: %s", got)
+			}
+			nc, err := nats.Connect(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			nc.Publish("chat.lobby.alice", []byte(`{"room":"lobby","user":"alice"}`))
+			nc.Flush()
+			tm.waitReceived(1)
+		})
+	}
+	// The wrong password is an error, not a hang.
+	ns, _ := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, Username: "chat", Password: "right", NoSigs: true, NoLog: true})
+	go ns.Start()
+	ns.ReadyForConnections(10 * time.Second)
+	defer ns.Shutdown()
+	m := NewMain()
+	m.Log = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	m.ParseFlags([]string{"--http", "127.0.0.1:0", "--nats-url", fmt.Sprintf("nats://chat:wrong@127.0.0.1:%d", ns.Addr().(*net.TCPAddr).Port)}, func(string) string { return "" })
+	err := m.Run(context.Background())
+	m.Close()
+	if err == nil || !strings.Contains(err.Error(), "Authorization Violation") {
+		t.Fatalf("wrong password: %v", err)
 	}
 }

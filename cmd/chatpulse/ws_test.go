@@ -261,3 +261,56 @@ func TestSlowClient(t *testing.T) {
 		t.Fatalf("the reading client got %d frames beside a stuck client", withStuck)
 	}
 }
+
+// Dashboards get throttle alerts, and one client flooding the server with
+// frames is refused without hurting another.
+func TestWebsocketAlertsAndFlood(t *testing.T) {
+	tm := startMain(t, "--push-interval", "100ms")
+	a := tm.mustDial().reading(t)
+	send(t, a, `{"type":"subscribe","view":"overview"}`)
+	if f, ok := next(t, a, 5*time.Second); !ok || f.Type != "view" {
+		t.Fatalf("first frame: %+v", f)
+	}
+
+	flood := tm.mustDial().reading(t)
+	go func() {
+		for i := range 5000 {
+			if flood.WriteMessage(websocket.TextMessage, []byte(fmt.Sprintf(`{"type":"subscribe","view":"room","room":"r%d"}`, i))) != nil {
+				return
+			}
+		}
+	}()
+	limited := false
+	for !limited {
+		f, ok := next(t, flood, 10*time.Second)
+		if !ok {
+			t.Fatal("the flooding client got no error frame")
+		}
+		limited = f.Type == "error" && strings.Contains(f.Error, "too many requests")
+	}
+
+	for i := range 11 {
+		tm.publish("chat.lobby.alice", fmt.Sprintf(`{"room":"lobby","user":"alice","text":"%d"}`, i))
+	}
+	var alert struct {
+		Policy, Room, User string
+		Count, Limit       int
+	}
+	for views := 0; ; {
+		f, ok := next(t, a, 10*time.Second)
+		if !ok {
+			t.Fatalf("no alert frame (%d views meanwhile)", views)
+		}
+		if f.Type == "view" {
+			views++
+			continue
+		}
+		if f.Type == "alert" {
+			json.Unmarshal(f.Data, &alert)
+			break
+		}
+	}
+	if alert.Policy != "user_room_flood" || alert.Room != "lobby" || alert.User != "alice" || alert.Count != 11 || alert.Limit != 10 {
+		t.Fatalf("alert: %+v", alert)
+	}
+}
