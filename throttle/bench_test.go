@@ -223,3 +223,81 @@ func BenchmarkDefaultPolicies(b *testing.B) {
 		}
 	})
 }
+
+// streamEvent is one message of benchStream.
+type streamEvent struct {
+	room, user, text string
+	ts               int64 // ms after the stream's start
+}
+
+// benchStream is a realistic ingest stream, shaped as internal/traffic
+// makes it for chatgen and chatbench: 10,000 users with Zipf-skewed activity
+// (s = 1.1), each talking in one to three of 100 rooms (Zipf, s = 1.3), and
+// texts of 3 to 10 words out of 36, so nearly every text is new; rate events
+// per second of event time, in time order.
+func benchStream(n int, rate int64) []streamEvent {
+	const users, rooms = 10_000, 100
+	words := strings.Fields("hi hello anyone seen the new build deploy is green again lunch ? thanks great idea let's ship it today bug fixed works for me lol brb meeting in five minutes coffee please review my PR")
+	r := rand.New(rand.NewPCG(7, 8))
+	roomZipf := rand.NewZipf(r, 1.3, 1, rooms-1)
+	member := make([][]int, users)
+	for u := range member {
+		for range 1 + r.IntN(3) {
+			member[u] = append(member[u], int(roomZipf.Uint64()))
+		}
+	}
+	userZipf := rand.NewZipf(r, 1.1, 1, users-1)
+	evs := make([]streamEvent, n)
+	var b strings.Builder
+	for i := range evs {
+		u := int(userZipf.Uint64())
+		b.Reset()
+		for w := range 3 + r.IntN(8) {
+			if w > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(words[r.IntN(len(words))])
+		}
+		evs[i] = streamEvent{
+			room: fmt.Sprint("room-", member[u][r.IntN(len(member[u]))]),
+			user: fmt.Sprint("user-", u),
+			text: b.String(),
+			ts:   int64(i) * 1000 / rate,
+		}
+	}
+	return evs
+}
+
+// BenchmarkObserveStream feeds the default policies the realistic stream of
+// benchStream at 3,000 events per second of event time, one Observe per
+// event, after a warm-up of 40 s of events (longer than every window, so
+// the tables are in their steady state). The stream loops, time still
+// moving forward. One op is one event.
+func BenchmarkObserveStream(b *testing.B) {
+	const rate, warm = 3000, 120_000
+	evs := benchStream(1<<18, rate)
+	period := int64(len(evs)) * 1000 / rate
+	base := int64(1_764_489_600_000)
+	s := mustSet(b, DefaultPolicies())
+	ev := func(i int) (*streamEvent, time.Time) {
+		e := &evs[i%len(evs)]
+		return e, time.UnixMilli(base + int64(i/len(evs))*period + e.ts)
+	}
+	for i := range warm {
+		e, t := ev(i)
+		s.Observe(t, e.room, e.user, e.text, false)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		e, t := ev(warm + i)
+		s.Observe(t, e.room, e.user, e.text, false)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/event")
+	keys := 0
+	for _, st := range s.Stats() {
+		keys += st.Keys
+	}
+	b.ReportMetric(float64(keys), "keys")
+}

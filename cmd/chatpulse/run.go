@@ -268,10 +268,16 @@ func usableDir(dir string) error {
 	return os.Remove(f.Name())
 }
 
-// alert publishes a throttle alert on NATS and to every dashboard.
+// alert publishes a throttle alert on NATS and to every dashboard. Every
+// instance reading the same stream raises the same alerts, so each carries
+// a Nats-Msg-Id naming the crossing: a JetStream stream that captures
+// chatpulse.alerts.> keeps one of each.
 func (m *Main) alert(a throttle.Alert) {
 	if b, err := json.Marshal(a); err == nil {
-		if err := m.nc.Publish(AlertSubject, b); err != nil {
+		msg := nats.NewMsg(AlertSubject)
+		msg.Data = b
+		msg.Header.Set(nats.MsgIdHdr, fmt.Sprintf("%s|%q|%q|%d", a.Policy, a.Room, a.User, a.At.UnixMilli()))
+		if err := m.nc.PublishMsg(msg); err != nil {
 			m.Log.Warn("alert not published", "err", err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -103,6 +104,9 @@ func TestThrottleEndToEnd(t *testing.T) {
 		json.Unmarshal(m.Data, &alert)
 		if alert["policy"] != "user_room_flood" || alert["room"] != "lobby" || alert["user"] != "alice" || alert["count"] != 11.0 || alert["limit"] != 10.0 || alert["at"] == nil {
 			t.Fatalf("alert: %s", m.Data)
+		}
+		if !strings.HasPrefix(m.Header.Get(nats.MsgIdHdr), `user_room_flood|"lobby"|"alice"|`) {
+			t.Fatalf("alert message id: %q", m.Header.Get(nats.MsgIdHdr))
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no alert for the 11th message")

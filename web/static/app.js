@@ -101,6 +101,7 @@ const windowInfo = (name) => state.windows.find((w) => w.name === name);
 
 const conn = {
   ws: null,
+  connecting: false, // fetching the windows before opening a socket
   state: 'connecting',
   attempt: 0,
   retryAt: 0,
@@ -173,14 +174,18 @@ setInterval(() => { conn.tokens = Math.min(15, conn.tokens + 1); }, 100);
 
 async function connect() {
   clearTimeout(conn.retryTimer);
+  if (conn.ws || conn.connecting) return;
+  conn.connecting = true;
   setStatus(conn.attempt ? 'reconnecting' : 'connecting');
   let windows;
   try {
     windows = await getJSON('api/v1/windows');
   } catch {
+    conn.connecting = false;
     retry();
     return;
   }
+  conn.connecting = false;
   setWindows(windows.windows || []);
   checkReady();
 
@@ -236,16 +241,15 @@ function retry() {
 }
 
 window.addEventListener('online', () => {
-  if (!conn.ws) {
-    conn.attempt = 0;
-    connect();
-  }
+  conn.attempt = 0;
+  connect();
 });
 window.addEventListener('offline', () => {
-  if (!conn.ws) {
-    clearTimeout(conn.retryTimer);
-    setStatus('offline');
-  }
+  // The browser knows the network is gone: say so now rather than when a
+  // socket times out, and start afresh when it is back.
+  clearTimeout(conn.retryTimer);
+  if (conn.ws) conn.ws.close();
+  else setStatus('offline');
 });
 
 function setStatus(s) {
@@ -425,7 +429,7 @@ function onRoute() {
   if (prev.name === next.name && prev.room === next.room) return;
   if (prev.name === 'dashboard') dashboardScroll = window.scrollY;
   state.route = next;
-  if (next.name !== 'room' || prev.room !== next.room) state.room.clear();
+  if (next.name !== 'room' || prev.room !== next.room) clearRoom();
   $('dashboard').hidden = next.name !== 'dashboard';
   $('room-detail').hidden = next.name !== 'room';
   if (next.name === 'room') {
@@ -443,9 +447,23 @@ function onRoute() {
 
 window.addEventListener('hashchange', onRoute);
 
+// clearRoom forgets the room detail's data and empties it, so that a room
+// never shows, even for a moment, the numbers of the one before.
+function clearRoom() {
+  state.room.clear();
+  roomTopUsers.clear();
+  for (const id of ['room-messages', 'room-rate', 'room-users', 'room-top-talker']) $(id).textContent = '–';
+  for (const id of ['room-share', 'room-rate-sub', 'room-top-talker-count']) $(id).textContent = '\u00a0';
+  if (roomChart) roomChart.set([], 1, 0);
+}
+
 // ---- rendering ----
 
 function render() {
+  const __t0 = performance.now();
+  try { render2(); } finally { (window.__rt ||= []).push(Math.round(performance.now() - __t0)); }
+}
+function render2() {
   const parts = new Set(dirty);
   dirty.clear();
   if (parts.has('overview')) renderOverview();
@@ -622,8 +640,10 @@ function renderRoom() {
   const room = state.route.room;
   for (const li of $('room-strip').children) {
     const r = state.room.get(li.dataset.window);
-    setText(li.querySelector('.who'), r ? plural(r.messages, 'msg', 'msgs') : '–');
-    setText(li.querySelector('.n'), r && r.top_talker ? r.top_talker.user : '');
+    const t = r && r.top_talker;
+    setText(li.querySelector('.who'), t ? t.user : '–');
+    setText(li.querySelector('.n'), t ? fmtCompact(t.messages) : '');
+    li.title = r ? `${plural(r.messages, 'message', 'messages')} here in the last ${li.dataset.window}` : '';
   }
   const r = state.room.get(state.window);
   const w = windowInfo(state.window);
