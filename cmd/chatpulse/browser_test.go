@@ -164,7 +164,7 @@ func TestBrowserDashboard(t *testing.T) {
 	b.wait("the filtered rooms", `[...document.querySelectorAll('#rooms-table tbody tr')].every(tr => tr.hidden === !tr.dataset.room.includes('room-1'))`)
 	b.do(chromedp.Evaluate[chromedp.Void](`(f => { f.value = ''; f.dispatchEvent(new Event('input')); })(document.querySelector('#room-filter'))`))
 	b.wait("all rooms again", `[...document.querySelectorAll('#rooms-table tbody tr')].every(tr => !tr.hidden)`)
-	b.do(chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, 0)`))
+	b.do(chromedp.Evaluate[chromedp.Void](`document.activeElement.blur(); window.scrollTo(0, 0)`))
 	b.screenshot(artifacts, "dashboard-busy.png")
 
 	// Another window: its button switches every number and the rooms list.
@@ -181,13 +181,14 @@ func TestBrowserDashboard(t *testing.T) {
 	proxy.cut()
 	b.wait("the page to see the drop", `document.querySelector('#status').dataset.state === 'reconnecting' && document.body.classList.contains('stale')`)
 	b.wait("the reconnect countdown", `/^reconnecting in \d+s$/.test(document.querySelector('#status-text').textContent)`)
+	b.screenshot(artifacts, "reconnecting.png")
 	publishN(tm, "while-away", "zoe", 3)
 	proxy.refuse(false)
 	b.wait("the reconnect", `document.querySelector('#status').dataset.state === 'connected'`)
 	b.waitText(`#rooms-table tr[data-room="while-away"] td[data-col="messages"]`, "3")
 	var overview struct{ Messages int64 }
 	tm.get("/api/v1/overview?window="+url.QueryEscape(last), &overview)
-	b.waitText("#messages", fmt.Sprint(overview.Messages))
+	b.wait("the overview after the reconnect", fmt.Sprintf(`document.querySelector('#messages').textContent.replace(/\D/g, '') === '%d'`, overview.Messages))
 
 	// The browser going offline shows at once, and online reconnects.
 	b.setOnline(false)
@@ -197,7 +198,7 @@ func TestBrowserDashboard(t *testing.T) {
 	b.expectNetworkErrors(false)
 
 	// A phone: no horizontal scrolling, on the dashboard or a room.
-	b.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile, chromedp.EmulateScale(2)))
+	b.viewport(390, 844, true)
 	noScroll := `document.documentElement.scrollWidth <= window.innerWidth`
 	b.wait("a phone-wide dashboard", noScroll)
 	b.screenshot(artifacts, "phone-dashboard.png")
@@ -258,6 +259,9 @@ type browser struct {
 	t      *testing.T
 	ctx    context.Context
 	origin string // the only origin the page may reach
+
+	width, height int64 // the emulated screen, in CSS pixels
+	mobile        bool
 
 	mu         sync.Mutex
 	problems   []string // exceptions, console and log errors, foreign requests
@@ -339,6 +343,7 @@ func openBrowser(t *testing.T, chromium, base string) *browser {
 	if err != nil {
 		t.Fatalf("starting %s: %v", chromium, err)
 	}
+	b.viewport(1600, 1000, false)
 	return b
 }
 
@@ -450,13 +455,37 @@ func evaluate[T any](b *browser, expr string) T {
 	return v
 }
 
-// screenshot saves a full-page PNG into dir.
+// viewport emulates a screen width×height CSS pixels, a phone's if mobile.
+func (b *browser) viewport(width, height int64, mobile bool) {
+	b.t.Helper()
+	b.width, b.height, b.mobile = width, height, mobile
+	b.do(b.emulate(height))
+}
+
+func (b *browser) emulate(height int64) chromedp.Action[chromedp.Void] {
+	if b.mobile {
+		return chromedp.EmulateViewport(b.width, height, chromedp.EmulateMobile, chromedp.EmulateScale(2))
+	}
+	return chromedp.EmulateViewport(b.width, height)
+}
+
+// screenshot saves a full-page PNG into dir. The page skips drawing what is
+// off screen (content-visibility), so the screen is made as tall as the
+// page for the picture.
 func (b *browser) screenshot(dir, name string) {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, deliveryWait)
 	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	height := evaluate[int64](b, `Math.ceil(document.documentElement.scrollHeight)`)
+	twoFrames := chromedp.Evaluate[chromedp.Void](`new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))`, chromedp.EvalAwaitPromise)
+	if err := chromedp.Do(ctx, b.emulate(max(height, b.height)), twoFrames); err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := chromedp.Do(ctx, b.emulate(b.height), twoFrames); err != nil {
 		b.t.Fatalf("screenshot %s: %v", name, err)
 	}
 	path := filepath.Join(dir, name)

@@ -19,7 +19,6 @@ const MAX_ALERTS = 50;
 const ACTIVE_POLL_MS = 2000;
 const BACKOFF_BASE_MS = 500;
 const BACKOFF_CAP_MS = 10000;
-const FLASH_LIMIT = 80; // cells highlighted per update, at most
 const STORE_WINDOW = 'chatpulse.window';
 
 const $ = (id) => document.getElementById(id);
@@ -32,8 +31,11 @@ const clock = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-d
 const fmtInt = (n) => intFmt.format(n);
 const fmtCompact = (n) => (n < 10000 ? intFmt.format(n) : compactFmt.format(n));
 
+// fmtRate writes msg/s with about three significant digits: 0.0044, 0.17,
+// 10.4, 407.
 function fmtRate(r) {
   if (!r) return '0';
+  if (r < 0.1) return r.toLocaleString(undefined, { maximumSignificantDigits: 2 });
   const digits = r < 10 ? 2 : r < 100 ? 1 : 0;
   return r.toLocaleString(undefined, { minimumFractionDigits: digits, maximumFractionDigits: digits });
 }
@@ -205,6 +207,7 @@ async function connect() {
     conn.outbox.length = 0;
     setStatus('connected');
     reconcile();
+    if (visible.moderation) pollActive(); // it may have failed while we were away
   };
   ws.onmessage = (e) => {
     conn.attempt = 0; // the server talks: a later drop starts the backoff afresh
@@ -287,11 +290,13 @@ function showStatus() {
   document.body.classList.toggle('stale', state !== 'connected');
 }
 
+// pulse lights the status dot for a moment when data arrives: a calm tick,
+// and no animation left running between updates.
 function pulse() {
   const dot = $('status').firstElementChild;
-  dot.classList.remove('beat');
-  // Restart the animation on the next frame rather than forcing a layout.
-  requestAnimationFrame(() => dot.classList.add('beat'));
+  dot.classList.add('beat');
+  clearTimeout(pulse.timer);
+  pulse.timer = setTimeout(() => dot.classList.remove('beat'), 350);
 }
 
 async function getJSON(path, signal) {
@@ -325,7 +330,7 @@ function onFrame(msg) {
       pulse();
       if (msg.view === 'overview') {
         state.overview.set(msg.window, msg.data);
-        invalidate('overview');
+        invalidate(msg.window === state.window ? 'overview' : 'strip');
       } else if (msg.view === 'rooms' && msg.window === state.window) {
         state.rooms = msg.data;
         invalidate('rooms');
@@ -460,12 +465,9 @@ function clearRoom() {
 // ---- rendering ----
 
 function render() {
-  const __t0 = performance.now();
-  try { render2(); } finally { (window.__rt ||= []).push(Math.round(performance.now() - __t0)); }
-}
-function render2() {
   const parts = new Set(dirty);
   dirty.clear();
+  if (parts.has('overview') || parts.has('strip')) renderStrip();
   if (parts.has('overview')) renderOverview();
   if (state.route.name === 'dashboard') {
     if (parts.has('rooms')) renderRooms();
@@ -478,8 +480,8 @@ function render2() {
 let overviewChart;
 let roomChart;
 
-function renderOverview() {
-  // The strip: each window's top talker.
+// renderStrip shows each window's top talker.
+function renderStrip() {
   for (const li of $('talker-strip').children) {
     const o = state.overview.get(li.dataset.window);
     const t = o && o.top_talker;
@@ -487,6 +489,9 @@ function renderOverview() {
     setText(li.querySelector('.n'), t ? fmtCompact(t.messages) : '');
     li.title = t ? `${t.user}: ${fmtInt(t.messages)} messages in the last ${li.dataset.window}` : `nobody in the last ${li.dataset.window}`;
   }
+}
+
+function renderOverview() {
   const o = state.overview.get(state.window);
   const w = windowInfo(state.window);
   if (!o || !w) return;
@@ -525,9 +530,9 @@ function barRows(tbody, name, link) {
     columns: [
       {
         name,
-        value: (it) => Math.round((1000 * it.messages) / Math.max(1, it.top)) / 10,
+        value: (it) => Math.round((1000 * it.messages) / Math.max(1, it.top)) / 10, // % of the first row
         init: (td) => td.append(el('span', { class: 'bar' }), el(link ? 'a' : 'span', { class: 'label' })),
-        set: (td, v) => { td.firstChild.style.width = `${v}%`; },
+        set: (td, v) => { td.firstChild.style.transform = `scaleX(${v / 100})`; },
         cls: 'bar-cell',
       },
       { name: 'messages', value: (it) => it.messages, set: (td, v) => { td.textContent = fmtInt(v); }, cls: 'num' },
@@ -539,24 +544,12 @@ function barRows(tbody, name, link) {
       label.title = k;
       if (link) label.href = roomHref(k);
     },
-    onChange: flashChange,
   });
 }
 
 const topUsers = barRows($('top-users').tBodies[0], 'user', false);
 const topRooms = barRows($('top-rooms').tBodies[0], 'room', true);
 const roomTopUsers = barRows($('room-top-users').tBodies[0], 'user', false);
-
-// flashChange briefly lights a count that went up; a few per update at most.
-let flashes = 0;
-let accent = '';
-function flashChange(row, col, old, v, td) {
-  if (col.name !== 'messages' || !(v > old) || flashes >= FLASH_LIMIT) return;
-  flashes += 1;
-  accent ||= getComputedStyle(document.documentElement).getPropertyValue('--accent').trim();
-  td.animate([{ color: accent, offset: 0 }], { duration: 1400, easing: 'ease-out' });
-}
-matchMedia('(prefers-color-scheme: dark)').addEventListener('change', () => { accent = ''; });
 
 // The rooms table.
 const roomsRows = new Rows($('rooms-table').tBodies[0], {
@@ -592,8 +585,11 @@ const roomsRows = new Rows($('rooms-table').tBodies[0], {
   rowInit: (tr, k) => {
     tr.dataset.room = k;
     tr.hidden = !matchesFilter(k);
+    // The rows are laid out as grids (see style.css): keep them a table to
+    // assistive technology.
+    tr.setAttribute('role', 'row');
+    for (const td of tr.children) td.setAttribute('role', 'cell');
   },
-  onChange: flashChange,
 });
 
 let filter = '';
@@ -606,7 +602,6 @@ $('room-filter').addEventListener('input', (e) => {
 });
 
 function renderRooms() {
-  flashes = 0;
   const v = state.rooms;
   $('rooms').classList.toggle('loading', !v);
   if (!v) return;
@@ -636,7 +631,6 @@ for (const id of ['rooms-table', 'top-rooms']) {
 
 function renderRoom() {
   if (state.route.name !== 'room') return;
-  flashes = 0;
   const room = state.route.room;
   for (const li of $('room-strip').children) {
     const r = state.room.get(li.dataset.window);
@@ -733,6 +727,7 @@ const activeRows = new Rows($('active').tBodies[0], {
 function renderActive() {
   const v = state.active;
   $('active-note').textContent = state.activeError ? '(not reachable)' : '';
+  $('active').classList.toggle('stale', state.activeError);
   if (!v) return;
   const now = Date.parse(v.as_of);
   activeRows.update(v.active.map((a) => ({ ...a, age: now - Date.parse(a.since) })));
@@ -788,7 +783,6 @@ function applyTheme(theme) {
   const label = `Theme: ${theme === 'auto' ? 'automatic' : theme}`;
   $('theme').title = label;
   $('theme').setAttribute('aria-label', label);
-  accent = '';
   for (const c of [overviewChart, roomChart]) if (c) c.draw();
 }
 

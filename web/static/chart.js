@@ -8,8 +8,6 @@
 // rate next to it. The newest bucket is still filling, so it is drawn
 // lighter rather than looking like a drop.
 
-const PAD = { left: 44, right: 8, top: 12, bottom: 24 };
-
 export class Chart {
   constructor(box, { label = 'Messages' } = {}) {
     this.box = box;
@@ -53,17 +51,21 @@ export class Chart {
     this.draw();
   }
 
+  // geometry lays the chart out; its labels follow the page's font size,
+  // which grows on large screens.
   geometry() {
+    const fs = Math.round(0.74 * parseFloat(getComputedStyle(document.documentElement).fontSize) || 11);
+    const pad = { left: Math.round(fs * 4), right: 8, top: Math.round(fs * 1.1), bottom: Math.round(fs * 2.2) };
     const n = this.series.length;
-    const pw = Math.max(1, this.w - PAD.left - PAD.right);
-    const ph = Math.max(1, this.h - PAD.top - PAD.bottom);
-    return { n, pw, ph, slot: n ? pw / n : pw };
+    const pw = Math.max(1, this.w - pad.left - pad.right);
+    const ph = Math.max(1, this.h - pad.top - pad.bottom);
+    return { n, pw, ph, slot: n ? pw / n : pw, pad, fs };
   }
 
   pointer(e) {
-    const { n, slot } = this.geometry();
+    const { n, slot, pad } = this.geometry();
     const r = this.canvas.getBoundingClientRect();
-    const i = Math.floor((e.clientX - r.left - PAD.left) / slot);
+    const i = Math.floor((e.clientX - r.left - pad.left) / slot);
     const hover = n && i >= 0 && i < n ? i : -1;
     if (hover !== this.hover) {
       this.hover = hover;
@@ -83,16 +85,17 @@ export class Chart {
 
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     ctx.clearRect(0, 0, w, h);
-    const { n, pw, ph, slot } = this.geometry();
+    const g = this.geometry();
+    const { n, pw, ph, slot, pad } = g;
     const res = this.resolution;
     const vals = this.series.map((v) => v / res);
     const peak = vals.reduce((m, v) => Math.max(m, v), 0);
     const top = niceCeil(peak);
     const px = (x) => Math.round(x * dpr) / dpr; // snap to device pixels
-    const baseY = PAD.top + ph;
+    const baseY = pad.top + ph;
 
     // Grid: baseline, half and top, labelled in msg/s.
-    ctx.font = `11px ${font}`;
+    ctx.font = `${g.fs}px ${font}`;
     ctx.textAlign = 'right';
     ctx.textBaseline = 'middle';
     ctx.lineWidth = 1 / dpr;
@@ -100,25 +103,25 @@ export class Chart {
       const y = px(baseY - f * ph) + 0.5 / dpr;
       ctx.strokeStyle = grid;
       ctx.beginPath();
-      ctx.moveTo(PAD.left, y);
-      ctx.lineTo(PAD.left + pw, y);
+      ctx.moveTo(pad.left, y);
+      ctx.lineTo(pad.left + pw, y);
       ctx.stroke();
       ctx.fillStyle = muted;
-      ctx.fillText(fmtAxis(top * f), PAD.left - 8, y);
+      ctx.fillText(fmtAxis(top * f), pad.left - 8, y);
     }
 
     // Bars, or an area when there are too many buckets for bars.
     if (n > 0) {
       const gap = slot >= 6 ? Math.min(3, slot * 0.22) : slot >= 3 ? 1 : 0;
-      const grad = ctx.createLinearGradient(0, PAD.top, 0, baseY);
+      const grad = ctx.createLinearGradient(0, pad.top, 0, baseY);
       grad.addColorStop(0, accent);
       grad.addColorStop(1, withAlpha(accent, 0.45));
       if (slot >= 2) {
         for (let i = 0; i < n; i++) {
           const v = vals[i];
           if (v <= 0) continue;
-          const x0 = px(PAD.left + i * slot + gap / 2);
-          const x1 = px(PAD.left + (i + 1) * slot - gap / 2);
+          const x0 = px(pad.left + i * slot + gap / 2);
+          const x1 = px(pad.left + (i + 1) * slot - gap / 2);
           const bh = Math.max(1 / dpr, px((v / top) * ph));
           ctx.globalAlpha = i === n - 1 ? 0.45 : this.hover >= 0 && this.hover !== i ? 0.7 : 1;
           ctx.fillStyle = grad;
@@ -128,14 +131,14 @@ export class Chart {
         ctx.globalAlpha = 1;
       } else {
         ctx.beginPath();
-        ctx.moveTo(PAD.left, baseY);
-        for (let i = 0; i < n; i++) ctx.lineTo(PAD.left + (i + 0.5) * slot, baseY - (vals[i] / top) * ph);
-        ctx.lineTo(PAD.left + pw, baseY);
+        ctx.moveTo(pad.left, baseY);
+        for (let i = 0; i < n; i++) ctx.lineTo(pad.left + (i + 0.5) * slot, baseY - (vals[i] / top) * ph);
+        ctx.lineTo(pad.left + pw, baseY);
         ctx.closePath();
         ctx.fillStyle = withAlpha(accent, 0.35);
         ctx.fill();
         ctx.beginPath();
-        for (let i = 0; i < n; i++) ctx.lineTo(PAD.left + (i + 0.5) * slot, baseY - (vals[i] / top) * ph);
+        for (let i = 0; i < n; i++) ctx.lineTo(pad.left + (i + 0.5) * slot, baseY - (vals[i] / top) * ph);
         ctx.strokeStyle = accent;
         ctx.lineWidth = 1.5;
         ctx.stroke();
@@ -146,20 +149,20 @@ export class Chart {
     const span = n * res;
     ctx.fillStyle = muted;
     ctx.textBaseline = 'top';
-    const ly = baseY + 7;
+    const ly = baseY + Math.round(g.fs * 0.6);
     ctx.textAlign = 'left';
-    ctx.fillText(span ? `−${fmtSpan(span)}` : '', PAD.left, ly);
+    ctx.fillText(span ? `−${fmtSpan(span)}` : '', pad.left, ly);
     ctx.textAlign = 'center';
-    if (span) ctx.fillText(`−${fmtSpan(span / 2)}`, PAD.left + pw / 2, ly);
+    if (span) ctx.fillText(`−${fmtSpan(span / 2)}`, pad.left + pw / 2, ly);
     ctx.textAlign = 'right';
-    ctx.fillText('now', PAD.left + pw, ly);
+    ctx.fillText('now', pad.left + pw, ly);
 
     this.canvas.setAttribute('aria-label',
       `${this.label} per second over the last ${fmtSpan(span)}: peak ${fmtAxis(peak)}, now ${fmtAxis(vals.at(-2) ?? 0)}`);
-    this.showTip(vals, slot);
+    this.showTip(vals, slot, pad);
   }
 
-  showTip(vals, slot) {
+  showTip(vals, slot, pad) {
     const i = this.hover;
     if (i < 0 || i >= vals.length) {
       this.tip.hidden = true;
@@ -173,7 +176,7 @@ export class Chart {
     this.tip.textContent = `${when}  ${count.toLocaleString()} msg${count === 1 ? '' : 's'}${rate}${i === vals.length - 1 ? ' (so far)' : ''}`;
     this.tip.hidden = false;
     const tw = this.tip.offsetWidth;
-    const x = PAD.left + (i + 0.5) * slot - tw / 2;
+    const x = pad.left + (i + 0.5) * slot - tw / 2;
     this.tip.style.left = `${Math.max(0, Math.min(this.w - tw, x))}px`;
   }
 }
