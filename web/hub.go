@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -45,36 +46,66 @@ type viewKey struct {
 	room   string
 }
 
-// Hub pushes views to websocket clients. Every push interval it computes
-// each view that someone watches once, and only if it changed since the
-// last push gives the same bytes to every watcher. A client keeps only the
-// newest pending version of each view (latest wins), so a slow reader skips
-// versions and holds nothing up: not the hub, not ingest, not other clients.
+// Hub pushes views to websocket clients. One goroutine (Run) owns the set
+// of clients and what each watches; readers send it their requests. Every
+// push interval it computes each view that someone watches once, and only
+// if it changed since the last push gives the same bytes to every watcher.
+// A client keeps only the newest pending version of each view (latest
+// wins), so a slow reader skips versions and holds nothing up: not the hub,
+// not ingest, not other clients. Since only the hub queues views, a client
+// never gets an older version after a newer one.
 type Hub struct {
 	s        *Server
 	upgrader websocket.Upgrader
 	alerts   chan throttle.Alert
+	requests chan request
+	stopped  chan struct{} // closed when Run returns
+	count    atomic.Int64  // clients, for the metric
 
-	mu       sync.Mutex
+	// Owned by Run.
 	clients  map[*client]bool
 	watchers map[viewKey]map[*client]bool
-	last     map[viewKey][]byte // the data last pushed, without as_of
+	last     map[viewKey]pushedView
 }
+
+// pushedView is the last version of a view the hub pushed.
+type pushedView struct {
+	frame []byte // as sent
+	stamp []byte // the data without as_of, to tell a change
+}
+
+// request is a reader's message to the hub.
+type request struct {
+	op  requestOp
+	c   *client
+	key viewKey
+}
+
+type requestOp int
+
+const (
+	join requestOp = iota
+	leave
+	subscribe
+	unsubscribe
+)
 
 func newHub(s *Server) *Hub {
 	h := &Hub{
 		s:        s,
 		alerts:   make(chan throttle.Alert, 256),
+		requests: make(chan request, 1024),
+		stopped:  make(chan struct{}),
 		clients:  map[*client]bool{},
 		watchers: map[viewKey]map[*client]bool{},
-		last:     map[viewKey][]byte{},
+		last:     map[viewKey]pushedView{},
 	}
 	// Write buffers come from a pool and go back after each message, so an
 	// idle client holds none.
 	h.upgrader = websocket.Upgrader{CheckOrigin: h.checkOrigin, ReadBufferSize: 512, WriteBufferSize: 4096, WriteBufferPool: &sync.Pool{}}
 	s.opts.Registerer.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "chatpulse_ws_clients", Help: "Websocket clients connected.",
-	}, func() float64 { h.mu.Lock(); defer h.mu.Unlock(); return float64(len(h.clients)) }))
+	}, func() float64 { return float64(h.count.Load()) }))
 	return h
 }
 
@@ -110,16 +141,31 @@ func (h *Hub) Alert(a throttle.Alert) {
 	}
 }
 
-// Run pushes views every push interval and fans alerts out, until stop is
-// closed.
+// ask hands a request to the hub; false once the hub has stopped.
+func (h *Hub) ask(r request) bool {
+	select {
+	case h.requests <- r:
+		return true
+	case <-h.stopped:
+		return false
+	}
+}
+
+// Run serves requests, pushes views every push interval and fans alerts
+// out, until stop is closed.
 func (h *Hub) Run(stop <-chan struct{}) {
+	defer close(h.stopped)
 	t := time.NewTicker(h.s.opts.PushInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-stop:
-			h.closeAll()
+			for c := range h.clients {
+				c.conn.Close()
+			}
 			return
+		case r := <-h.requests:
+			h.serve(r)
 		case <-t.C:
 			h.push()
 		case a := <-h.alerts:
@@ -127,40 +173,72 @@ func (h *Hub) Run(stop <-chan struct{}) {
 				Type string         `json:"type"`
 				Data throttle.Alert `json:"data"`
 			}{"alert", a})
-			h.mu.Lock()
 			for c := range h.clients {
 				c.queueAlert(frame)
 			}
-			h.mu.Unlock()
 		}
+	}
+}
+
+func (h *Hub) serve(r request) {
+	c, k := r.c, r.key
+	switch r.op {
+	case join:
+		h.clients[c] = true
+		h.count.Add(1)
+	case leave:
+		for k := range h.watchers {
+			h.unwatch(c, k)
+		}
+		delete(h.clients, c)
+		h.count.Add(-1)
+	case subscribe:
+		if !h.clients[c] {
+			return // it left meanwhile
+		}
+		if h.watchers[k] == nil {
+			h.watchers[k] = map[*client]bool{}
+		}
+		h.watchers[k][c] = true
+		v, ok := h.last[k]
+		if !ok { // nobody watched it: compute it now
+			data, stamp, err := h.s.pushed(k)
+			if err != nil {
+				c.queueError(err.Error())
+				h.unwatch(c, k)
+				return
+			}
+			v = pushedView{viewFrame(k, data), stamp}
+			h.last[k] = v
+		}
+		c.queueView(k, v.frame) // the current version at once
+	case unsubscribe:
+		h.unwatch(c, k)
+		c.dropView(k)
+	}
+}
+
+func (h *Hub) unwatch(c *client, k viewKey) {
+	delete(h.watchers[k], c)
+	if len(h.watchers[k]) == 0 {
+		delete(h.watchers, k)
+		delete(h.last, k)
 	}
 }
 
 // push computes every watched view once and hands changed ones to their
 // watchers.
 func (h *Hub) push() {
-	h.mu.Lock()
-	keys := make([]viewKey, 0, len(h.watchers))
-	for k := range h.watchers {
-		keys = append(keys, k)
-	}
-	h.mu.Unlock()
-	for _, k := range keys {
+	for k, watchers := range h.watchers {
 		data, stamp, err := h.s.pushed(k)
-		if err != nil {
-			continue // the key was valid when subscribed; nothing to push
-		}
-		h.mu.Lock()
-		if bytes.Equal(h.last[k], stamp) {
-			h.mu.Unlock()
+		if err != nil || bytes.Equal(h.last[k].stamp, stamp) {
 			continue
 		}
-		h.last[k] = stamp
-		frame := viewFrame(k, data)
-		for c := range h.watchers[k] {
-			c.queueView(k, frame)
+		v := pushedView{viewFrame(k, data), stamp}
+		h.last[k] = v
+		for c := range watchers {
+			c.queueView(k, v.frame)
 		}
-		h.mu.Unlock()
 	}
 }
 
@@ -214,14 +292,6 @@ func errorFrame(msg string) []byte {
 	return b
 }
 
-func (h *Hub) closeAll() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for c := range h.clients {
-		c.conn.Close()
-	}
-}
-
 // serveWS upgrades a request to a websocket client.
 func (h *Hub) serveWS(w http.ResponseWriter, r *http.Request) {
 	conn, err := h.upgrader.Upgrade(w, r, nil) // answers 403 for a foreign origin
@@ -230,9 +300,10 @@ func (h *Hub) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	c := &client{hub: h, conn: conn, wake: make(chan struct{}, 1), pending: map[viewKey][]byte{},
 		subs: map[viewKey]bool{}, limiter: rate.NewLimiter(framesPerSecond, 2*framesPerSecond)}
-	h.mu.Lock()
-	h.clients[c] = true
-	h.mu.Unlock()
+	if !h.ask(request{op: join, c: c}) {
+		conn.Close()
+		return
+	}
 	// Both loops get goroutines of their own, and the handler returns, so
 	// the HTTP server's goroutine and its buffers for this connection go.
 	go c.writeLoop()
@@ -271,6 +342,13 @@ func (c *client) queueView(k viewKey, frame []byte) {
 	c.pending[k] = frame
 	c.mu.Unlock()
 	c.notify()
+}
+
+// dropView forgets an unsent version of a view no longer watched.
+func (c *client) dropView(k viewKey) {
+	c.mu.Lock()
+	delete(c.pending, k)
+	c.mu.Unlock()
 }
 
 func (c *client) queueAlert(frame []byte) {
@@ -390,20 +468,12 @@ func (c *client) handle(data []byte) error {
 		if len(c.subs) >= maxSubscriptions {
 			return fmt.Errorf("at most %d subscriptions per connection", maxSubscriptions)
 		}
-		data, _, err := c.hub.s.pushed(k)
-		if err != nil {
-			return err
-		}
 		c.subs[k] = true
-		c.hub.watch(c, k)
-		c.queueView(k, viewFrame(k, data)) // the current version at once
+		c.hub.ask(request{op: subscribe, c: c, key: k})
 	case "unsubscribe":
 		if c.subs[k] {
 			delete(c.subs, k)
-			c.hub.unwatch(c, k)
-			c.mu.Lock()
-			delete(c.pending, k)
-			c.mu.Unlock()
+			c.hub.ask(request{op: unsubscribe, c: c, key: k})
 		}
 	}
 	return nil
@@ -433,38 +503,10 @@ func (s *Server) key(m clientMsg) (viewKey, error) {
 	return k, nil
 }
 
-func (h *Hub) watch(c *client, k viewKey) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.watchers[k] == nil {
-		h.watchers[k] = map[*client]bool{}
-	}
-	h.watchers[k][c] = true
-}
-
-func (h *Hub) unwatch(c *client, k viewKey) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	delete(h.watchers[k], c)
-	if len(h.watchers[k]) == 0 {
-		delete(h.watchers, k)
-		delete(h.last, k)
-	}
-}
-
-// leave forgets a client whose connection ended.
+// leave tells the hub a client's connection ended and wakes its writer,
+// which closes it.
 func (c *client) leave() {
-	h := c.hub
-	h.mu.Lock()
-	delete(h.clients, c)
-	for k := range c.subs {
-		delete(h.watchers[k], c)
-		if len(h.watchers[k]) == 0 {
-			delete(h.watchers, k)
-			delete(h.last, k)
-		}
-	}
-	h.mu.Unlock()
+	c.hub.ask(request{op: leave, c: c})
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
