@@ -9,6 +9,7 @@ package traffic
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"time"
@@ -22,15 +23,18 @@ type Config struct {
 	BadRatio     float64       // share of malformed or invalid events, 0..1
 	Prefix       string        // events go to <Prefix>.<room>.<user>
 	Seed         uint64
-	Flood        bool // now and then one user floods a room, to trip the throttle
-	Friendly     bool // names like lobby and alice for the busiest rooms and users
+	Flood        bool    // now and then one user floods a room, to trip the throttle
+	Friendly     bool    // names like lobby and alice for the busiest rooms and users
+	Wave         bool    // the rate swings by half over a minute, as real traffic does
+	Flatten      float64 // the Zipf v of users (1 if unset): larger gives the busiest users less
 	Now          func() time.Time
 }
 
 // Demo is lively traffic for chatpulse --demo: a few busy rooms, a long
 // tail, and a flood every 20 seconds or so.
 func Demo() Config {
-	return Config{Rooms: 60, Users: 3000, Rate: 150, Prefix: "chat", Seed: uint64(time.Now().UnixNano()), Flood: true, Friendly: true}
+	return Config{Rooms: 60, Users: 3000, Rate: 150, Prefix: "chat", Seed: uint64(time.Now().UnixNano()),
+		Flood: true, Friendly: true, Wave: true, Flatten: 40}
 }
 
 // Counts is what a generator sent.
@@ -100,7 +104,7 @@ func New(cfg Config) *Generator {
 		}
 		g.member = append(g.member, rooms)
 	}
-	g.zipf = rand.NewZipf(g.r, 1.1, 1, uint64(cfg.Users-1))
+	g.zipf = rand.NewZipf(g.r, 1.1, max(cfg.Flatten, 1), uint64(cfg.Users-1))
 	return g
 }
 
@@ -187,6 +191,16 @@ func (g *Generator) bad(now time.Time, room, user string) []byte {
 	}
 }
 
+// sent is how many events are due after t seconds: the rate's integral.
+// With Wave the rate is Rate·(1 + sin(2πt/60)/2).
+func (g *Generator) sent(t float64) float64 {
+	if !g.cfg.Wave {
+		return g.cfg.Rate * t
+	}
+	const period = 60.0
+	return g.cfg.Rate * (t + period/(4*math.Pi)*(1-math.Cos(2*math.Pi*t/period)))
+}
+
 // Run publishes at the configured rate until Duration has passed or ctx is
 // done, and says what it sent.
 func (g *Generator) Run(ctx context.Context, publish func(subject string, data []byte) error) (Counts, error) {
@@ -200,7 +214,7 @@ func (g *Generator) Run(ctx context.Context, publish func(subject string, data [
 		if g.cfg.Duration > 0 && elapsed >= g.cfg.Duration {
 			elapsed = g.cfg.Duration
 		}
-		due := int(g.cfg.Rate * elapsed.Seconds())
+		due := int(g.sent(elapsed.Seconds()))
 		for c.Sent < due {
 			subject, data, room, user, good := g.Next(now)
 			if err := publish(subject, data); err != nil {
