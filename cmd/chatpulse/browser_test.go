@@ -122,11 +122,14 @@ func TestBrowserDashboard(t *testing.T) {
 	b.wait("mallory over the limit now", `document.querySelector('#active tr[data-user="mallory"][data-room="lobby"][data-policy="user_room_flood"]') !== null`)
 	b.waitText("#top-talker", "mallory")
 
-	// A busier load: hundreds of events over ~50 rooms and ~200 users. The
-	// rooms table must then match the API, row for row and in its order.
+	// A busier load: hundreds of events over ~50 rooms and ~200 users,
+	// spread over the last minute so the chart has a shape. The rooms table
+	// must then match the API, row for row and in its order.
 	g := traffic.New(traffic.Config{Rooms: 50, Users: 200, Seed: 7, Friendly: true})
-	for range 600 {
-		subject, payload, _, _, _ := g.Next(time.Now())
+	start := time.Now().Add(-55 * time.Second)
+	for i := range 600 {
+		at := start.Add(time.Duration(i*i) * 55 * time.Second / (600 * 600)) // busier toward now
+		subject, payload, _, _, _ := g.Next(at)
 		if err := tm.nc.Publish(subject, payload); err != nil {
 			t.Fatal(err)
 		}
