@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -125,10 +126,10 @@ func TestBrowserDashboard(t *testing.T) {
 	// A busier load: hundreds of events over ~50 rooms and ~200 users,
 	// spread over the last minute so the chart has a shape. The rooms table
 	// must then match the API, row for row and in its order.
-	g := traffic.New(traffic.Config{Rooms: 50, Users: 200, Seed: 7, Friendly: true})
+	g := traffic.New(traffic.Config{Rooms: 50, Users: 200, Seed: 7, Friendly: true, Flatten: 8})
 	start := time.Now().Add(-55 * time.Second)
 	for i := range 600 {
-		at := start.Add(time.Duration(i*i) * 55 * time.Second / (600 * 600)) // busier toward now
+		at := start.Add(time.Duration(math.Sqrt(float64(i)/600) * float64(55*time.Second))) // busier toward now
 		subject, payload, _, _, _ := g.Next(at)
 		if err := tm.nc.Publish(subject, payload); err != nil {
 			t.Fatal(err)
