@@ -324,13 +324,15 @@ func (c *Consumer) handle(batch []inMsg, j *job) {
 // Until then the batch does not show in the metrics or in Handled, so that
 // whoever waits for a message to be received sees its throttle state too.
 func (c *Consumer) throttle(j *job) {
-	for k := range j.evs {
-		ev := &j.evs[k]
-		for _, a := range c.thr.Observe(time.UnixMilli(ev.TS), ev.Room, ev.User, ev.Text, j.replay[k]) {
-			if c.cfg.OnAlert != nil {
-				c.cfg.OnAlert(a)
-			}
+	// In pieces of a stack array, so that nothing is allocated per batch.
+	var hits [64]throttle.Hit
+	for start := 0; start < len(j.evs); start += len(hits) {
+		part := hits[:min(len(hits), len(j.evs)-start)]
+		for k := range part {
+			ev := &j.evs[start+k]
+			part[k] = throttle.Hit{At: time.UnixMilli(ev.TS), Room: ev.Room, User: ev.User, Text: ev.Text, Replay: j.replay[start+k]}
 		}
+		c.thr.ObserveBatch(part, c.cfg.OnAlert)
 	}
 	c.m.received.Add(float64(j.received))
 	c.m.ignored.Add(float64(j.ignored))

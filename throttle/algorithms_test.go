@@ -570,7 +570,7 @@ func atRest(l Limiter, now int64) (bool, Limiter) {
 	case *GCRA:
 		return l.k.atRest(&l.s, nil, now), &GCRA{k: l.k, s: l.k.fresh()}
 	case *Repeat:
-		return l.k.atRest(&l.s, l.times, now), &Repeat{k: l.k, s: l.k.fresh(), times: make([]int64, l.k.limit)}
+		return l.k.atRest(&l.s, l.times, now), &Repeat{k: l.k, s: l.k.fresh(), times: make([]int64, l.k.limit-1)}
 	}
 	panic("unknown limiter")
 }

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"hash/maphash"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -12,17 +13,20 @@ import (
 // occurrence in the window denies the next.
 //
 // A Repeat tracks one text (a Set keeps one per key and text, keyed by a
-// hash of the normalized text, never the text itself). Time is continuous,
-// to the millisecond: an occurrence at p is in the window at T iff
-// T - W < p <= T, the same [T-W+1, T] rule as the bucketed windows, with
-// millisecond buckets.
+// hash of the key's name and one of the normalized text, never the text
+// itself; see textHash and table). Time is continuous, to the millisecond:
+// an occurrence at p is in the window at T iff T - W < p <= T, the same
+// [T-W+1, T] rule as the bucketed windows, with millisecond buckets.
 //
 // The state is the times of the newest limit occurrences, oldest first: with
 // limit 1, just the last-seen time. That is all the decision needs, since
 // one more is denied iff the limit-th newest occurrence is still in the
 // window, and it frees the moment that occurrence leaves: retry-after is
 // oldest kept + W - now. The price is Count: it is exact up to the limit and
-// stops there (Count <= Limit), because older occurrences are not kept.
+// stops there (Count <= Limit), because older occurrences are not kept. The
+// newest time is kept apart from the others, in the fixed part of the state:
+// with limit 1 there are no others, and whether a key is at rest is known
+// from the newest alone.
 //
 // Catching up needs no work: the kept times age out by comparison. A late
 // hit is inserted in time order if it is still in the window and among the
@@ -31,7 +35,7 @@ import (
 type Repeat struct {
 	k     repeatKernel
 	s     repeatState
-	times []int64
+	times []int64 // the older limit-1 occurrences
 }
 
 // NewRepeat returns a Repeat denying the next occurrence once limit
@@ -39,7 +43,7 @@ type Repeat struct {
 // window is a positive whole number of milliseconds.
 func NewRepeat(limit int, window time.Duration) *Repeat {
 	k := mustKernel(Policy{Algorithm: AlgRepeat, Limit: limit, Window: window}).(repeatKernel)
-	return &Repeat{k: k, s: k.fresh(), times: make([]int64, k.limit)}
+	return &Repeat{k: k, s: k.fresh(), times: make([]int64, k.limit-1)}
 }
 
 // Decide reports whether one more occurrence would be allowed at now. It
@@ -59,115 +63,186 @@ type repeatKernel struct {
 	w     int64 // window, ms
 }
 
+// The n kept occurrences are older[:n-1], oldest first, then last; older is
+// the variable part of the state, limit-1 times.
 type repeatState struct {
-	n int32 // occurrences kept in times[:n], oldest first
+	n    int32
+	last int64
 }
 
 func (k repeatKernel) fresh() repeatState { return repeatState{} }
 
+// kept is the i-th oldest kept occurrence, i < s.n.
+func kept(s *repeatState, older []int64, i int) int64 {
+	if i == int(s.n)-1 {
+		return s.last
+	}
+	return older[i]
+}
+
 // advance returns the instant a read at t is answered at, and how many
 // kept occurrences are in the window then. It is pure.
-func (k repeatKernel) advance(s *repeatState, times []int64, t int64) (at, count int64) {
+func (k repeatKernel) advance(s *repeatState, older []int64, t int64) (at, count int64) {
 	if s.n == 0 {
 		return t, 0
 	}
-	kept := times[:s.n]
-	at = max(t, kept[len(kept)-1])
+	at = max(t, s.last)
 	i := 0
-	for i < len(kept) && kept[i] <= at-k.w {
+	for i < int(s.n) && kept(s, older, i) <= at-k.w {
 		i++
 	}
-	return at, int64(len(kept) - i)
+	return at, int64(int(s.n) - i)
 }
 
-func (k repeatKernel) decide(s *repeatState, times []int64, now int64) Verdict {
-	_, count := k.advance(s, times, now)
+func (k repeatKernel) decide(s *repeatState, older []int64, now int64) Verdict {
+	_, count := k.advance(s, older, now)
 	if count < k.limit {
 		return allowed(count, k.limit)
 	}
 	// All limit kept occurrences are in the window; the oldest frees first.
-	return denied(count, k.limit, times[0]+k.w-now)
+	return denied(count, k.limit, kept(s, older, 0)+k.w-now)
 }
 
-func (k repeatKernel) hit(s *repeatState, times []int64, at int64) bool {
-	now, count := k.advance(s, times, at)
+func (k repeatKernel) hit(s *repeatState, older []int64, at int64) bool {
+	now, count := k.advance(s, older, at)
 	ok := count < k.limit
 	if at <= now-k.w {
 		return ok // late beyond the window
 	}
 	n := int(s.n)
 	if int64(n) == k.limit {
-		if at <= times[0] {
+		if at <= kept(s, older, 0) {
 			return ok // older than every kept occurrence: never decides anything
 		}
-		copy(times, times[1:n])
+		if n > 1 {
+			copy(older, older[1:n-1])
+		}
 		n--
 	}
-	i := n
-	for i > 0 && times[i-1] > at {
-		times[i] = times[i-1]
-		i--
+	// Insert at among the n kept, after those at the same instant.
+	if n == 0 || at >= s.last {
+		if n > 0 {
+			older[n-1] = s.last
+		}
+		s.last = at
+	} else {
+		i := n - 1
+		for i > 0 && older[i-1] > at {
+			older[i] = older[i-1]
+			i--
+		}
+		older[i] = at
 	}
-	times[i] = at
 	s.n = int32(n + 1)
 	return ok
 }
 
-func (k repeatKernel) atRest(s *repeatState, times []int64, now int64) bool {
-	return s.n == 0 || times[s.n-1] <= now-k.w
+func (k repeatKernel) atRest(s *repeatState, _ []int64, now int64) bool {
+	return s.n == 0 || s.last <= now-k.w
 }
-
-// FNV-1a, 64 bit.
-const (
-	fnvOffset = 14695981039346656037
-	fnvPrime  = 1099511628211
-)
 
 // textHash returns a hash of text after normalization, and false if nothing
 // is left of it: leading and trailing white space is trimmed, every run of
 // Unicode white space becomes one space, and case is folded (each rune is
 // replaced by the smallest rune of its unicode.SimpleFold orbit, so two texts
 // normalize alike exactly when strings.EqualFold would say their runes
-// match). The hash is FNV-1a over the UTF-8 of the normalized text, computed
-// as it is normalized: no copy of the text is made or kept. An invalid UTF-8
-// byte counts as U+FFFD.
+// match). An invalid UTF-8 byte counts as U+FFFD. The hash is maphash, with
+// the process's textSeed, of the UTF-8 of the normalized text, which is
+// written to a buffer on the stack (in pieces, for a long text) and not
+// kept.
 func textHash(text string) (uint64, bool) {
-	h := uint64(fnvOffset)
-	started, space := false, false
-	var buf [utf8.UTFMax]byte
-	for i := 0; i < len(text); {
-		r, size := rune(text[i]), 1
-		if r >= utf8.RuneSelf {
-			r, size = utf8.DecodeRuneInString(text[i:])
-		}
-		i += size
-		if isSpace(r) {
-			space = started
-			continue
-		}
-		if space {
-			h = (h ^ ' ') * fnvPrime
-			space = false
-		}
-		started = true
-		r = fold(r)
-		if r < utf8.RuneSelf {
-			h = (h ^ uint64(r)) * fnvPrime
-			continue
-		}
-		for _, c := range buf[:utf8.EncodeRune(buf[:], r)] {
-			h = (h ^ uint64(c)) * fnvPrime
-		}
+	var buf [normBuf]byte
+	if len(text) > normPiece {
+		return textHashLong(text, &buf)
 	}
-	return h, started
+	n, afterSpace := normalize(&buf, 0, text, 1)
+	n -= afterSpace & min(n, 1) // a trailing space
+	return maphash.Bytes(textSeed, buf[:n]), n > 0
 }
 
-func isSpace(r rune) bool {
-	if r < utf8.RuneSelf {
-		return r == ' ' || '\t' <= r && r <= '\r'
+// A piece of normPiece bytes of text normalizes to at most 3 bytes a byte
+// (an invalid byte becomes U+FFFD; folding never makes a rune longer),
+// which a buffer of normBuf bytes holds with one space held back.
+const (
+	normPiece = 84
+	normBuf   = 1 + 3*normPiece
+)
+
+// textHashLong is textHash for a text longer than normPiece: it normalizes
+// and hashes it a piece at a time.
+func textHashLong(text string, buf *[normBuf]byte) (uint64, bool) {
+	var h maphash.Hash
+	h.SetSeed(textSeed)
+	n, afterSpace, wrote := 0, 1, false
+	for len(text) > 0 {
+		// Cut before a byte that may start a rune: no valid rune spans
+		// the cut, so the pieces decode as the whole text does.
+		cut := min(len(text), normPiece)
+		for k := 0; k < utf8.UTFMax-1 && cut < len(text) && !utf8.RuneStart(text[cut]); k++ {
+			cut--
+		}
+		n, afterSpace = normalize(buf, n, text[:cut], afterSpace)
+		text = text[cut:]
+		// Hold a space back: it may turn out to be trailing.
+		m := n - afterSpace&min(n, 1)
+		h.Write(buf[:m])
+		wrote = wrote || m > 0
+		n = copy(buf[:], buf[m:n])
 	}
-	return unicode.IsSpace(r)
+	return h.Sum64(), wrote
 }
+
+// normalize writes the normalization of text to buf[n:], which has room
+// for 3 bytes a byte of text, and returns the new n. afterSpace is 1 when
+// the last byte written is a space, or when nothing has been written yet
+// (so that leading white space writes nothing); a trailing space is left
+// for the caller to drop.
+func normalize(buf *[normBuf]byte, n int, text string, afterSpace int) (int, int) {
+	for i := 0; i < len(text); {
+		if c := text[i]; c < utf8.RuneSelf {
+			// The common case, without a branch on the text (words and
+			// spaces come in no pattern a branch predictor could learn):
+			// every byte is written, and a space right after a space is
+			// then written over.
+			i++
+			c = asciiNorm[c]
+			space := 0
+			if c == ' ' {
+				space = 1
+			}
+			buf[n] = c
+			n += 1 - space&afterSpace
+			afterSpace = space
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(text[i:])
+		i += size
+		if unicode.IsSpace(r) {
+			if afterSpace == 0 {
+				buf[n] = ' '
+				n++
+				afterSpace = 1
+			}
+			continue
+		}
+		n += utf8.EncodeRune(buf[n:], fold(r))
+		afterSpace = 0
+	}
+	return n, afterSpace
+}
+
+// asciiNorm is the normalization of an ASCII byte: ' ' for white space,
+// upper case for a lower-case letter (the smallest rune of its fold orbit),
+// the byte itself otherwise.
+var asciiNorm = func() (t [utf8.RuneSelf]byte) {
+	for c := range t {
+		t[c] = byte(fold(rune(c)))
+		if c == ' ' || '\t' <= c && c <= '\r' {
+			t[c] = ' '
+		}
+	}
+	return t
+}()
 
 // fold maps r to the smallest rune that case-folds to it.
 func fold(r rune) rune {

@@ -10,25 +10,66 @@ import (
 // store is the keyed state of one policy, whatever its algorithm. Strings
 // passed in may alias the caller's buffers: a store clones what it keeps.
 type store interface {
-	// observe records one hit at `at` and reports whether it is the key's
+	// observe records one hit at m.at and reports whether it is the key's
 	// first denied hit since its last allowed one (the crossing), marking
-	// the key if mark is set. On a crossing, v is the key's verdict just
-	// after the hit.
-	observe(room, user string, h uint64, at int64, mark bool) (crossed bool, v Verdict)
-	check(room, user string, h uint64, now int64) Verdict
+	// the key if mark is set. On a crossing, count and limit are those of
+	// the key's verdict just after the hit.
+	observe(m msg, mark bool) (crossed bool, count, limit int64)
+	// observeAll is observe for ms[j], for each j of sel in turn, under
+	// one taking of the lock; it appends the crossings to out.
+	observeAll(ms []msg, sel []int32, mark bool, out *[]crossing)
+	check(m msg) Verdict
 	// active calls fn for each marked key that is still denied at now.
 	active(now int64, fn func(room, user string, v Verdict, since int64))
 	sweep(now int64) int
 	stats() (keys int, evicted, expired uint64)
 }
 
-// table keeps the state of every key of one policy: a map from the key to
-// an index, and at that index, in parallel slabs, the key's state (hot: read
-// and written by every hit), its links in a doubly linked list from the most
-// to the least recently observed key (warm: 8 bytes a key, so the neighbours
-// a move to the front touches are usually in cache), the key itself (cold:
-// needed only to evict) and the variable part of its state (ext, stride
-// elements).
+// A crossing is one that observeAll found: of the key of message j.
+type crossing struct {
+	j            int32
+	policy       int32 // filled in by the Set
+	count, limit int64
+}
+
+// A msg is one message as the tables see it: its names, the hash of its
+// normalized text (for repeat policies), and the hashes of its user and
+// room, computed once per message for all the policies whose scope needs
+// them (nameHash; 0 when no policy does).
+type msg struct {
+	at                 int64
+	room, user         string
+	text               uint64
+	userHash, roomHash uint64
+}
+
+// table keeps the state of every key of one policy: an index from the
+// key's hash to a place, and at that place, in parallel slabs, an entry
+// (hot: the fixed part of the state, the alert mark and the key itself,
+// all that a hit reads but the variable part of the state), the key's
+// links in a doubly linked list from the most to the least recently
+// observed key (warm: 8 bytes a key, so the neighbours a move to the front
+// writes are usually in cache) and the variable part of its state (ext,
+// stride elements). An entry is 64 bytes at most, a cache line, so that a
+// hit reads three cold lines (index slot, entry, ext element) where
+// separate slabs for state and key, and a key string, would take five; and
+// entries hold no pointer, so the garbage collector does not scan them.
+//
+// The key of a plain table is its name: the user, the room, both
+// (appendKey), or "" for a group; a match is confirmed by comparing names,
+// so it is exact. A name of up to keyInline bytes is kept in the entry, a
+// longer one in long (made when the first one comes). The key of a hashed
+// table (a repeat policy, whose keys include the text) is a pair of 64-bit
+// hashes instead, of the name (nameHash, roomUserHash) and of the
+// normalized text (textHash): 16 bytes with nothing to clone or allocate,
+// for keys that are nearly all new. Two keys are taken for one only if
+// both hashes agree, which takes a collision of random 64-bit values (the
+// hashes are seeded, so none can be made on purpose): a new key is taken
+// for one of the n tracked ones with a probability below n/2^64, under 1 in
+// 10^14 with the default cap of 100,000 keys, or once in more than 500
+// years of 10,000 new keys a second. A hashed key's room and user are
+// needed only to list it in Active: names keeps them for the keys that have
+// been marked as over, and only those.
 //
 // Memory is bounded two ways. A key whose state is back at rest (the same
 // as a key never seen) can be forgotten without changing any answer: each
@@ -37,110 +78,99 @@ type store interface {
 // not the events. And at most max keys are kept: a new key beyond that
 // evicts the least recently observed one, at rest or not (evicted).
 //
-// One mutex guards a table, held briefly by each call. (An RWMutex would let
-// checks run in parallel, but costs observe, by far the most frequent call,
-// two more atomic operations.) Nothing allocates for a key already tracked.
+// One mutex guards a table, held briefly by each call, or for a few dozen
+// messages by ObserveBatch. (An RWMutex would let checks run in parallel,
+// but costs observe, by far the most frequent call, two more atomic
+// operations.) Nothing allocates for a key already tracked, nor for a new
+// key (but the slabs' growth) of a hashed table or with a short name.
 type table[S, E any, K kernel[S, E]] struct {
-	k      K
-	scope  Scope
-	hashed bool // the key includes a text hash (Repeat)
-	// isDirect: the key is the user (keyUser) or the room (keyRoom) as
-	// given, or "" (group); decided once, not by comparing scope strings.
-	isDirect bool
-	keyPart  uint8
-	stride   int
-	max      int
+	k         K
+	scope     Scope
+	hashed    bool // the key includes a text hash (Repeat)
+	keyPart   uint8
+	groupHash uint64 // nameHash(""), the name hash of a group's key
+	stride    int
+	max       int
 
 	mu         sync.Mutex
-	index      map[string]int32
+	index      index
 	states     []entry[S]
 	links      []link
-	keys       []string
+	long       []string        // plain tables: the names longer than keyInline, or nil
+	names      map[int32]names // hashed tables: the names of the keys ever marked
 	ext        []E
 	head, tail int32 // most and least recently observed; -1 when empty
-	free       int32 // free indexes, chained by links[i].next; -1 when none
+	free       int32 // free places, chained by links[i].next; -1 when none
 	n          int   // keys tracked
 	zero       []E   // the ext of a fresh key; never written
 	evicted    uint64
 	expired    uint64
+	sink       uint64 // where observeAll's early loads go
 }
 
 type entry[S any] struct {
 	since int64 // the alert mark: when the key crossed; noTime when not
 	st    S
+	// A plain table's name if it fits (its length in klen, or longName),
+	// or a hashed table's pair (klen: hasNames once names has its names).
+	key  [keyInline]byte
+	klen uint8
 }
 
 type link struct{ prev, next int32 }
 
+const (
+	keyInline = 39
+	longName  = 255
+	hasNames  = 1
+)
+
+// A pair is the key of a hashed table.
+type pair struct{ name, text uint64 }
+
+// names are the room and user of a key, as keyOf gives them.
+type names struct{ room, user string }
+
 const none = -1
 
-// What a direct key is.
+// Which of a message's names make a key.
 const (
-	keyNone uint8 = iota
+	keyGroup uint8 = iota
 	keyUser
 	keyRoom
+	keyRoomUser
 )
 
 func newTable[S, E any, K kernel[S, E]](k K, scope Scope, hashed bool, stride, max int) *table[S, E, K] {
 	return &table[S, E, K]{
 		k: k, scope: scope, hashed: hashed, stride: stride, max: max,
-		isDirect: !hashed && scope != ScopeUserInRoom,
-		keyPart:  map[Scope]uint8{ScopeUser: keyUser, ScopeRoom: keyRoom}[scope],
-		index:    make(map[string]int32),
-		head:     none, tail: none, free: none,
+		keyPart:   map[Scope]uint8{ScopeUser: keyUser, ScopeRoom: keyRoom, ScopeUserInRoom: keyRoomUser}[scope],
+		groupHash: nameHash(""),
+		index:     newIndex(0),
+		head:      none, tail: none, free: none,
 		zero: make([]E, stride),
 	}
 }
 
-// keyBytes is the size of the stack buffer a key is built in; longer keys
-// still work, through the heap.
-const keyBytes = 320
-
-// appendKey encodes the key of a message under a scope. user_in_room
-// prefixes the room with its length, so that no two (room, user) pairs share
-// a key; a text hash is appended as 8 bytes.
-func appendKey(b []byte, scope Scope, hashed bool, room, user string, h uint64) []byte {
-	switch scope {
-	case ScopeUser:
-		b = append(b, user...)
-	case ScopeRoom:
-		b = append(b, room...)
-	case ScopeUserInRoom:
-		b = binary.AppendUvarint(b, uint64(len(room)))
-		b = append(b, room...)
-		b = append(b, user...)
-	}
-	if hashed {
-		b = binary.LittleEndian.AppendUint64(b, h)
-	}
-	return b
+// appendKey encodes the name of a user_in_room key: the room prefixed with
+// its length, so that no two (room, user) pairs share a name, then the user.
+func appendKey(b []byte, room, user string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(room)))
+	b = append(b, room...)
+	return append(b, user...)
 }
 
-// direct returns the map key of a message when it is one of the strings
-// passed in (t.isDirect: scopes user, room and group, without a hash).
-func (t *table[S, E, K]) direct(room, user string) string {
-	switch t.keyPart {
-	case keyUser:
-		return user
-	case keyRoom:
-		return room
-	}
-	return ""
+// isKey reports whether name is appendKey(room, user), without building it.
+func isKey(name, room, user string) bool {
+	var pre [binary.MaxVarintLen64]byte
+	w := binary.PutUvarint(pre[:], uint64(len(room)))
+	return len(name) == w+len(room)+len(user) && name[:w] == string(pre[:w]) &&
+		name[w:w+len(room)] == room && name[w+len(room):] == user
 }
 
-// built returns the map key of a message built in buf. The string aliases
-// buf and is valid only while buf is: insert clones it.
-func (t *table[S, E, K]) built(buf *[keyBytes]byte, room, user string, h uint64) string {
-	b := appendKey(buf[:0], t.scope, t.hashed, room, user, h)
-	return unsafe.String(unsafe.SliceData(b), len(b))
-}
-
-// splitKey is the inverse of appendKey, less the hash. Room or user is ""
-// where the scope does not have it.
-func splitKey(key string, scope Scope, hashed bool) (room, user string) {
-	if hashed {
-		key = key[:len(key)-8]
-	}
+// splitKey is the inverse of appendKey, and of the names of the other
+// scopes. Room or user is "" where the scope does not have it.
+func splitKey(key string, scope Scope) (room, user string) {
 	switch scope {
 	case ScopeUser:
 		return "", key
@@ -153,53 +183,256 @@ func splitKey(key string, scope Scope, hashed bool) (room, user string) {
 	return "", ""
 }
 
+// A key is a message's key in one table, and its hash in the index: the
+// message's names for a plain table (they may alias the caller's buffers:
+// insert copies what it keeps), the pair of hashes for a hashed one.
+type key struct {
+	room, user string
+	pair       pair
+	hash       uint64
+}
+
+// keyOf sets k to the key of m.
+func (t *table[S, E, K]) keyOf(m *msg, k *key) {
+	var h uint64
+	switch t.keyPart {
+	case keyUser:
+		h = m.userHash
+	case keyRoom:
+		h = m.roomHash
+	case keyRoomUser:
+		h = roomUserHash(m.roomHash, m.userHash)
+	default:
+		h = t.groupHash
+	}
+	if t.hashed {
+		*k = key{pair: pair{h, m.text}, hash: pairHash(h, m.text)}
+		return
+	}
+	*k = key{room: m.room, user: m.user, hash: h}
+}
+
+// setKey stores k in e, at place i.
+func (t *table[S, E, K]) setKey(e *entry[S], i int32, k *key) {
+	if t.hashed {
+		binary.LittleEndian.PutUint64(e.key[:8], k.pair.name)
+		binary.LittleEndian.PutUint64(e.key[8:16], k.pair.text)
+		return
+	}
+	var n int
+	switch t.keyPart {
+	case keyUser:
+		n = len(k.user)
+	case keyRoom:
+		n = len(k.room)
+	case keyRoomUser:
+		n = binary.PutUvarint(e.key[:], uint64(len(k.room))) // the length prefix: 10 bytes at most
+		n += len(k.room) + len(k.user)
+	}
+	if n > keyInline {
+		if t.long == nil {
+			t.long = make([]string, len(t.states), cap(t.states))
+		}
+		e.klen = longName
+		t.long[i] = t.longName(k)
+		return
+	}
+	e.klen = uint8(n)
+	switch t.keyPart {
+	case keyUser:
+		copy(e.key[:], k.user)
+	case keyRoom:
+		copy(e.key[:], k.room)
+	case keyRoomUser:
+		w := n - len(k.room) - len(k.user)
+		copy(e.key[w+copy(e.key[w:], k.room):], k.user)
+	}
+}
+
+// longName returns the name of k, to keep.
+func (t *table[S, E, K]) longName(k *key) string {
+	switch t.keyPart {
+	case keyUser:
+		return strings.Clone(k.user)
+	case keyRoom:
+		return strings.Clone(k.room)
+	}
+	b := appendKey(make([]byte, 0, binary.MaxVarintLen64+len(k.room)+len(k.user)), k.room, k.user)
+	return unsafe.String(unsafe.SliceData(b), len(b)) // b is not written again
+}
+
+// nameAt is the name of the key at place i of a plain table. It may alias
+// the entry: it is valid only until the entry changes.
+func (t *table[S, E, K]) nameAt(i int32) string {
+	e := &t.states[i]
+	if e.klen == longName {
+		return t.long[i]
+	}
+	return unsafe.String(&e.key[0], int(e.klen))
+}
+
+// is reports whether place i holds k.
+func (t *table[S, E, K]) is(i int32, k *key) bool {
+	e := &t.states[i]
+	if t.hashed {
+		return binary.LittleEndian.Uint64(e.key[:8]) == k.pair.name && binary.LittleEndian.Uint64(e.key[8:16]) == k.pair.text
+	}
+	switch t.keyPart {
+	case keyUser:
+		return t.nameAt(i) == k.user
+	case keyRoom:
+		return t.nameAt(i) == k.room
+	case keyRoomUser:
+		return isKey(t.nameAt(i), k.room, k.user)
+	}
+	return true // a group has one key
+}
+
+// hashOf is the index hash of the key at place i, as keyOf computed it.
+func (t *table[S, E, K]) hashOf(i int32) uint64 {
+	if t.hashed {
+		e := &t.states[i]
+		return pairHash(binary.LittleEndian.Uint64(e.key[:8]), binary.LittleEndian.Uint64(e.key[8:16]))
+	}
+	if t.keyPart == keyRoomUser {
+		room, user := splitKey(t.nameAt(i), ScopeUserInRoom)
+		return roomUserHash(nameHash(room), nameHash(user))
+	}
+	return nameHash(t.nameAt(i))
+}
+
+// find returns the place of k, or none.
+func (t *table[S, E, K]) find(k *key) int32 {
+	x := &t.index
+	mask, tag := x.mask(), k.hash>>32
+	for p := k.hash >> x.shift; ; p = (p + 1) & mask {
+		s := x.slots[p]
+		if s == 0 {
+			return none
+		}
+		if i := int32(uint32(s)) - 1; s>>32 == tag && t.is(i, k) {
+			return i
+		}
+	}
+}
+
 func (t *table[S, E, K]) extOf(i int32) []E {
 	return t.ext[int(i)*t.stride : int(i+1)*t.stride]
 }
 
-func (t *table[S, E, K]) observe(room, user string, h uint64, at int64, mark bool) (crossed bool, v Verdict) {
-	if t.isDirect {
-		return t.observeKey(t.direct(room, user), at, mark)
-	}
-	var buf [keyBytes]byte
-	return t.observeKey(t.built(&buf, room, user, h), at, mark)
-}
-
-func (t *table[S, E, K]) observeKey(key string, at int64, mark bool) (crossed bool, v Verdict) {
+func (t *table[S, E, K]) observe(m msg, mark bool) (crossed bool, count, limit int64) {
+	var k key
+	t.keyOf(&m, &k)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	i, ok := t.index[key]
-	if !ok {
-		i = t.insert(key, at)
+	return t.hit(&k, &m, mark)
+}
+
+func (t *table[S, E, K]) observeAll(ms []msg, sel []int32, mark bool, out *[]crossing) {
+	var keys [batchChunk]key
+	for n, j := range sel {
+		t.keyOf(&ms[j], &keys[n])
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.prefetch(ms, sel, &keys)
+	for n, j := range sel {
+		if crossed, count, limit := t.hit(&keys[n], &ms[j], mark); crossed {
+			*out = append(*out, crossing{j: j, count: count, limit: limit})
+		}
+	}
+}
+
+// prefetch loads, for each key, the index slot where its search starts,
+// then the entry and ext element that slot points to, if any, and the
+// index slots of the keys that new ones may evict: in tight loops whose
+// loads do not wait for each other, so that their cache misses overlap
+// instead of coming one after the other, as they would if each message
+// were handled in turn. What it finds are only hints (hits move keys):
+// hit looks each key up again, in cache by then.
+func (t *table[S, E, K]) prefetch(ms []msg, sel []int32, keys *[batchChunk]key) {
+	x := &t.index
+	var sink uint64
+	for n := range sel {
+		sink += x.slots[keys[n].hash>>x.shift]
+	}
+	var places [batchChunk]int32
+	for n := range sel {
+		s := x.slots[keys[n].hash>>x.shift]
+		places[n] = int32(uint32(s)) - 1
+		if s>>32 != keys[n].hash>>32 {
+			places[n] = none
+		}
+	}
+	// Each new key may evict one from the cold end of the list (at rest,
+	// or over the cap): the index slots of as many keys from there.
+	fresh, now := 0, ms[sel[len(sel)-1]].at
+	for n := range sel {
+		if places[n] == none {
+			fresh++
+		}
+	}
+	for i := t.tail; i != none && fresh > 0; i, fresh = t.links[i].prev, fresh-1 {
+		if t.n < t.max && !t.k.atRest(&t.states[i].st, t.extOf(i), now) {
+			break
+		}
+		sink += x.slots[t.hashOf(i)>>x.shift]
+	}
+	sliding, isSliding := any(t.k).(slidingKernel)
+	for n, j := range sel {
+		i := places[n]
+		if i == none {
+			continue
+		}
+		sink += uint64(t.states[i].klen)
+		if ext := t.extOf(i); len(ext) > 0 {
+			slot := 0
+			if isSliding {
+				slot = int(floorMod(floorDiv(ms[j].at, sliding.res), sliding.n))
+			}
+			sink += uint64(*(*byte)(unsafe.Pointer(&ext[slot])))
+		}
+	}
+	t.sink = sink
+}
+
+// hit records one hit of key k, message m; the caller holds the lock.
+func (t *table[S, E, K]) hit(k *key, m *msg, mark bool) (crossed bool, count, limit int64) {
+	i := t.find(k)
+	if i == none {
+		i = t.insert(k, m.at)
 	}
 	e, ext := &t.states[i], t.extOf(i)
 	switch {
-	case t.k.hit(&e.st, ext, at):
+	case t.k.hit(&e.st, ext, m.at):
 		e.since = noTime
 	case mark && e.since == noTime:
-		e.since, crossed = at, true
-		v = t.k.decide(&e.st, ext, at)
+		e.since, crossed = m.at, true
+		v := t.k.decide(&e.st, ext, m.at)
+		count, limit = v.Count, v.Limit
+		if t.hashed && e.klen == 0 { // kept until the key is forgotten
+			if t.names == nil {
+				t.names = make(map[int32]names)
+			}
+			room, user := keyOf(t.scope, m.room, m.user)
+			t.names[i] = names{strings.Clone(room), strings.Clone(user)}
+			e.klen = hasNames
+		}
 	}
 	t.touch(i)
-	return crossed, v
+	return crossed, count, limit
 }
 
-func (t *table[S, E, K]) check(room, user string, h uint64, now int64) Verdict {
-	if t.isDirect {
-		return t.checkKey(t.direct(room, user), now)
-	}
-	var buf [keyBytes]byte
-	return t.checkKey(t.built(&buf, room, user, h), now)
-}
-
-func (t *table[S, E, K]) checkKey(key string, now int64) Verdict {
+func (t *table[S, E, K]) check(m msg) Verdict {
+	var k key
+	t.keyOf(&m, &k)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if i, ok := t.index[key]; ok {
-		return t.k.decide(&t.states[i].st, t.extOf(i), now)
+	if i := t.find(&k); i != none {
+		return t.k.decide(&t.states[i].st, t.extOf(i), m.at)
 	}
 	fresh := t.k.fresh()
-	return t.k.decide(&fresh, t.zero, now)
+	return t.k.decide(&fresh, t.zero, m.at)
 }
 
 func (t *table[S, E, K]) active(now int64, fn func(room, user string, v Verdict, since int64)) {
@@ -211,14 +444,20 @@ func (t *table[S, E, K]) active(now int64, fn func(room, user string, v Verdict,
 			continue
 		}
 		if v := t.k.decide(&e.st, t.extOf(i), now); !v.Allowed {
-			room, user := splitKey(t.keys[i], t.scope, t.hashed)
+			var room, user string
+			if t.hashed {
+				room, user = t.names[i].room, t.names[i].user
+			} else {
+				room, user = splitKey(t.nameAt(i), t.scope)
+				room, user = strings.Clone(room), strings.Clone(user)
+			}
 			fn(room, user, v, e.since)
 		}
 	}
 }
 
-// insert adds a fresh key and returns its index, evicting first.
-func (t *table[S, E, K]) insert(key string, at int64) int32 {
+// insert adds k, fresh, and returns its place, evicting first.
+func (t *table[S, E, K]) insert(k *key, at int64) int32 {
 	for range 2 {
 		if t.tail == none || !t.k.atRest(&t.states[t.tail].st, t.extOf(t.tail), at) {
 			break
@@ -236,14 +475,16 @@ func (t *table[S, E, K]) insert(key string, at int64) int32 {
 		copy(t.extOf(i), t.zero)
 	} else {
 		i = int32(len(t.states))
-		t.states = append(t.states, entry[S]{})
-		t.links = append(t.links, link{})
-		t.keys = append(t.keys, "")
-		t.ext = append(t.ext, t.zero...)
+		t.states = append(grow(t.states, 1), entry[S]{})
+		t.links = append(grow(t.links, 1), link{})
+		if t.long != nil {
+			t.long = append(grow(t.long, 1), "")
+		}
+		t.ext = append(grow(t.ext, t.stride), t.zero...)
 	}
-	kept := strings.Clone(key)
-	t.states[i] = entry[S]{since: noTime, st: t.k.fresh()}
-	t.keys[i] = kept
+	e := &t.states[i]
+	*e = entry[S]{since: noTime, st: t.k.fresh()}
+	t.setKey(e, i, k)
 	t.links[i] = link{prev: none, next: t.head}
 	if t.head != none {
 		t.links[t.head].prev = i
@@ -251,12 +492,22 @@ func (t *table[S, E, K]) insert(key string, at int64) int32 {
 		t.tail = i
 	}
 	t.head = i
-	t.index[kept] = i
+	t.index.insert(k.hash, i)
 	t.n++
 	return i
 }
 
-// touch moves index i to the head of the list.
+// grow makes room for n more in a slab, doubling its capacity when full:
+// append alone would add only a quarter once the slab is large, and so copy
+// it four times as much while a table fills up.
+func grow[T any](s []T, n int) []T {
+	if cap(s)-len(s) >= n {
+		return s
+	}
+	return append(make([]T, 0, max(2*cap(s), len(s)+n, 16)), s...)
+}
+
+// touch moves place i to the head of the list.
 func (t *table[S, E, K]) touch(i int32) {
 	if t.head == i {
 		return
@@ -273,10 +524,14 @@ func (t *table[S, E, K]) touch(i int32) {
 	t.head = i
 }
 
-// remove forgets the key at index i and puts i on the free list.
+// remove forgets the key at place i and puts i on the free list.
 func (t *table[S, E, K]) remove(i int32) {
+	t.index.remove(t.hashOf(i), i)
+	e := &t.states[i]
+	if t.hashed && e.klen == hasNames {
+		delete(t.names, i)
+	}
 	l := t.links[i]
-	delete(t.index, t.keys[i])
 	if l.prev != none {
 		t.links[l.prev].next = l.next
 	} else {
@@ -287,7 +542,9 @@ func (t *table[S, E, K]) remove(i int32) {
 	} else {
 		t.tail = l.prev
 	}
-	t.keys[i] = ""
+	if e.klen == longName {
+		t.long[i] = ""
+	}
 	t.links[i] = link{prev: none, next: t.free}
 	t.free = i
 	t.n--
@@ -314,28 +571,40 @@ func (t *table[S, E, K]) sweep(now int64) int {
 	return gone
 }
 
-// compact copies the live keys into new, right-sized slabs and map (a Go
-// map never shrinks), keeping their order.
+// compact copies the live keys into new, right-sized slabs and index,
+// keeping their order.
 func (t *table[S, E, K]) compact() {
 	states := make([]entry[S], 0, 2*t.n)
 	links := make([]link, 0, 2*t.n)
-	keys := make([]string, 0, 2*t.n)
+	var long []string
+	if t.long != nil {
+		long = make([]string, 0, 2*t.n)
+	}
 	ext := make([]E, 0, 2*t.n*t.stride)
-	index := make(map[string]int32, t.n)
+	idx := newIndex(2 * t.n)
+	var marked map[int32]names
+	if len(t.names) > 0 {
+		marked = make(map[int32]names, len(t.names))
+	}
 	for i := t.head; i != none; i = t.links[i].next {
 		j := int32(len(states))
 		states = append(states, t.states[i])
 		links = append(links, link{prev: j - 1, next: j + 1})
-		keys = append(keys, t.keys[i])
+		if t.long != nil {
+			long = append(long, t.long[i])
+		}
 		ext = append(ext, t.extOf(i)...)
-		index[t.keys[i]] = j
+		idx.insert(t.hashOf(i), j)
+		if nm, ok := t.names[i]; ok {
+			marked[j] = nm
+		}
 	}
 	t.head, t.tail, t.free = none, none, none
 	if n := int32(len(states)); n > 0 {
 		links[n-1].next = none
 		t.head, t.tail = 0, n-1
 	}
-	t.states, t.links, t.keys, t.ext, t.index = states, links, keys, ext, index
+	t.states, t.links, t.long, t.ext, t.index, t.names = states, links, long, ext, idx, marked
 }
 
 func (t *table[S, E, K]) stats() (keys int, evicted, expired uint64) {
@@ -359,7 +628,7 @@ func newStore(p Policy, max int) store {
 	case gcraKernel:
 		return newTable[gcraState, struct{}](k, p.Scope, hashed, 0, max)
 	case repeatKernel:
-		return newTable[repeatState, int64](k, p.Scope, hashed, int(k.limit), max)
+		return newTable[repeatState, int64](k, p.Scope, hashed, int(k.limit-1), max)
 	}
 	panic("throttle: unknown kernel")
 }

@@ -323,32 +323,52 @@ func openBrowser(t *testing.T, chromium, base string) *browser {
 		chromedp.Flag("password-store", "basic"),
 		chromedp.WindowSize(1600, 1000),
 	}
+	// Chromium now and then dies while starting on this machine (the first
+	// action then fails with "chrome failed to start"): try again, a few
+	// times, with a fresh process.
+	for attempt := 1; ; attempt++ {
+		err := b.start(opts)
+		if err == nil {
+			break
+		}
+		if attempt == 3 {
+			t.Fatalf("starting %s: %v", chromium, err)
+		}
+		t.Logf("starting %s (attempt %d): %v", chromium, attempt, err)
+	}
+	b.viewport(1600, 1000, false)
+	return b
+}
+
+// start runs a browser for b with opts, to be closed when the test ends.
+func (b *browser) start(opts []chromedp.ExecAllocatorOption) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a last resort; waits are bounded on their own
 	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
 	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithListener(b.listen))
-	t.Cleanup(func() {
+	stop := func() {
 		if err := chromedp.Cancel(bctx); err != nil {
-			t.Logf("closing the browser: %v", err)
+			b.t.Logf("closing the browser: %v", err)
 		}
 		bcancel()
 		acancel() // waits for the browser to exit and its directory to go
 		cancel()
-	})
-	b.ctx = bctx
+	}
 	// The first action starts the browser, with the lifetime of the context
 	// it runs in: bctx itself, not one of the shorter contexts of the steps.
 	// The dashboard is dark unless the system asks for light: show it so.
-	err = chromedp.Do(bctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+	err := chromedp.Do(bctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 		_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
 			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}},
 		})
 		return err
 	}))
 	if err != nil {
-		t.Fatalf("starting %s: %v", chromium, err)
+		stop()
+		return err
 	}
-	b.viewport(1600, 1000, false)
-	return b
+	b.ctx = bctx
+	b.t.Cleanup(stop)
+	return nil
 }
 
 // listen records what the page must never do. It runs in chromedp's event
