@@ -218,3 +218,32 @@ func TestConcurrentReads(t *testing.T) {
 		}
 	}
 }
+
+// Counting a message of a (room, user) pair already tracked allocates
+// nothing, whatever the windows do meanwhile.
+func TestObserveTrackedDoesNotAllocate(t *testing.T) {
+	agg, _ := aggregator.New(mustWindows(t, "1m,5m,1h"))
+	now := int64(1_764_000_000_000)
+	var evs []aggregator.Event
+	for i := range 2000 {
+		evs = append(evs, aggregator.Event{Room: fmt.Sprint("r", i%50), User: fmt.Sprint("u", i%400)})
+	}
+	batch := make([]aggregator.Event, 64)
+	late := make([]int, 0, 64)
+	i := 0
+	observe := func() {
+		for j := range batch {
+			batch[j] = evs[i%len(evs)]
+			batch[j].TS = now
+			i++
+			now += 7 // about 140 events a second of chat time: buckets and heaps keep moving
+		}
+		late = agg.Observe(now, batch, late[:0])
+	}
+	for range 20_000 { // a long warm-up: every buffer at its steady size
+		observe()
+	}
+	if a := testing.AllocsPerRun(2000, observe); a != 0 {
+		t.Fatalf("%v allocations per batch of 64 tracked events", a)
+	}
+}
