@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -45,10 +46,43 @@ func checkCmd(args []string) error {
 		bodies[i] = fmt.Appendf(nil, `{"room":"room-%d","user":"user-%d","text":"hi there"}`, r.IntN(100), r.IntN(10_000))
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: *workers, MaxConnsPerHost: *workers}}
+
+	// Baselines: the same requests answered by a responder that only
+	// echoes, over the same NATS server and over HTTP from this process, so
+	// the transports' own latency on this machine is known.
+	echo, err := nc.Subscribe("chatbench.echo", func(m *nats.Msg) { m.Respond(m.Data) })
+	if err != nil {
+		return err
+	}
+	defer echo.Unsubscribe()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	echoHTTP := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(w, r.Body) })}
+	go echoHTTP.Serve(ln)
+	defer echoHTTP.Close()
+	echoURL := "http://" + ln.Addr().String() + "/"
+	post := func(url string, body []byte) error {
+		resp, err := client.Post(url, "application/json", bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return nil
+	}
 	transports := []struct {
 		name string
 		call func(body []byte) error
 	}{
+		{"baseline: NATS echo responder", func(body []byte) error {
+			_, err := nc.Request("chatbench.echo", body, 5*time.Second)
+			return err
+		}},
 		{"NATS request-reply", func(body []byte) error {
 			m, err := nc.Request("chatpulse.throttle.check", body, 5*time.Second)
 			if err == nil && m.Header.Get("Nats-Service-Error") != "" {
@@ -56,18 +90,8 @@ func checkCmd(args []string) error {
 			}
 			return err
 		}},
-		{"HTTP POST /api/v1/throttle/check", func(body []byte) error {
-			resp, err := client.Post(*base+"/api/v1/throttle/check", "application/json", bytes.NewReader(body))
-			if err != nil {
-				return err
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != 200 {
-				return fmt.Errorf("status %d", resp.StatusCode)
-			}
-			return nil
-		}},
+		{"baseline: HTTP echo handler", func(body []byte) error { return post(echoURL, body) }},
+		{"HTTP POST /api/v1/throttle/check", func(body []byte) error { return post(*base+"/api/v1/throttle/check", body) }},
 	}
 	fmt.Printf("throttle checks at %d/s for %v each, %.0f chat events/s flowing, %d in flight at most\n\n", *rate, *d, *events, *workers)
 	for _, tr := range transports {
