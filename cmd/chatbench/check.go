@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -13,8 +12,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-
-	"github.com/chatpulse/chatpulse/traffic"
 )
 
 // check measures throttle check latency over NATS request-reply and over
@@ -31,14 +28,11 @@ func checkCmd(args []string) error {
 	workers := fs.Int("workers", 64, "requests in flight at most")
 	fs.Parse(args)
 
-	nc, err := nats.Connect(*url, nats.Name("chatbench-check"))
+	nc, stop, err := chat(*url, "chatbench-check", *events)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	go traffic.New(traffic.Config{Rooms: 100, Users: 10_000, Rate: *events, Seed: 7}).Run(ctx, nc.Publish)
 
 	r := rand.New(rand.NewPCG(1, 2))
 	bodies := make([][]byte, 4096)

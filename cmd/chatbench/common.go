@@ -2,12 +2,17 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/chatpulse/chatpulse/traffic"
 )
 
 // scrape reads the unlabelled samples of a Prometheus text endpoint.
@@ -49,3 +54,15 @@ func percentiles(ds []time.Duration, ps ...float64) []time.Duration {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
+
+// chat connects to NATS as name and publishes chat traffic at rate until
+// stop is called: what flows while check and fanout measure.
+func chat(url, name string, rate float64) (nc *nats.Conn, stop func(), err error) {
+	nc, err = nats.Connect(url, nats.Name(name))
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go traffic.New(traffic.Config{Rooms: 100, Users: 10_000, Rate: rate, Seed: 7}).Run(ctx, nc.Publish)
+	return nc, func() { cancel(); nc.Close() }, nil
+}

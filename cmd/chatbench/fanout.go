@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -12,8 +11,6 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/nats-io/nats.go"
-
-	"github.com/chatpulse/chatpulse/traffic"
 )
 
 // fanout connects many websocket clients to a running chatpulse, each
@@ -29,14 +26,11 @@ func fanoutCmd(args []string) error {
 	d := fs.Duration("duration", 15*time.Second, "how long to measure once all are connected")
 	fs.Parse(args)
 
-	nc, err := nats.Connect(*url, nats.Name("chatbench-fanout"))
+	_, stop, err := chat(*url, "chatbench-fanout", *events)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	go traffic.New(traffic.Config{Rooms: 100, Users: 10_000, Rate: *events, Seed: 9}).Run(ctx, nc.Publish)
 	time.Sleep(2 * time.Second) // traffic under way before the baseline
 
 	before, err := scrape(*base + "/metrics")

@@ -71,6 +71,19 @@ func eventJSON(e aggregator.Event, id int) string {
 	return string(b)
 }
 
+// publishTrace publishes evs, waits until chatpulse has them all, and
+// returns the oracle fed the same, with the indexes of the late ones.
+func (tm *testMain) publishTrace(now int64, evs []aggregator.Event) (*oracle.Oracle, []int) {
+	tm.t.Helper()
+	for i, e := range evs {
+		tm.publish("chat.x.y", eventJSON(e, i))
+	}
+	tm.waitReceived(len(evs))
+	ws, _ := rolling.ParseWindows(rolling.DefaultWindows)
+	o := oracle.New(ws)
+	return o, o.Observe(now, evs)
+}
+
 // sameJSON compares an HTTP answer with the oracle's view, through JSON.
 func (tm *testMain) sameJSON(path string, want any) {
 	tm.t.Helper()
@@ -111,14 +124,7 @@ func TestEndToEndOracle(t *testing.T) {
 	tm := startMainAt(t, clock.Now)
 	now := clock.ms.Load()
 	evs := randomTrace(rand.New(rand.NewPCG(1, 2)), now, 3000)
-	for i, e := range evs {
-		tm.publish("chat.x.y", eventJSON(e, i))
-	}
-	tm.waitReceived(len(evs))
-
-	ws, _ := rolling.ParseWindows(rolling.DefaultWindows)
-	o := oracle.New(ws)
-	late := o.Observe(now, evs)
+	o, late := tm.publishTrace(now, evs)
 	if len(late) == 0 {
 		t.Fatal("the trace should hold late events")
 	}

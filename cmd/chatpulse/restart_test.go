@@ -21,8 +21,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chatpulse/chatpulse/aggregator"
-	"github.com/chatpulse/chatpulse/aggregator/oracle"
-	"github.com/chatpulse/chatpulse/rolling"
 )
 
 // A restart on the same data directory rebuilds every window from the
@@ -33,13 +31,7 @@ func TestRestartRebuilds(t *testing.T) {
 	tm := startMainAt(t, clock.Now, "--data-dir", dir)
 	now := clock.ms.Load()
 	evs := randomTrace(rand.New(rand.NewPCG(3, 4)), now, 1500)
-	for i, e := range evs {
-		tm.publish("chat.x.y", eventJSON(e, i))
-	}
-	tm.waitReceived(len(evs))
-	ws, _ := rolling.ParseWindows(rolling.DefaultWindows)
-	o := oracle.New(ws)
-	o.Observe(now, evs)
+	o, _ := tm.publishTrace(now, evs)
 	tm.compareAll(o, now, evs)
 	if err := tm.Close(); err != nil {
 		t.Fatal(err)
