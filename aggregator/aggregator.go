@@ -354,17 +354,6 @@ func (a *Aggregator) Windows() Windows {
 	return v
 }
 
-// Largest is the longest configured window.
-func (a *Aggregator) Largest() rolling.Window {
-	l := a.ws[0].Window
-	for _, w := range a.ws[1:] {
-		if w.Size > l.Size {
-			l = w.Window
-		}
-	}
-	return l
-}
-
 // read takes the lock and brings the named window up to date for a view.
 func (a *Aggregator) read(name string, now int64) (w *window, t, b int64, err error) {
 	w, err = a.window(name)
