@@ -58,10 +58,7 @@ func (c *SlidingWindowCounter) Decide(now time.Time) Verdict {
 
 // Hit decides at `at` as Decide would, then records the hit, allowed or not.
 func (c *SlidingWindowCounter) Hit(at time.Time) Verdict {
-	t := at.UnixMilli()
-	v := c.k.decide(&c.s, nil, t)
-	c.k.hit(&c.s, nil, t)
-	return v
+	return decideThenHit(c.k, &c.s, nil, at)
 }
 
 type counterKernel struct {

@@ -34,10 +34,7 @@ func (f *FixedWindow) Decide(now time.Time) Verdict { return f.k.decide(&f.s, ni
 
 // Hit decides at `at` as Decide would, then records the hit, allowed or not.
 func (f *FixedWindow) Hit(at time.Time) Verdict {
-	t := at.UnixMilli()
-	v := f.k.decide(&f.s, nil, t)
-	f.k.hit(&f.s, nil, t)
-	return v
+	return decideThenHit(f.k, &f.s, nil, at)
 }
 
 type fixedKernel struct {

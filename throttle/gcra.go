@@ -44,10 +44,7 @@ func (g *GCRA) Decide(now time.Time) Verdict { return g.k.decide(&g.s, nil, now.
 
 // Hit decides at `at` as Decide would, then records the hit if allowed.
 func (g *GCRA) Hit(at time.Time) Verdict {
-	t := at.UnixMilli()
-	v := g.k.decide(&g.s, nil, t)
-	g.k.hit(&g.s, nil, t)
-	return v
+	return decideThenHit(g.k, &g.s, nil, at)
 }
 
 type gcraKernel struct {

@@ -52,10 +52,7 @@ func (r *Repeat) Decide(now time.Time) Verdict { return r.k.decide(&r.s, r.times
 
 // Hit decides at `at` as Decide would, then records the occurrence.
 func (r *Repeat) Hit(at time.Time) Verdict {
-	t := at.UnixMilli()
-	v := r.k.decide(&r.s, r.times, t)
-	r.k.hit(&r.s, r.times, t)
-	return v
+	return decideThenHit(r.k, &r.s, r.times, at)
 }
 
 type repeatKernel struct {

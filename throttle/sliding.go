@@ -58,10 +58,7 @@ func (w *SlidingWindow) Decide(now time.Time) Verdict {
 
 // Hit decides at `at` as Decide would, then records the hit, allowed or not.
 func (w *SlidingWindow) Hit(at time.Time) Verdict {
-	t := at.UnixMilli()
-	v := w.k.decide(&w.s, w.ring, t)
-	w.k.hit(&w.s, w.ring, t)
-	return v
+	return decideThenHit(w.k, &w.s, w.ring, at)
 }
 
 type slidingKernel struct {

@@ -46,10 +46,7 @@ func (b *TokenBucket) Decide(now time.Time) Verdict { return b.k.decide(&b.s, ni
 
 // Hit decides at `at` as Decide would, then takes a token if there is one.
 func (b *TokenBucket) Hit(at time.Time) Verdict {
-	t := at.UnixMilli()
-	v := b.k.decide(&b.s, nil, t)
-	b.k.hit(&b.s, nil, t)
-	return v
+	return decideThenHit(b.k, &b.s, nil, at)
 }
 
 type bucketKernel struct {

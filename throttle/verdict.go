@@ -50,6 +50,15 @@ type kernel[S, E any] interface {
 	atRest(s *S, ext []E, now int64) bool
 }
 
+// decideThenHit is the Hit of every standalone algorithm: the verdict just
+// before the hit, then the hit recorded.
+func decideThenHit[S, E any, K kernel[S, E]](k K, s *S, ext []E, at time.Time) Verdict {
+	t := at.UnixMilli()
+	v := k.decide(s, ext, t)
+	k.hit(s, ext, t)
+	return v
+}
+
 // noTime marks "no hit yet" in a state's time fields.
 const noTime = math.MinInt64
 
