@@ -25,19 +25,16 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/rolling"
 	"github.com/chatpulse/chatpulse/topk"
 )
 
-// Event is one chat message. Room and User may alias the caller's buffers:
-// the aggregator copies the names it keeps.
-type Event struct {
-	Room, User string
-	TS         int64 // Unix milliseconds
-}
-
 // ErrUnknownWindow is returned for a window name that is not configured.
 var ErrUnknownWindow = errors.New("unknown window")
+
+// MaxK is the most top users or rooms a view lists.
+const MaxK = 100
 
 // Aggregator is safe for concurrent use.
 type Aggregator struct {
@@ -117,16 +114,16 @@ func New(windows []rolling.Window) (*Aggregator, error) {
 		rooms:   make(map[string]*room),
 		users:   make(map[string]*user),
 		pairs:   make(map[pairKey]*pair),
-		clock:   -1 << 63,
+		clock:   chat.Never,
 		late:    make([]uint64, len(windows)),
 		buckets: make([]int64, len(windows)),
 	}
 	for i, spec := range windows {
-		n := spec.Buckets()
-		if n < 1 || n > rolling.MaxBuckets || spec.Res < rolling.MinResolution {
-			return nil, fmt.Errorf("aggregator: window %q: bad geometry %v/%v", spec.Name, spec.Size, spec.Res)
+		if err := spec.Validate(); err != nil {
+			return nil, fmt.Errorf("aggregator: window %q: %w", spec.Name, err)
 		}
-		w := &window{Window: spec, i: i, n: int64(n), res: spec.Res.Milliseconds(), head: -1 << 62, total: rolling.NewCounter(n)}
+		n := spec.Buckets()
+		w := &window{Window: spec, i: i, n: int64(n), res: spec.Res.Milliseconds(), head: chat.Never, total: rolling.NewCounter(n)}
 		w.pairs = rolling.NewKeyed(n, func(p *pairWin) *rolling.Tally { return &p.tally }, a.pairFell(w))
 		w.rooms = rolling.NewKeyed(n, func(r *roomWin) *rolling.Tally { return &r.tally }, a.roomFell)
 		a.ws = append(a.ws, w)
@@ -193,8 +190,9 @@ func (w *window) advance(b int64) {
 
 // Observe counts a batch of messages, received at wall-clock time now. An
 // event older than a window is skipped by that window; the indexes of events
-// older than every window are appended to late and not counted.
-func (a *Aggregator) Observe(now int64, evs []Event, late []int) []int {
+// older than every window are appended to late and not counted. Only Room,
+// User and TS of an event are read.
+func (a *Aggregator) Observe(now int64, evs []chat.Event, late []int) []int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.advance(now)
@@ -206,9 +204,9 @@ func (a *Aggregator) Observe(now int64, evs []Event, late []int) []int {
 	return late
 }
 
-func (a *Aggregator) observe(ev *Event) bool {
+func (a *Aggregator) observe(ev *chat.Event) bool {
 	counted := false
-	for _, w := range a.ws {
+	for _, w := range a.ws { // Observe moved every head to now: none is Never
 		b := w.bucket(ev.TS)
 		if b <= w.head-w.n {
 			a.late[w.i]++
@@ -354,13 +352,13 @@ func (a *Aggregator) Windows() Windows {
 	return v
 }
 
-// read takes the lock and brings the named window up to date for a view.
-func (a *Aggregator) read(name string, now int64) (w *window, t, b int64, err error) {
-	w, err = a.window(name)
+// read brings the window named win up to date for a view at now, and
+// returns it with the as_of T and its bucket. The caller holds the lock.
+func (a *Aggregator) read(win string, now int64) (w *window, t, b int64, err error) {
+	w, err = a.window(win)
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	a.mu.Lock()
 	t = a.tick(now)
 	b = w.bucket(t)
 	w.advance(b)
@@ -378,16 +376,17 @@ func talkers(items []*topk.Item) []Talker {
 }
 
 // Overview is the overview of a window, with its k top users and rooms.
-func (a *Aggregator) Overview(window string, k int, now int64) (Overview, error) {
-	w, t, b, err := a.read(window, now)
+func (a *Aggregator) Overview(win string, k int, now int64) (Overview, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	w, t, b, err := a.read(win, now)
 	if err != nil {
 		return Overview{}, err
 	}
-	defer a.mu.Unlock()
-	var items [100]*topk.Item
+	var items [MaxK]*topk.Item
 	v := Overview{
 		Window:        w.Name,
-		AsOf:          Time(t),
+		AsOf:          chat.Time(t),
 		Messages:      w.total.Count(b),
 		DistinctUsers: w.users,
 		ActiveRooms:   w.rooms.Keys(),
@@ -405,14 +404,15 @@ func (a *Aggregator) Overview(window string, k int, now int64) (Overview, error)
 }
 
 // Rooms lists up to limit active rooms of a window, busiest first.
-func (a *Aggregator) Rooms(window string, limit int, now int64) (Rooms, error) {
-	w, t, _, err := a.read(window, now)
+func (a *Aggregator) Rooms(win string, limit int, now int64) (Rooms, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	w, t, _, err := a.read(win, now)
 	if err != nil {
 		return Rooms{}, err
 	}
-	defer a.mu.Unlock()
 	top := w.topRooms.Top(limit, nil)
-	v := Rooms{Window: w.Name, AsOf: Time(t), Rooms: make([]RoomSummary, len(top))}
+	v := Rooms{Window: w.Name, AsOf: chat.Time(t), Rooms: make([]RoomSummary, len(top))}
 	var one [1]*topk.Item
 	for i, it := range top {
 		rw := &a.rooms[it.Name].w[w.i]
@@ -427,13 +427,14 @@ func (a *Aggregator) Rooms(window string, limit int, now int64) (Rooms, error) {
 
 // Room is one room's view of a window; a room without messages in it
 // answers zeros.
-func (a *Aggregator) Room(name, window string, k int, now int64) (Room, error) {
-	w, t, _, err := a.read(window, now)
+func (a *Aggregator) Room(name, win string, k int, now int64) (Room, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	w, t, _, err := a.read(win, now)
 	if err != nil {
 		return Room{}, err
 	}
-	defer a.mu.Unlock()
-	v := Room{Room: name, Window: w.Name, AsOf: Time(t), TopUsers: []Talker{}}
+	v := Room{Room: name, Window: w.Name, AsOf: chat.Time(t), TopUsers: []Talker{}}
 	series := make([]int64, 0, w.n)
 	r := a.rooms[name]
 	if r == nil || r.w[w.i].tally.Count == 0 {
@@ -441,7 +442,7 @@ func (a *Aggregator) Room(name, window string, k int, now int64) (Room, error) {
 		return v, nil
 	}
 	rw := &r.w[w.i]
-	var items [100]*topk.Item
+	var items [MaxK]*topk.Item
 	v.Messages = rw.tally.Count
 	v.Rate = w.rate(v.Messages)
 	v.DistinctUsers = rw.distinct
@@ -453,13 +454,14 @@ func (a *Aggregator) Room(name, window string, k int, now int64) (Room, error) {
 
 // User is one user's view of a window: its messages and the rooms they were
 // in, busiest first.
-func (a *Aggregator) User(name, window string, now int64) (User, error) {
-	w, t, _, err := a.read(window, now)
+func (a *Aggregator) User(name, win string, now int64) (User, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	w, t, _, err := a.read(win, now)
 	if err != nil {
 		return User{}, err
 	}
-	defer a.mu.Unlock()
-	v := User{User: name, Window: w.Name, AsOf: Time(t), Rooms: []RoomCount{}}
+	v := User{User: name, Window: w.Name, AsOf: chat.Time(t), Rooms: []RoomCount{}}
 	u := a.users[name]
 	if u == nil {
 		return v, nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/aggregator/oracle"
+	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/rolling"
 )
 
@@ -61,12 +62,12 @@ func (s *sim) skewed(n int) int {
 	return min(n-1, int(s.r.ExpFloat64()*float64(n)/4))
 }
 
-func (s *sim) event(maxLate int64) aggregator.Event {
+func (s *sim) event(maxLate int64) chat.Event {
 	ts := s.now - s.r.Int64N(maxLate+1)
 	if s.r.IntN(10) == 0 {
 		ts = s.now + s.r.Int64N(3000) // a little ahead of the wall clock
 	}
-	return aggregator.Event{Room: s.rooms[s.skewed(len(s.rooms))], User: s.users[s.skewed(len(s.users))], TS: ts}
+	return chat.Event{Room: s.rooms[s.skewed(len(s.rooms))], User: s.users[s.skewed(len(s.users))], TS: ts}
 }
 
 func (s *sim) step(i int) {
@@ -79,7 +80,7 @@ func (s *sim) step(i int) {
 		s.now -= s.r.Int64N(5000)
 	}
 	if s.r.IntN(3) > 0 {
-		batch := make([]aggregator.Event, 1+s.r.IntN(6))
+		batch := make([]chat.Event, 1+s.r.IntN(6))
 		maxLate := []int64{0, 2_000, 30_000, 400_000}[s.r.IntN(4)]
 		for j := range batch {
 			batch[j] = s.event(maxLate)
@@ -164,13 +165,6 @@ func TestUnknownWindow(t *testing.T) {
 	}
 }
 
-func TestAsOfFormat(t *testing.T) {
-	b, _ := json.Marshal(aggregator.Time(1_764_486_000_123))
-	if string(b) != `"2025-11-30T07:00:00.123Z"` {
-		t.Fatalf("as_of = %s", b)
-	}
-}
-
 // Concurrent ingest and reads, for the race detector; the answers are
 // checked against the oracle once everything is in.
 func TestConcurrentReads(t *testing.T) {
@@ -178,12 +172,12 @@ func TestConcurrentReads(t *testing.T) {
 	agg, _ := aggregator.New(ws)
 	ora := oracle.New(ws)
 	now := int64(1_764_000_000_000)
-	var batches [][]aggregator.Event
+	var batches [][]chat.Event
 	r := rand.New(rand.NewPCG(1, 1))
 	for i := range 200 {
-		b := make([]aggregator.Event, 50)
+		b := make([]chat.Event, 50)
 		for j := range b {
-			b[j] = aggregator.Event{Room: fmt.Sprint("r", r.IntN(20)), User: fmt.Sprint("u", r.IntN(200)), TS: now + int64(i*50+j)}
+			b[j] = chat.Event{Room: fmt.Sprint("r", r.IntN(20)), User: fmt.Sprint("u", r.IntN(200)), TS: now + int64(i*50+j)}
 		}
 		batches = append(batches, b)
 	}
@@ -224,11 +218,11 @@ func TestConcurrentReads(t *testing.T) {
 func TestObserveTrackedDoesNotAllocate(t *testing.T) {
 	agg, _ := aggregator.New(mustWindows(t, "1m,5m,1h"))
 	now := int64(1_764_000_000_000)
-	var evs []aggregator.Event
+	var evs []chat.Event
 	for i := range 2000 {
-		evs = append(evs, aggregator.Event{Room: fmt.Sprint("r", i%50), User: fmt.Sprint("u", i%400)})
+		evs = append(evs, chat.Event{Room: fmt.Sprint("r", i%50), User: fmt.Sprint("u", i%400)})
 	}
-	batch := make([]aggregator.Event, 64)
+	batch := make([]chat.Event, 64)
 	late := make([]int, 0, 64)
 	i := 0
 	observe := func() {

@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/rolling"
 )
 
@@ -32,10 +33,10 @@ const (
 
 var (
 	traceOnce sync.Once
-	trace     []aggregator.Event
+	trace     []chat.Event
 )
 
-func benchTraceEvents() []aggregator.Event {
+func benchTraceEvents() []chat.Event {
 	traceOnce.Do(func() {
 		r := rand.New(rand.NewPCG(42, 42))
 		zr := rand.NewZipf(r, 1.2, 1, benchRooms-1)
@@ -54,7 +55,7 @@ func benchTraceEvents() []aggregator.Event {
 		}
 		// Each event owns its strings, laid out one after another like the
 		// payloads that ingest decodes in place, not shared with other events.
-		trace = make([]aggregator.Event, benchTrace)
+		trace = make([]chat.Event, benchTrace)
 		arena := make([]byte, 0, benchTrace*24)
 		for i := range trace {
 			u := zu.Uint64()
@@ -62,7 +63,7 @@ func benchTraceEvents() []aggregator.Event {
 			at := len(arena)
 			arena = append(arena, room...)
 			arena = append(arena, user...)
-			trace[i] = aggregator.Event{Room: unsafe.String(&arena[at], len(room)), User: unsafe.String(&arena[at+len(room)], len(user))}
+			trace[i] = chat.Event{Room: unsafe.String(&arena[at], len(room)), User: unsafe.String(&arena[at+len(room)], len(user))}
 		}
 	})
 	return trace
@@ -71,13 +72,13 @@ func benchTraceEvents() []aggregator.Event {
 // observer is what the benchmark drives: chatpulse's aggregator or the
 // naive baseline.
 type observer interface {
-	observe(now int64, evs []aggregator.Event)
+	observe(now int64, evs []chat.Event)
 	topTalker(now int64) string
 }
 
 type fast struct{ a *aggregator.Aggregator }
 
-func (f fast) observe(now int64, evs []aggregator.Event) { f.a.Observe(now, evs, nil) }
+func (f fast) observe(now int64, evs []chat.Event) { f.a.Observe(now, evs, nil) }
 func (f fast) topTalker(now int64) string {
 	v, _ := f.a.Overview("", 10, now)
 	if v.TopTalker == nil {
@@ -90,7 +91,7 @@ func (f fast) topTalker(now int64) string {
 // 64 (as ingest does), with an overview read every readEvery events.
 func feed(o observer, start int64, from, count int) {
 	tr := benchTraceEvents()
-	batch := make([]aggregator.Event, 0, 64)
+	batch := make([]chat.Event, 0, 64)
 	for i := from; i < from+count; i++ {
 		e := tr[i%len(tr)]
 		e.TS = start + int64(i)
@@ -161,13 +162,13 @@ func live100k(b *testing.B) (*aggregator.Aggregator, int64) {
 	r := rand.New(rand.NewPCG(3, 3))
 	z := rand.NewZipf(r, 1.1, 1, benchUsers-1)
 	now := int64(benchStart)
-	var evs []aggregator.Event
+	var evs []chat.Event
 	for i := range 300_000 {
 		u := i
 		if i >= benchUsers {
 			u = int(z.Uint64())
 		}
-		evs = append(evs, aggregator.Event{Room: fmt.Sprintf("room-%04d", r.IntN(benchRooms)), User: fmt.Sprintf("user-%06d", u), TS: now - int64(r.IntN(50_000))})
+		evs = append(evs, chat.Event{Room: fmt.Sprintf("room-%04d", r.IntN(benchRooms)), User: fmt.Sprintf("user-%06d", u), TS: now - int64(r.IntN(50_000))})
 	}
 	a.Observe(now, evs, nil)
 	if v, _ := a.Overview("", 1, now); v.DistinctUsers != benchUsers {
@@ -243,7 +244,7 @@ func push[K comparable](m map[K]*[]int64, k K, ts, size int64) {
 	*q = append(*q, ts)
 }
 
-func (n *naive) observe(now int64, evs []aggregator.Event) {
+func (n *naive) observe(now int64, evs []chat.Event) {
 	for _, e := range evs {
 		for i := range n.ws {
 			w := &n.ws[i]

@@ -1,41 +1,8 @@
 package aggregator
 
-import (
-	"encoding/json"
-	"time"
-)
+import "github.com/chatpulse/chatpulse/chat"
 
 // The views, shaped exactly as the contract's JSON (section 3).
-
-// Time is an instant in Unix milliseconds that marshals as RFC 3339 UTC with
-// milliseconds, the contract's as_of.
-type Time int64
-
-// MarshalJSON writes the time as "2006-01-02T15:04:05.000Z".
-func (t Time) MarshalJSON() ([]byte, error) {
-	b := make([]byte, 0, 26)
-	b = append(b, '"')
-	b = time.UnixMilli(int64(t)).UTC().AppendFormat(b, "2006-01-02T15:04:05.000Z07:00")
-	return append(b, '"'), nil
-}
-
-// UnmarshalJSON reads what MarshalJSON writes (any RFC 3339 time).
-func (t *Time) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return err
-	}
-	v, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return err
-	}
-	*t = Time(v.UnixMilli())
-	return nil
-}
-
-func (t Time) String() string {
-	return time.UnixMilli(int64(t)).UTC().Format("2006-01-02T15:04:05.000Z07:00")
-}
 
 // Talker is a user and its messages in a window.
 type Talker struct {
@@ -64,7 +31,7 @@ type Windows struct {
 // Overview is GET /api/v1/overview.
 type Overview struct {
 	Window        string      `json:"window"`
-	AsOf          Time        `json:"as_of"`
+	AsOf          chat.Time   `json:"as_of"`
 	Messages      int64       `json:"messages"`
 	Rate          float64     `json:"rate"`
 	DistinctUsers int         `json:"distinct_users"`
@@ -87,28 +54,28 @@ type RoomSummary struct {
 // Rooms is GET /api/v1/rooms: active rooms, busiest first.
 type Rooms struct {
 	Window string        `json:"window"`
-	AsOf   Time          `json:"as_of"`
+	AsOf   chat.Time     `json:"as_of"`
 	Rooms  []RoomSummary `json:"rooms"`
 }
 
 // Room is GET /api/v1/rooms/{room}.
 type Room struct {
-	Room          string   `json:"room"`
-	Window        string   `json:"window"`
-	AsOf          Time     `json:"as_of"`
-	Messages      int64    `json:"messages"`
-	Rate          float64  `json:"rate"`
-	DistinctUsers int      `json:"distinct_users"`
-	TopTalker     *Talker  `json:"top_talker"`
-	TopUsers      []Talker `json:"top_users"`
-	Series        []int64  `json:"series"`
+	Room          string    `json:"room"`
+	Window        string    `json:"window"`
+	AsOf          chat.Time `json:"as_of"`
+	Messages      int64     `json:"messages"`
+	Rate          float64   `json:"rate"`
+	DistinctUsers int       `json:"distinct_users"`
+	TopTalker     *Talker   `json:"top_talker"`
+	TopUsers      []Talker  `json:"top_users"`
+	Series        []int64   `json:"series"`
 }
 
 // User is GET /api/v1/users/{user}.
 type User struct {
 	User     string      `json:"user"`
 	Window   string      `json:"window"`
-	AsOf     Time        `json:"as_of"`
+	AsOf     chat.Time   `json:"as_of"`
 	Messages int64       `json:"messages"`
 	Rooms    []RoomCount `json:"rooms"`
 }

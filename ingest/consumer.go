@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
@@ -64,7 +65,7 @@ type Consumer struct {
 	lastDropLog time.Time
 
 	// scratch of handle, owned by the loop
-	evs     []aggregator.Event
+	evs     []chat.Event
 	decoded []Event
 	from    []int
 	late    []int
@@ -304,7 +305,7 @@ func (c *Consumer) handle(batch []inMsg, j *job) {
 		}
 		c.decoded = append(c.decoded, ev)
 		c.from = append(c.from, i)
-		c.evs = append(c.evs, aggregator.Event{Room: ev.Room, User: ev.User, TS: ev.TS})
+		c.evs = append(c.evs, chat.Event{Room: ev.Room, User: ev.User, TS: ev.TS})
 	}
 	c.late = c.agg.Observe(nowMs, c.evs, c.late[:0])
 	late := c.late
@@ -312,7 +313,7 @@ func (c *Consumer) handle(batch []inMsg, j *job) {
 		ev, m := &c.decoded[k], &batch[c.from[k]]
 		if len(late) > 0 && late[0] == k {
 			late = late[1:]
-			c.reject(m, &Error{Reason: ReasonLate, Msg: fmt.Sprintf("ts %s: older than every window", formatTS(ev.TS))})
+			c.reject(m, &Error{Reason: ReasonLate, Msg: fmt.Sprintf("ts %s: older than every window", chat.Time(ev.TS))})
 			continue
 		}
 		j.evs = append(j.evs, *ev)

@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/chatpulse/chatpulse/chat"
 )
 
 // Limits of an accepted event (contract section 1, plus the choices Decode
@@ -17,8 +18,6 @@ const (
 	// MaxPayload is the largest payload Decode parses; longer ones are
 	// too_large without being looked at.
 	MaxPayload = 64 << 10
-	// MaxNameLen is the longest room or user, in bytes after unescaping.
-	MaxNameLen = 128
 	// MaxDepth is the deepest nesting of objects and arrays, counting the
 	// top-level object as 1. Deeper payloads are malformed: the scanner keeps
 	// its container stack in one machine word, and no chat event needs more.
@@ -134,7 +133,7 @@ func Decode(data []byte, now, maxSkewMs int64) (Event, error) {
 	}
 	if lead := ts - now; lead > maxSkewMs {
 		return Event{}, &Error{ReasonFuture, fmt.Sprintf("ts: %s is %s ahead of the clock, more than the allowed skew of %s",
-			formatTS(ts), formatMs(lead), formatMs(maxSkewMs))}
+			chat.Time(ts), formatMs(lead), formatMs(maxSkewMs))}
 	}
 	ev.TS = ts
 	return ev, nil
@@ -304,40 +303,11 @@ func (d *decoder) name(field string) (string, *Error) {
 		d.fail(field + ": must be valid UTF-8")
 		return "", nil
 	}
-	if msg := nameProblem(field, v, s.esc || s.other); msg != "" {
-		d.fail(msg)
+	if err := chat.CheckName(field, v); err != nil {
+		d.fail(err.Error())
 		return "", nil
 	}
 	return v, nil
-}
-
-// CheckName applies the rules for room and user to a decoded string: 1..128
-// bytes of valid UTF-8 without control characters. The error names field.
-func CheckName(field, v string) error {
-	if !utf8.ValidString(v) {
-		return &Error{ReasonInvalid, field + ": must be valid UTF-8"}
-	}
-	if msg := nameProblem(field, v, true); msg != "" {
-		return &Error{ReasonInvalid, msg}
-	}
-	return nil
-}
-
-// nameProblem describes what is wrong with a room or user of valid UTF-8,
-// or returns "". Control characters are only looked for when mayControl:
-// a name of plain printable ASCII cannot hold one.
-func nameProblem(field, v string, mayControl bool) string {
-	if len(v) == 0 || len(v) > MaxNameLen {
-		return field + ": must be 1..128 bytes, got " + strconv.Itoa(len(v))
-	}
-	if mayControl {
-		for _, r := range v {
-			if unicode.IsControl(r) {
-				return fmt.Sprintf("%s: must not contain control characters, got %U", field, r)
-			}
-		}
-	}
-	return ""
 }
 
 // ts decodes ts at d.i.
@@ -946,11 +916,6 @@ func daysSinceEpoch(year, month, day int64) int64 {
 	doy := (153*((month+9)%12)+2)/5 + day - 1 // [0, 365]
 	doe := yoe*365 + yoe/4 - yoe/100 + doy    // [0, 146096]
 	return era*146097 + doe - 719468
-}
-
-// formatTS writes Unix milliseconds as RFC 3339 UTC with milliseconds.
-func formatTS(ms int64) string {
-	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
 }
 
 // formatMs writes milliseconds as a Go duration where one can hold them.

@@ -13,6 +13,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/chatpulse/chatpulse/chat"
 )
 
 // The clock of every test: now is 2026-11-30T07:00:00Z, skew 5s.
@@ -448,7 +450,7 @@ func checkContract(t *testing.T, data []byte, ev Event, now, skew int64) {
 		t.Fatalf("accepted a payload that is not one JSON object of at most 64 KiB: %s", show(data))
 	}
 	for _, s := range []string{ev.Room, ev.User} {
-		if len(s) < 1 || len(s) > MaxNameLen || !utf8.ValidString(s) || strings.IndexFunc(s, unicode.IsControl) >= 0 {
+		if len(s) < 1 || len(s) > chat.MaxNameLen || !utf8.ValidString(s) || strings.IndexFunc(s, unicode.IsControl) >= 0 {
 			t.Fatalf("accepted bad room or user %q in %s", s, show(data))
 		}
 	}

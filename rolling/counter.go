@@ -1,12 +1,16 @@
 package rolling
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/chatpulse/chatpulse/chat"
+)
 
 // ErrLate is returned for an event whose bucket has already left the window.
 var ErrLate = errors.New("older than the window")
 
 // never is the head of a structure that has seen no time yet.
-const never = -1 << 63
+const never = chat.Never
 
 // Counter counts events in the last n buckets: a ring of buckets and the
 // running total of what the ring holds.

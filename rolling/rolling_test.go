@@ -306,6 +306,22 @@ func TestParseWindows(t *testing.T) {
 	}
 }
 
+func TestParseDuration(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"10s": 10 * time.Second, "1m30s": 90 * time.Second, "7d": 7 * 24 * time.Hour, "1d12h": 36 * time.Hour,
+		"1.5d": 36 * time.Hour, "250ms": 250 * time.Millisecond, "0": 0,
+	} {
+		if got, err := ParseDuration(in); err != nil || got != want {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "d", "1", "10x", "1dd", "d1", "1d-1h", "200000d", "1.2.3d", "+", "1 d", "-1d", "-1s", "+1s"} {
+		if d, err := ParseDuration(in); err == nil {
+			t.Errorf("ParseDuration(%q) = %v, want an error", in, d)
+		}
+	}
+}
+
 func FuzzParseWindows(f *testing.F) {
 	for _, s := range []string{"1m,5m,1h", "7d:1h", "1d12h:1h", "90s", "1.5d:1h", "1m:7s", "", ",", "1e9h", "99999999999d"} {
 		f.Add(s)

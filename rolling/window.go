@@ -78,9 +78,6 @@ func ParseWindow(s string) (Window, error) {
 	if err != nil {
 		return Window{}, fmt.Errorf("window %q: size: %w", s, err)
 	}
-	if size <= 0 {
-		return Window{}, fmt.Errorf("window %q: size must be positive", s)
-	}
 	w := Window{Name: sizeText, Size: size}
 	switch {
 	case hasRes:
@@ -95,14 +92,19 @@ func ParseWindow(s string) (Window, error) {
 			return Window{}, fmt.Errorf("window %q: default resolution SIZE/60 is not a whole number of milliseconds; give one, as in %s:1s", s, sizeText)
 		}
 	}
-	if err := w.validate(); err != nil {
+	if err := w.Validate(); err != nil {
 		return Window{}, fmt.Errorf("window %q: %w", s, err)
 	}
 	return w, nil
 }
 
-func (w Window) validate() error {
+// Validate reports what makes w's geometry unusable, if anything: a size
+// that is not positive, a resolution under MinResolution or not whole milliseconds, a size that is
+// not a whole multiple of it, or more than MaxBuckets buckets.
+func (w Window) Validate() error {
 	switch {
+	case w.Size <= 0:
+		return errors.New("size must be positive")
 	case w.Res < MinResolution:
 		return fmt.Errorf("resolution %v is below the minimum %v", w.Res, MinResolution)
 	case w.Res%time.Millisecond != 0:
@@ -116,13 +118,18 @@ func (w Window) validate() error {
 }
 
 // ParseDuration is time.ParseDuration plus the unit d (24h): "7d", "1d12h",
-// "1.5d". Negative durations are refused.
+// "1.5d". It is the one reader of durations in chatpulse's configuration
+// (windows and throttle policies), and refuses a sign: no span there can be
+// negative.
 func ParseDuration(s string) (time.Duration, error) {
 	if s == "" {
 		return 0, errors.New("empty duration")
 	}
 	if s[0] == '-' || s[0] == '+' {
 		return 0, fmt.Errorf("%q: no sign allowed", s)
+	}
+	if _, err := strconv.ParseFloat(s, 64); err == nil && s != "0" {
+		return 0, fmt.Errorf("%q is not a duration (missing unit, like %ss)", s, s)
 	}
 	if !strings.Contains(s, "d") {
 		d, err := time.ParseDuration(s)

@@ -4,6 +4,9 @@ import (
 	"math"
 	"math/bits"
 	"time"
+
+	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/rolling"
 )
 
 // SlidingWindowCounter estimates a sliding window from two fixed windows, in
@@ -68,17 +71,17 @@ type counterKernel struct {
 
 type counterState struct {
 	prev, curr uint32
-	win        int64 // the window curr counts; noTime before the first hit
+	win        int64 // the window curr counts; chat.Never before the first hit
 }
 
-func (k counterKernel) fresh() counterState { return counterState{win: noTime} }
+func (k counterKernel) fresh() counterState { return counterState{win: chat.Never} }
 
 // advance is the state at instant t, and e, the milliseconds elapsed in its
 // window. It is pure: s is not changed.
 func (k counterKernel) advance(s counterState, t int64) (_ counterState, e int64) {
-	wt := floorDiv(t, k.w)
+	wt := rolling.FloorDiv(t, k.w)
 	switch {
-	case s.win == noTime:
+	case s.win == chat.Never:
 		return counterState{win: wt}, t - wt*k.w
 	case wt < s.win:
 		return s, 0
@@ -137,7 +140,7 @@ func (k counterKernel) hit(s *counterState, _ []struct{}, at int64) bool {
 	a, e := k.advance(*s, at)
 	hi, lo := k.scaled(a, e)
 	ok := hi == 0 && lo < uint64(k.limit)*uint64(k.w)
-	switch floorDiv(at, k.w) {
+	switch rolling.FloorDiv(at, k.w) {
 	case a.win:
 		a.curr = satInc(a.curr)
 	case a.win - 1:

@@ -1,6 +1,11 @@
 package throttle
 
-import "time"
+import (
+	"time"
+
+	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/rolling"
+)
 
 // FixedWindow counts a key's hits per calendar window: window w covers
 // [w·W, (w+1)·W) in Unix time, so windows are aligned to the epoch (a 1m
@@ -44,14 +49,14 @@ type fixedKernel struct {
 
 type fixedState struct {
 	count uint32
-	win   int64 // the window count belongs to; noTime before the first hit
+	win   int64 // the window count belongs to; chat.Never before the first hit
 }
 
-func (k fixedKernel) fresh() fixedState { return fixedState{win: noTime} }
+func (k fixedKernel) fresh() fixedState { return fixedState{win: chat.Never} }
 
 // advance is the state at instant t; it is pure.
 func (k fixedKernel) advance(s fixedState, t int64) fixedState {
-	if wt := floorDiv(t, k.w); s.win == noTime || wt > s.win {
+	if wt := rolling.FloorDiv(t, k.w); s.win == chat.Never || wt > s.win {
 		return fixedState{win: wt}
 	}
 	return s
@@ -68,7 +73,7 @@ func (k fixedKernel) decide(s *fixedState, _ []struct{}, now int64) Verdict {
 func (k fixedKernel) hit(s *fixedState, _ []struct{}, at int64) bool {
 	a := k.advance(*s, at)
 	ok := int64(a.count) < k.limit
-	if floorDiv(at, k.w) == a.win {
+	if rolling.FloorDiv(at, k.w) == a.win {
 		a.count = satInc(a.count)
 	}
 	*s = a

@@ -3,6 +3,8 @@ package throttle
 import (
 	"math"
 	"time"
+
+	"github.com/chatpulse/chatpulse/chat"
 )
 
 // GCRA (the generic cell rate algorithm) is a token bucket that keeps a
@@ -55,10 +57,10 @@ type gcraKernel struct {
 }
 
 type gcraState struct {
-	tat int64 // theoretical arrival time, in units; noTime: never used
+	tat int64 // theoretical arrival time, in units; chat.Never: never used
 }
 
-func (k gcraKernel) fresh() gcraState { return gcraState{tat: noTime} }
+func (k gcraKernel) fresh() gcraState { return gcraState{tat: chat.Never} }
 
 // units converts Unix milliseconds to units, saturating far outside the
 // range of real event times rather than wrapping around.

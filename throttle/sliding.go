@@ -3,6 +3,9 @@ package throttle
 import (
 	"math"
 	"time"
+
+	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/rolling"
 )
 
 // SlidingWindow counts a key's hits exactly, in buckets of a fixed
@@ -69,10 +72,10 @@ type slidingKernel struct {
 
 type slidingState struct {
 	total int64 // sum of the ring: the hits of buckets [last-n+1, last]
-	last  int64 // newest bucket written; noTime before the first hit
+	last  int64 // newest bucket written; chat.Never before the first hit
 }
 
-func (k slidingKernel) fresh() slidingState { return slidingState{last: noTime} }
+func (k slidingKernel) fresh() slidingState { return slidingState{last: chat.Never} }
 
 // held returns the hits a read at bucket b (b >= s.last) sees: the total,
 // less the buckets that left the window between s.last and b.
@@ -91,7 +94,7 @@ func (k slidingKernel) held(s *slidingState, ring []uint32, b int64) int64 {
 // advance moves the ring to bucket b > s.last, emptying the slots of the
 // buckets that leave. It is the only place where a key's clock moves.
 func (k slidingKernel) advance(s *slidingState, ring []uint32, b int64) {
-	if s.last == noTime || b-s.last >= k.n {
+	if s.last == chat.Never || b-s.last >= k.n {
 		clear(ring)
 		s.total = 0
 	} else {
@@ -108,7 +111,7 @@ func (k slidingKernel) decide(s *slidingState, ring []uint32, now int64) Verdict
 	if s.total == 0 {
 		return allowed(0, k.limit)
 	}
-	b := max(floorDiv(now, k.res), s.last)
+	b := max(rolling.FloorDiv(now, k.res), s.last)
 	count := k.held(s, ring, b)
 	if count < k.limit {
 		return allowed(count, k.limit)
@@ -124,8 +127,8 @@ func (k slidingKernel) decide(s *slidingState, ring []uint32, now int64) Verdict
 }
 
 func (k slidingKernel) hit(s *slidingState, ring []uint32, at int64) bool {
-	b := floorDiv(at, k.res)
-	if s.last == noTime || b > s.last {
+	b := rolling.FloorDiv(at, k.res)
+	if s.last == chat.Never || b > s.last {
 		k.advance(s, ring, b)
 	}
 	ok := s.total < k.limit // the count at bucket s.last
@@ -140,5 +143,5 @@ func (k slidingKernel) hit(s *slidingState, ring []uint32, at int64) bool {
 }
 
 func (k slidingKernel) atRest(s *slidingState, ring []uint32, now int64) bool {
-	return s.total == 0 || floorDiv(now, k.res)-k.n+1 > s.last
+	return s.total == 0 || rolling.FloorDiv(now, k.res)-k.n+1 > s.last
 }

@@ -5,6 +5,9 @@ import (
 	"strings"
 	"sync"
 	"unsafe"
+
+	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/rolling"
 )
 
 // store is the keyed state of one policy, whatever its algorithm. Strings
@@ -109,7 +112,7 @@ type table[S, E any, K kernel[S, E]] struct {
 }
 
 type entry[S any] struct {
-	since int64 // the alert mark: when the key crossed; noTime when not
+	since int64 // the alert mark: when the key crossed; chat.Never when not
 	st    S
 	// A plain table's name if it fits (its length in klen, or longName),
 	// or a hashed table's pair (klen: hasNames once names has its names).
@@ -388,7 +391,7 @@ func (t *table[S, E, K]) prefetch(ms []msg, sel []int32, keys *[batchChunk]key) 
 		if ext := t.extOf(i); len(ext) > 0 {
 			slot := 0
 			if isSliding {
-				slot = int(floorMod(floorDiv(ms[j].at, sliding.res), sliding.n))
+				slot = int(floorMod(rolling.FloorDiv(ms[j].at, sliding.res), sliding.n))
 			}
 			sink += uint64(*(*byte)(unsafe.Pointer(&ext[slot])))
 		}
@@ -405,8 +408,8 @@ func (t *table[S, E, K]) hit(k *key, m *msg, mark bool) (crossed bool, count, li
 	e, ext := &t.states[i], t.extOf(i)
 	switch {
 	case t.k.hit(&e.st, ext, m.at):
-		e.since = noTime
-	case mark && e.since == noTime:
+		e.since = chat.Never
+	case mark && e.since == chat.Never:
 		e.since, crossed = m.at, true
 		v := t.k.decide(&e.st, ext, m.at)
 		count, limit = v.Count, v.Limit
@@ -440,7 +443,7 @@ func (t *table[S, E, K]) active(now int64, fn func(room, user string, v Verdict,
 	defer t.mu.Unlock()
 	for i := t.head; i != none; i = t.links[i].next {
 		e := &t.states[i]
-		if e.since == noTime {
+		if e.since == chat.Never {
 			continue
 		}
 		if v := t.k.decide(&e.st, t.extOf(i), now); !v.Allowed {
@@ -483,7 +486,7 @@ func (t *table[S, E, K]) insert(k *key, at int64) int32 {
 		t.ext = append(grow(t.ext, t.stride), t.zero...)
 	}
 	e := &t.states[i]
-	*e = entry[S]{since: noTime, st: t.k.fresh()}
+	*e = entry[S]{since: chat.Never, st: t.k.fresh()}
 	t.setKey(e, i, k)
 	t.links[i] = link{prev: none, next: t.head}
 	if t.head != none {

@@ -1,6 +1,10 @@
 package throttle
 
-import "time"
+import (
+	"time"
+
+	"github.com/chatpulse/chatpulse/chat"
+)
 
 // TokenBucket lets a key spend tokens from a bucket that holds at most burst
 // of them, initially full, and refills at limit tokens per window. Each hit
@@ -59,16 +63,16 @@ type bucketKernel struct {
 
 type bucketState struct {
 	level int64 // units in the bucket at last
-	last  int64 // ms of the last update; noTime: never used, full
+	last  int64 // ms of the last update; chat.Never: never used, full
 }
 
-func (k bucketKernel) fresh() bucketState { return bucketState{last: noTime} }
+func (k bucketKernel) fresh() bucketState { return bucketState{last: chat.Never} }
 
 // advance returns the level at instant t and the instant it belongs to
 // (never before s.last). It is pure.
 func (k bucketKernel) advance(s bucketState, t int64) (level, at int64) {
 	switch {
-	case s.last == noTime:
+	case s.last == chat.Never:
 		return k.capacity, t
 	case t <= s.last:
 		return s.level, s.last

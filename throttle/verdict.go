@@ -1,7 +1,6 @@
 package throttle
 
 import (
-	"math"
 	"time"
 )
 
@@ -57,19 +56,6 @@ func decideThenHit[S, E any, K kernel[S, E]](k K, s *S, ext []E, at time.Time) V
 	v := k.decide(s, ext, t)
 	k.hit(s, ext, t)
 	return v
-}
-
-// noTime marks "no hit yet" in a state's time fields.
-const noTime = math.MinInt64
-
-// floorDiv is a/b rounded toward minus infinity (b > 0): bucket b(t) =
-// floor(t/r) must hold before 1970 too.
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && a < 0 {
-		q--
-	}
-	return q
 }
 
 // ceilDiv is a/b rounded toward plus infinity (b > 0).

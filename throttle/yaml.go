@@ -5,11 +5,11 @@ import (
 	"os"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
-	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/chatpulse/chatpulse/rolling"
 )
 
 // LoadPolicies reads a policies file; see ParsePolicies.
@@ -33,7 +33,7 @@ func LoadPolicies(path string) ([]Policy, error) {
 //
 // name, scope, algorithm, limit and window are required; resolution, burst,
 // mode and rooms are optional (see Policy). Durations are Go durations plus
-// d for days (ParseDuration). Unknown fields, a field given twice and two
+// d for days (rolling.ParseDuration). Unknown fields, a field given twice and two
 // policies with one name are errors. An error names the file, the line and
 // the field, as in
 //
@@ -160,7 +160,7 @@ func parsePolicy(file string, i int, n *yaml.Node) (Policy, map[string]int, erro
 				p.Burst = int(x)
 			}
 		case "window", "resolution":
-			d, err := ParseDuration(s)
+			d, err := rolling.ParseDuration(s)
 			if err != nil {
 				return fail(v.Line, field, "%v", err)
 			}
@@ -210,58 +210,4 @@ func yamlError(file string, err error) error {
 		return fmt.Errorf("%s:%s: %s", file, m[1], m[2])
 	}
 	return fmt.Errorf("%s: %s", file, strings.TrimPrefix(msg, "yaml: "))
-}
-
-// ParseDuration parses a Go duration (time.ParseDuration: "300ms", "1m30s")
-// that may also use d for days of 24 hours: "7d", "1d12h", "1.5d".
-func ParseDuration(s string) (time.Duration, error) {
-	if !strings.Contains(s, "d") {
-		if d, err := time.ParseDuration(s); err == nil {
-			return d, nil
-		}
-		return 0, durationError(s)
-	}
-	rest, neg := s, false
-	if rest != "" && (rest[0] == '-' || rest[0] == '+') {
-		neg, rest = rest[0] == '-', rest[1:]
-	}
-	if rest == "" {
-		return 0, durationError(s)
-	}
-	var total time.Duration
-	for rest != "" {
-		i := 0
-		for i < len(rest) && (rest[i] == '.' || '0' <= rest[i] && rest[i] <= '9') {
-			i++
-		}
-		j := i
-		for j < len(rest) && rest[j] != '.' && !('0' <= rest[j] && rest[j] <= '9') {
-			j++
-		}
-		num, unit := rest[:i], rest[i:j]
-		rest = rest[j:]
-		if num == "" || unit == "" {
-			return 0, durationError(s)
-		}
-		scale := time.Duration(1)
-		if unit == "d" {
-			unit, scale = "h", 24
-		}
-		d, err := time.ParseDuration(num + unit)
-		if err != nil || d > (1<<63-1)/scale || total > 1<<63-1-d*scale {
-			return 0, durationError(s)
-		}
-		total += d * scale
-	}
-	if neg {
-		total = -total
-	}
-	return total, nil
-}
-
-func durationError(s string) error {
-	if _, err := strconv.ParseFloat(s, 64); err == nil {
-		return fmt.Errorf("%q is not a duration (missing unit, like %ss)", s, s)
-	}
-	return fmt.Errorf("%q is not a duration", s)
 }

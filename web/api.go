@@ -8,7 +8,7 @@ import (
 	"io"
 	"strconv"
 
-	"github.com/chatpulse/chatpulse/ingest"
+	"github.com/chatpulse/chatpulse/chat"
 )
 
 // Parameter limits of contract section 3.
@@ -60,20 +60,11 @@ func decodeCheck(data []byte) (checkRequest, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return req, badf("request must be one JSON object, with nothing after it")
 	}
-	if err := ingest.CheckName("room", req.Room); err != nil {
-		return req, &badRequest{nameMsg(err)}
+	if err := chat.CheckName("room", req.Room); err != nil {
+		return req, &badRequest{err.Error()}
 	}
-	if err := ingest.CheckName("user", req.User); err != nil {
-		return req, &badRequest{nameMsg(err)}
+	if err := chat.CheckName("user", req.User); err != nil {
+		return req, &badRequest{err.Error()}
 	}
 	return req, nil
-}
-
-// nameMsg is the message of a room or user error, without its reason.
-func nameMsg(err error) string {
-	var e *ingest.Error
-	if errors.As(err, &e) {
-		return e.Msg
-	}
-	return err.Error()
 }

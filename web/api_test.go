@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chatpulse/chatpulse/ingest"
+	"github.com/chatpulse/chatpulse/chat"
 )
 
 func TestDecodeCheck(t *testing.T) {
@@ -55,7 +55,7 @@ func FuzzDecodeCheck(f *testing.F) {
 			}
 			return
 		}
-		if ingest.CheckName("room", req.Room) != nil || ingest.CheckName("user", req.User) != nil {
+		if chat.CheckName("room", req.Room) != nil || chat.CheckName("user", req.User) != nil {
 			t.Fatalf("%q: accepted %+v", body, req)
 		}
 	})

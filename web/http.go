@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/chatpulse/chatpulse/aggregator"
-	"github.com/chatpulse/chatpulse/ingest"
+	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
@@ -82,8 +82,8 @@ func (s *Server) routes() {
 	}))
 	s.mux.HandleFunc("GET /api/v1/users/{user}", s.api(func(r *http.Request) (any, error) {
 		user := r.PathValue("user")
-		if err := ingest.CheckName("user", user); err != nil {
-			return nil, &badRequest{nameMsg(err)}
+		if err := chat.CheckName("user", user); err != nil {
+			return nil, &badRequest{err.Error()}
 		}
 		return s.agg.User(user, r.URL.Query().Get("window"), s.nowMs())
 	}))
@@ -133,8 +133,8 @@ func (s *Server) view(key viewKey, kParam string) (any, error) {
 	case viewOverview:
 		return s.agg.Overview(key.window, k, s.nowMs())
 	default:
-		if err := ingest.CheckName("room", key.room); err != nil {
-			return nil, &badRequest{nameMsg(err)}
+		if err := chat.CheckName("room", key.room); err != nil {
+			return nil, &badRequest{err.Error()}
 		}
 		return s.agg.Room(key.room, key.window, k, s.nowMs())
 	}
@@ -150,13 +150,13 @@ func (s *Server) check(req checkRequest) throttle.Result {
 
 // activeView is GET /api/v1/throttle/active.
 type activeView struct {
-	AsOf   aggregator.Time   `json:"as_of"`
+	AsOf   chat.Time         `json:"as_of"`
 	Active []throttle.Active `json:"active"`
 }
 
 func (s *Server) active() activeView {
 	now := s.opts.Now()
-	v := activeView{AsOf: aggregator.Time(now.UnixMilli()), Active: s.thr.Active(now)}
+	v := activeView{AsOf: chat.Time(now.UnixMilli()), Active: s.thr.Active(now)}
 	if v.Active == nil {
 		v.Active = []throttle.Active{}
 	}

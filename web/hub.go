@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
-	"github.com/chatpulse/chatpulse/ingest"
+	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
@@ -493,8 +493,8 @@ func (s *Server) key(m clientMsg) (viewKey, error) {
 			return k, fmt.Errorf("view %s takes no room", m.View)
 		}
 	case viewRoom:
-		if err := ingest.CheckName("room", m.Room); err != nil {
-			return k, &badRequest{nameMsg(err)}
+		if err := chat.CheckName("room", m.Room); err != nil {
+			return k, &badRequest{err.Error()}
 		}
 		k.room = m.Room
 	default:

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/rolling"
 )
 
@@ -16,7 +17,7 @@ import (
 type Oracle struct {
 	windows []rolling.Window
 	clock   int64
-	evs     []aggregator.Event
+	evs     []chat.Event
 }
 
 // New returns an oracle over the given windows.
@@ -26,7 +27,7 @@ func New(windows []rolling.Window) *Oracle {
 
 // Observe takes a batch as the aggregator does and returns the indexes of
 // the events that were too old for every window.
-func (o *Oracle) Observe(now int64, evs []aggregator.Event) (late []int) {
+func (o *Oracle) Observe(now int64, evs []chat.Event) (late []int) {
 	o.clock = max(o.clock, now)
 	for i, e := range evs {
 		counted := false
@@ -59,7 +60,7 @@ func (o *Oracle) window(name string) rolling.Window {
 }
 
 // in lists the events inside window w at as_of t, and the first bucket.
-func (o *Oracle) in(w rolling.Window, t int64) (evs []aggregator.Event, first int64) {
+func (o *Oracle) in(w rolling.Window, t int64) (evs []chat.Event, first int64) {
 	first = w.Bucket(t) - int64(w.Buckets()) + 1
 	for _, e := range o.evs {
 		if b := w.Bucket(e.TS); b >= first && b <= w.Bucket(t) {
@@ -80,7 +81,7 @@ type counted struct {
 }
 
 // rank counts by key and sorts: more first, then the smaller name.
-func rank(evs []aggregator.Event, key func(aggregator.Event) string) []counted {
+func rank(evs []chat.Event, key func(chat.Event) string) []counted {
 	m := map[string]int64{}
 	for _, e := range evs {
 		m[key(e)]++
@@ -98,8 +99,8 @@ func rank(evs []aggregator.Event, key func(aggregator.Event) string) []counted {
 	return out
 }
 
-func byUser(e aggregator.Event) string { return e.User }
-func byRoom(e aggregator.Event) string { return e.Room }
+func byUser(e chat.Event) string { return e.User }
+func byRoom(e chat.Event) string { return e.Room }
 
 func talkers(cs []counted, k int) []aggregator.Talker {
 	out := []aggregator.Talker{}
@@ -116,7 +117,7 @@ func first(ts []aggregator.Talker) *aggregator.Talker {
 	return &ts[0]
 }
 
-func series(w rolling.Window, evs []aggregator.Event, from int64) []int64 {
+func series(w rolling.Window, evs []chat.Event, from int64) []int64 {
 	s := make([]int64, w.Buckets())
 	for _, e := range evs {
 		s[w.Bucket(e.TS)-from]++
@@ -132,7 +133,7 @@ func (o *Oracle) Overview(window string, k int, now int64) aggregator.Overview {
 	evs, from := o.in(w, t)
 	users, rooms := rank(evs, byUser), rank(evs, byRoom)
 	v := aggregator.Overview{
-		Window: w.Name, AsOf: aggregator.Time(t),
+		Window: w.Name, AsOf: chat.Time(t),
 		Messages: int64(len(evs)), Rate: rate(w, int64(len(evs))),
 		DistinctUsers: len(users), ActiveRooms: len(rooms),
 		TopUsers: talkers(users, k), TopRooms: []aggregator.RoomCount{},
@@ -149,10 +150,10 @@ func (o *Oracle) Overview(window string, k int, now int64) aggregator.Overview {
 func (o *Oracle) Rooms(window string, limit int, now int64) aggregator.Rooms {
 	w, t := o.window(window), o.at(now)
 	evs, _ := o.in(w, t)
-	v := aggregator.Rooms{Window: w.Name, AsOf: aggregator.Time(t), Rooms: []aggregator.RoomSummary{}}
+	v := aggregator.Rooms{Window: w.Name, AsOf: chat.Time(t), Rooms: []aggregator.RoomSummary{}}
 	rooms := rank(evs, byRoom)
 	for _, c := range rooms[:min(limit, len(rooms))] {
-		var in []aggregator.Event
+		var in []chat.Event
 		for _, e := range evs {
 			if e.Room == c.name {
 				in = append(in, e)
@@ -171,7 +172,7 @@ func (o *Oracle) Rooms(window string, limit int, now int64) aggregator.Rooms {
 func (o *Oracle) Room(name, window string, k int, now int64) aggregator.Room {
 	w, t := o.window(window), o.at(now)
 	all, from := o.in(w, t)
-	var evs []aggregator.Event
+	var evs []chat.Event
 	for _, e := range all {
 		if e.Room == name {
 			evs = append(evs, e)
@@ -179,7 +180,7 @@ func (o *Oracle) Room(name, window string, k int, now int64) aggregator.Room {
 	}
 	users := rank(evs, byUser)
 	v := aggregator.Room{
-		Room: name, Window: w.Name, AsOf: aggregator.Time(t),
+		Room: name, Window: w.Name, AsOf: chat.Time(t),
 		Messages: int64(len(evs)), Rate: rate(w, int64(len(evs))),
 		DistinctUsers: len(users), TopUsers: talkers(users, k),
 		Series: series(w, evs, from),
@@ -192,13 +193,13 @@ func (o *Oracle) Room(name, window string, k int, now int64) aggregator.Room {
 func (o *Oracle) User(name, window string, now int64) aggregator.User {
 	w, t := o.window(window), o.at(now)
 	all, _ := o.in(w, t)
-	var evs []aggregator.Event
+	var evs []chat.Event
 	for _, e := range all {
 		if e.User == name {
 			evs = append(evs, e)
 		}
 	}
-	v := aggregator.User{User: name, Window: w.Name, AsOf: aggregator.Time(t), Messages: int64(len(evs)), Rooms: []aggregator.RoomCount{}}
+	v := aggregator.User{User: name, Window: w.Name, AsOf: chat.Time(t), Messages: int64(len(evs)), Rooms: []aggregator.RoomCount{}}
 	for _, c := range rank(evs, byRoom) {
 		v.Rooms = append(v.Rooms, aggregator.RoomCount{Room: c.name, Messages: c.n})
 	}

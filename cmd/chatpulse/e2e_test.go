@@ -18,6 +18,7 @@ import (
 
 	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/aggregator/oracle"
+	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/rolling"
 )
 
@@ -35,7 +36,7 @@ func (f *frozen) Now() time.Time { return time.UnixMilli(f.ms.Load()) }
 // randomTrace is n events around now: skewed rooms and users (with names
 // that need escaping), late ones inside and outside the windows, ties, and
 // a few slightly ahead of the clock.
-func randomTrace(r *rand.Rand, now int64, n int) []aggregator.Event {
+func randomTrace(r *rand.Rand, now int64, n int) []chat.Event {
 	rooms := []string{"lobby", "a/b", "é", "support-eu", "100%", "q?x=1", "dev", "ops", "random", "x#y"}
 	users := make([]string, 40)
 	for i := range users {
@@ -43,7 +44,7 @@ func randomTrace(r *rand.Rand, now int64, n int) []aggregator.Event {
 	}
 	users[1], users[2] = "alice", "bob"
 	pick := func(n int) int { return min(n-1, int(r.ExpFloat64()*float64(n)/4)) }
-	evs := make([]aggregator.Event, n)
+	evs := make([]chat.Event, n)
 	for i := range evs {
 		var ts int64
 		switch p := r.IntN(100); {
@@ -58,12 +59,12 @@ func randomTrace(r *rand.Rand, now int64, n int) []aggregator.Event {
 		default:
 			ts = now + r.Int64N(3000) // ahead, within the skew
 		}
-		evs[i] = aggregator.Event{Room: rooms[pick(len(rooms))], User: users[pick(len(users))], TS: ts}
+		evs[i] = chat.Event{Room: rooms[pick(len(rooms))], User: users[pick(len(users))], TS: ts}
 	}
 	return evs
 }
 
-func eventJSON(e aggregator.Event, id int) string {
+func eventJSON(e chat.Event, id int) string {
 	b, _ := json.Marshal(map[string]any{
 		"id": fmt.Sprint("m-", id), "room": e.Room, "user": e.User,
 		"ts": time.UnixMilli(e.TS).UTC().Format(time.RFC3339Nano), "text": "hello there",
@@ -73,7 +74,7 @@ func eventJSON(e aggregator.Event, id int) string {
 
 // publishTrace publishes evs, waits until chatpulse has them all, and
 // returns the oracle fed the same, with the indexes of the late ones.
-func (tm *testMain) publishTrace(now int64, evs []aggregator.Event) (*oracle.Oracle, []int) {
+func (tm *testMain) publishTrace(now int64, evs []chat.Event) (*oracle.Oracle, []int) {
 	tm.t.Helper()
 	for i, e := range evs {
 		tm.publish("chat.x.y", eventJSON(e, i))
@@ -101,7 +102,7 @@ func (tm *testMain) sameJSON(path string, want any) {
 }
 
 // compareAll checks every view of every window against the oracle.
-func (tm *testMain) compareAll(o *oracle.Oracle, now int64, evs []aggregator.Event) {
+func (tm *testMain) compareAll(o *oracle.Oracle, now int64, evs []chat.Event) {
 	tm.t.Helper()
 	rooms, users := map[string]bool{}, map[string]bool{}
 	for _, e := range evs {

@@ -1,0 +1,78 @@
+package chat
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"unicode"
+	"unicode/utf8"
+)
+
+func TestTimeJSON(t *testing.T) {
+	for ms, want := range map[Time]string{
+		1_764_486_000_123: `"2025-11-30T07:00:00.123Z"`,
+		0:                 `"1970-01-01T00:00:00.000Z"`,
+		-1:                `"1969-12-31T23:59:59.999Z"`,
+	} {
+		b, err := json.Marshal(ms)
+		if err != nil || string(b) != want {
+			t.Errorf("Marshal(%d) = %s, %v; want %s", ms, b, err, want)
+		}
+		if ms.String() != strings.Trim(want, `"`) {
+			t.Errorf("String(%d) = %s", ms, ms)
+		}
+		var back Time
+		if err := json.Unmarshal(b, &back); err != nil || back != ms {
+			t.Errorf("Unmarshal(%s) = %d, %v", b, back, err)
+		}
+	}
+	var v Time
+	if err := json.Unmarshal([]byte(`"2026-11-30T08:00:00.5+01:00"`), &v); err != nil || v.String() != "2026-11-30T07:00:00.500Z" {
+		t.Errorf("offset: %v, %v", v, err)
+	}
+	for _, bad := range []string{`1`, `"yesterday"`, `null x`} {
+		if err := json.Unmarshal([]byte(bad), &v); err == nil {
+			t.Errorf("Unmarshal(%s): no error", bad)
+		}
+	}
+}
+
+func TestCheckName(t *testing.T) {
+	for name, want := range map[string]string{
+		"lobby":                           "",
+		"dot.room":                        "",
+		"pct%room space":                  "",
+		"größe":                           "",
+		strings.Repeat("a", 128):          "",
+		"":                                "room: must be 1..128 bytes, got 0",
+		strings.Repeat("a", 129):          "room: must be 1..128 bytes, got 129",
+		strings.Repeat("é", 65):           "room: must be 1..128 bytes, got 130",
+		"a\x00b":                          "room: must not contain control characters, got U+0000",
+		"a\x7f":                           "room: must not contain control characters, got U+007F",
+		"a\u0085":                         "room: must not contain control characters, got U+0085",
+		"\xff":                            "room: must be valid UTF-8",
+		"\xed\xa0\x80":                    "room: must be valid UTF-8", // a lone surrogate
+		"\xff" + strings.Repeat("a", 200): "room: must be valid UTF-8",
+	} {
+		got := ""
+		if err := CheckName("room", name); err != nil {
+			got = err.Error()
+		}
+		if got != want {
+			t.Errorf("CheckName(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
+// FuzzCheckName holds CheckName to the rule written plainly.
+func FuzzCheckName(f *testing.F) {
+	for _, s := range []string{"lobby", "", "a\x00", "\xff", "größe", "\u0085", strings.Repeat("x", 129)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ok := utf8.ValidString(s) && len(s) >= 1 && len(s) <= MaxNameLen && strings.IndexFunc(s, unicode.IsControl) < 0
+		if err := CheckName("user", s); (err == nil) != ok {
+			t.Fatalf("CheckName(%q) = %v, want ok=%v", s, err, ok)
+		}
+	})
+}
