@@ -22,7 +22,7 @@ type Oracle struct {
 
 // New returns an oracle over the given windows.
 func New(windows []rolling.Window) *Oracle {
-	return &Oracle{windows: windows, clock: -1 << 63}
+	return &Oracle{windows: windows, clock: chat.Never}
 }
 
 // Observe takes a batch as the aggregator does and returns the indexes of
