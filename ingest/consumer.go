@@ -2,16 +2,12 @@ package ingest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chatpulse/chatpulse/aggregator"
@@ -19,50 +15,54 @@ import (
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
-// Subjects and streams of chatpulse's own.
-const (
-	OwnPrefix          = "chatpulse."
-	DeadLetterPrefix   = "chatpulse.deadletter."
-	DeadLetterStream   = "CHATPULSE_DEADLETTER"
-	DeadLetterMaxAge   = 7 * 24 * time.Hour
-	ErrorHeader        = "Chatpulse-Error"
-	SubjectHeader      = "Chatpulse-Subject" // the subject a dead letter was first published on
-	batchSize          = 1024
-	coreBuffer         = 1 << 18 // messages the core subscription may hold before the client drops
-	streamMaxAgeMargin = 10 * time.Minute
-)
+// batchSize is the most messages handled as one batch.
+const batchSize = 1024
 
-// Config says where events come from.
+// Msg is one message as chatpulse received it, whatever delivered it.
+type Msg struct {
+	Subject  string
+	Data     []byte
+	Header   map[string][]string
+	Received int64 // Unix ms it reached NATS, if known (JetStream), else 0
+	Replay   bool  // read while catching up: no alerts, no dead letters
+	CaughtUp bool  // the last message of the replay
+}
+
+// A Source delivers messages. Next waits until at least one has arrived or
+// delivery has stopped, then appends to buf what has arrived, up to
+// cap(buf), without waiting for more. It returns false once delivery has
+// stopped and every message has been returned.
+type Source interface {
+	Next(buf []Msg) ([]Msg, bool)
+}
+
+// Config says what to do beside counting.
 type Config struct {
-	Subject   string // subject filter, e.g. chat.>
-	JetStream bool
-	Stream    string        // with JetStream: the stream to read (created if missing)
-	Replay    time.Duration // with JetStream: how far back to read at start: the largest window
-	MaxSkew   time.Duration // ts further ahead of the wall clock than this is rejected as future
-	Now       func() time.Time
-	Log       *slog.Logger
+	// Own is the subject prefix of chatpulse's own messages, which are
+	// never counted, whatever a source delivers.
+	Own     string
+	MaxSkew time.Duration // ts further ahead of its arrival than this is rejected as future
+	Now     func() time.Time
+	Log     *slog.Logger
+	// OnReject is called, on the consumer's goroutine, for each rejected
+	// message that is not a replay: the dead letter to publish.
+	OnReject func(m *Msg, err *Error)
 	// OnAlert is called, on the consumer's goroutine, for each alert of a
 	// live (not replayed) message.
 	OnAlert func(throttle.Alert)
 }
 
-// Consumer reads events from NATS into the aggregator and the throttle set.
+// Consumer reads events from a Source into the aggregator and the throttle
+// set.
 type Consumer struct {
 	cfg Config
-	nc  *nats.Conn
 	agg *aggregator.Aggregator
 	thr *throttle.Set
 	m   *metrics
 
-	ready    atomic.Bool
-	handled  atomic.Uint64 // messages handled, of every kind
-	stopping chan struct{} // closed once NATS delivers no more
-	done     chan struct{} // closed when the loop has handled everything
-	stop     func()        // stops delivery, waiting for what is buffered
-
-	mu          sync.Mutex // guards lastDropped and lastDropLog
-	lastDropped int
-	lastDropLog time.Time
+	ready   atomic.Bool
+	handled atomic.Uint64 // messages handled, of every kind
+	done    chan struct{} // closed when the loop has handled everything
 
 	// scratch of handle, owned by the loop
 	evs     []chat.Event
@@ -71,132 +71,36 @@ type Consumer struct {
 	late    []int
 }
 
-// inMsg is a message as the loop sees it, whatever delivered it.
-type inMsg struct {
-	subject  string
-	data     []byte
-	header   nats.Header
-	received int64 // Unix ms it reached NATS, if known (JetStream), else 0
-	replay   bool  // read while catching up: no alerts, no dead letters
-	caughtUp bool  // the last message of the replay
-}
-
 // New returns a consumer; Start starts it.
-func New(nc *nats.Conn, agg *aggregator.Aggregator, thr *throttle.Set, reg prometheus.Registerer, cfg Config) *Consumer {
+func New(agg *aggregator.Aggregator, thr *throttle.Set, reg prometheus.Registerer, cfg Config) *Consumer {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Consumer{cfg: cfg, nc: nc, agg: agg, thr: thr, m: newMetrics(reg),
-		stopping: make(chan struct{}), done: make(chan struct{})}
+	return &Consumer{cfg: cfg, agg: agg, thr: thr, m: newMetrics(reg), done: make(chan struct{})}
 }
 
-// Ready reports whether the consumer has caught up with the stream (always,
-// once started, without JetStream).
+// Ready reports whether the consumer has caught up with its source: it has
+// handled the message marked CaughtUp, or was started with nothing to
+// replay.
 func (c *Consumer) Ready() bool { return c.ready.Load() }
 
 // Handled is the number of messages handled so far, counted or not.
 func (c *Consumer) Handled() uint64 { return c.handled.Load() }
 
-// Start subscribes and starts the loop that handles messages.
-func (c *Consumer) Start(ctx context.Context) error {
-	if c.cfg.JetStream {
-		return c.startJetStream(ctx)
-	}
-	return c.startCore()
+// Start handles what src delivers, on goroutines of its own, until it
+// stops. replaying says that src begins with a replay, ended by a message
+// marked CaughtUp; until that one is handled the consumer is not Ready.
+func (c *Consumer) Start(src Source, replaying bool) {
+	c.ready.Store(!replaying)
+	go c.loop(src)
 }
 
-func (c *Consumer) startCore() error {
-	ch := make(chan *nats.Msg, coreBuffer)
-	sub, err := c.nc.ChanSubscribe(c.cfg.Subject, ch)
-	if err != nil {
-		return fmt.Errorf("subscribe %s: %w", c.cfg.Subject, err)
-	}
-	if err := c.nc.Flush(); err != nil { // the server has the subscription before we say ready
-		return fmt.Errorf("subscribe %s: %w", c.cfg.Subject, err)
-	}
-	c.stop = func() {
-		if err := sub.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-			c.cfg.Log.Warn("drain subscription", "err", err)
-		}
-		for deadline := time.Now().Add(5 * time.Second); sub.IsValid() && time.Now().Before(deadline); {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	c.ready.Store(true)
-	go loop(c, ch, func(m *nats.Msg) inMsg { return inMsg{subject: m.Subject, data: m.Data, header: m.Header} })
-	return nil
-}
-
-func (c *Consumer) startJetStream(ctx context.Context) error {
-	js, err := jetstream.New(c.nc)
-	if err != nil {
-		return err
-	}
-	if err := EnsureStreams(ctx, js, c.cfg.Stream, c.cfg.Subject, c.cfg.Replay+c.cfg.MaxSkew+streamMaxAgeMargin, c.cfg.Log); err != nil {
-		return err
-	}
-	// Start one largest window (plus the skew a ts may have over its
-	// publish time) before now: everything any window can still hold.
-	start := c.cfg.Now().Add(-c.cfg.Replay - c.cfg.MaxSkew)
-	cons, err := js.OrderedConsumer(ctx, c.cfg.Stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{c.cfg.Subject}, // one filter: see the note on DeliverByStartTime in the README
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
-		OptStartTime:   &start,
-	})
-	if err != nil {
-		return fmt.Errorf("stream %s: consumer: %w", c.cfg.Stream, err)
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("stream %s: consumer info: %w", c.cfg.Stream, err)
-	}
-	if info.NumPending == 0 {
-		c.ready.Store(true)
-	}
-	c.cfg.Log.Info("replaying", "stream", c.cfg.Stream, "from", start.UTC().Format(time.RFC3339), "messages", info.NumPending)
-	ch := make(chan inMsg, batchSize*4)
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		in := inMsg{subject: m.Subject(), data: m.Data(), header: m.Headers()}
-		md, err := m.Metadata()
-		if err == nil {
-			// An event without ts gets the time the stream took it, the
-			// same on a replay as when it was live.
-			in.received = md.Timestamp.UnixMilli()
-		}
-		if !c.ready.Load() {
-			in.replay = true
-			in.caughtUp = err == nil && md.NumPending == 0
-		}
-		ch <- in
-	}, jetstream.PullMaxMessages(batchSize*4), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		c.cfg.Log.Warn("jetstream consumer", "stream", c.cfg.Stream, "err", err)
-	}))
-	if err != nil {
-		return fmt.Errorf("stream %s: consume: %w", c.cfg.Stream, err)
-	}
-	c.stop = func() {
-		cc.Drain()
-		select {
-		case <-cc.Closed():
-		case <-time.After(5 * time.Second):
-			cc.Stop()
-		}
-	}
-	go loop(c, ch, func(m inMsg) inMsg { return m })
-	return nil
-}
-
-// Stop stops delivery and returns once every message delivered so far has
-// been handled, or ctx is done.
-func (c *Consumer) Stop(ctx context.Context) error {
-	if c.stop == nil {
-		return nil
-	}
-	c.stop()
-	close(c.stopping)
+// Wait returns once every message the source delivered has been handled
+// (stop the source first), or ctx is done.
+func (c *Consumer) Wait(ctx context.Context) error {
 	select {
 	case <-c.done:
 		return nil
@@ -206,10 +110,10 @@ func (c *Consumer) Stop(ctx context.Context) error {
 }
 
 // loop handles messages in batches of what has arrived, up to batchSize,
-// until delivery has stopped and the channel is empty. It decodes, counts
-// and dead-letters; the throttle policies are fed on a second goroutine, so
-// the two run side by side, one batch apart.
-func loop[M any](c *Consumer, ch <-chan M, conv func(M) inMsg) {
+// until the source stops. It decodes, counts and dead-letters; the throttle
+// policies are fed on a second goroutine, so the two run side by side, one
+// batch apart.
+func (c *Consumer) loop(src Source) {
 	work, free := make(chan *job, 1), make(chan *job, 2)
 	free <- &job{}
 	free <- &job{}
@@ -221,49 +125,18 @@ func loop[M any](c *Consumer, ch <-chan M, conv func(M) inMsg) {
 			free <- j
 		}
 	}()
-	defer func() {
-		close(work)
-		<-throttled
-		close(c.done)
-	}()
-	batch := make([]inMsg, 0, batchSize)
-	handle := func() {
+	batch := make([]Msg, 0, batchSize)
+	for more := true; more; {
+		batch, more = src.Next(batch[:0])
 		if len(batch) > 0 {
 			j := <-free // waits while the throttle goroutine is two batches behind
 			c.handle(batch, j)
 			work <- j
 		}
-		batch = batch[:0]
 	}
-	for {
-		select {
-		case m := <-ch:
-			batch = append(batch, conv(m))
-		case <-c.stopping:
-			for { // delivery has stopped: finish what is buffered
-				select {
-				case m := <-ch:
-					batch = append(batch, conv(m))
-					if len(batch) == batchSize {
-						handle()
-					}
-				default:
-					handle()
-					return
-				}
-			}
-		}
-	more:
-		for len(batch) < batchSize {
-			select {
-			case m := <-ch:
-				batch = append(batch, conv(m))
-			default:
-				break more
-			}
-		}
-		handle()
-	}
+	close(work)
+	<-throttled
+	close(c.done)
 }
 
 // job is a batch's work for the throttle goroutine: the events the
@@ -277,7 +150,7 @@ type job struct {
 
 // handle decodes a batch, counts what is good, dead-letters the rest, and
 // fills j with what the throttle policies must see.
-func (c *Consumer) handle(batch []inMsg, j *job) {
+func (c *Consumer) handle(batch []Msg, j *job) {
 	now := c.cfg.Now()
 	nowMs := now.UnixMilli()
 	skew := c.cfg.MaxSkew.Milliseconds()
@@ -285,16 +158,16 @@ func (c *Consumer) handle(batch []inMsg, j *job) {
 	*j = job{evs: j.evs[:0], replay: j.replay[:0], messages: len(batch)}
 	for i := range batch {
 		m := &batch[i]
-		j.caughtUp = j.caughtUp || m.caughtUp
-		if strings.HasPrefix(m.subject, OwnPrefix) {
+		j.caughtUp = j.caughtUp || m.CaughtUp
+		if c.cfg.Own != "" && strings.HasPrefix(m.Subject, c.cfg.Own) {
 			continue // never our own subjects, whatever the filter says
 		}
 		j.received++
 		received := nowMs
-		if m.received != 0 {
-			received = m.received
+		if m.Received != 0 {
+			received = m.Received
 		}
-		ev, err := Decode(m.data, received, skew)
+		ev, err := Decode(m.Data, received, skew)
 		if err != nil {
 			c.reject(m, err.(*Error))
 			continue
@@ -317,7 +190,7 @@ func (c *Consumer) handle(batch []inMsg, j *job) {
 			continue
 		}
 		j.evs = append(j.evs, *ev)
-		j.replay = append(j.replay, m.replay)
+		j.replay = append(j.replay, m.Replay)
 	}
 }
 
@@ -341,97 +214,17 @@ func (c *Consumer) throttle(j *job) {
 	c.handled.Add(uint64(j.messages))
 	if j.caughtUp && !c.ready.Load() {
 		c.ready.Store(true)
-		c.cfg.Log.Info("replay caught up", "stream", c.cfg.Stream)
+		c.cfg.Log.Info("replay caught up")
 	}
 	clear(j.evs) // let the payloads go
 }
 
-// reject counts a rejected message and republishes it, unchanged, to
-// chatpulse.deadletter.<reason> with the reason in a header. Replayed
-// messages were dead-lettered when they first arrived, and are not again.
-func (c *Consumer) reject(m *inMsg, err *Error) {
+// reject counts a rejected message and hands it to OnReject, to be
+// dead-lettered. Replayed messages were dead-lettered when they first
+// arrived, and are not again.
+func (c *Consumer) reject(m *Msg, err *Error) {
 	c.m.rejected[err.Reason].Inc()
-	if m.replay {
-		return
+	if !m.Replay && c.cfg.OnReject != nil {
+		c.cfg.OnReject(m, err)
 	}
-	h := nats.Header{}
-	for k, v := range m.header {
-		h[k] = v
-	}
-	h.Set(ErrorHeader, err.Msg)
-	h.Set(SubjectHeader, m.subject)
-	dl := &nats.Msg{Subject: DeadLetterPrefix + string(err.Reason), Data: m.data, Header: h}
-	if perr := c.nc.PublishMsg(dl); perr != nil {
-		c.cfg.Log.Warn("dead letter not published", "reason", err.Reason, "err", perr)
-	}
-}
-
-// SlowConsumer is for the connection's error handler: it counts what the
-// NATS client dropped for sub and logs it, at most every 10 seconds.
-func (c *Consumer) SlowConsumer(sub *nats.Subscription) {
-	n, err := sub.Dropped()
-	if err != nil {
-		return
-	}
-	c.mu.Lock()
-	delta := n - c.lastDropped
-	c.lastDropped = n
-	logNow := time.Since(c.lastDropLog) > 10*time.Second
-	if logNow {
-		c.lastDropLog = time.Now()
-	}
-	c.mu.Unlock()
-	if delta > 0 {
-		c.m.dropped.Add(float64(delta))
-	}
-	if logNow {
-		c.cfg.Log.Warn("slow consumer: NATS dropped messages because chatpulse fell behind", "subject", sub.Subject, "dropped_total", n)
-	}
-}
-
-// EnsureStreams creates the chat stream (subjects = subject, at least
-// maxAge of history, file storage) and the dead-letter stream if they are
-// missing. An existing chat stream is used as it is; one that keeps less
-// than maxAge is reported.
-func EnsureStreams(ctx context.Context, js jetstream.JetStream, stream, subject string, maxAge time.Duration, log *slog.Logger) error {
-	s, err := js.Stream(ctx, stream)
-	switch {
-	case errors.Is(err, jetstream.ErrStreamNotFound):
-		if overlapsOwn(subject) {
-			return fmt.Errorf("stream %s: subject %q would also capture chatpulse's own chatpulse.> subjects; use a narrower one such as chat.>", stream, subject)
-		}
-		_, err = js.CreateStream(ctx, jetstream.StreamConfig{
-			Name: stream, Subjects: []string{subject}, MaxAge: maxAge,
-			Storage: jetstream.FileStorage, Discard: jetstream.DiscardOld,
-		})
-		if err != nil {
-			return fmt.Errorf("create stream %s: %w", stream, err)
-		}
-		log.Info("created stream", "stream", stream, "subject", subject, "max_age", maxAge)
-	case err != nil:
-		return fmt.Errorf("stream %s: %w", stream, err)
-	default:
-		if age := s.CachedInfo().Config.MaxAge; age != 0 && age < maxAge {
-			log.Warn("stream keeps less history than the largest window: a restart cannot rebuild it fully",
-				"stream", stream, "max_age", age, "needed", maxAge)
-		}
-	}
-	_, err = js.Stream(ctx, DeadLetterStream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		_, err = js.CreateStream(ctx, jetstream.StreamConfig{
-			Name: DeadLetterStream, Subjects: []string{DeadLetterPrefix + ">"}, MaxAge: DeadLetterMaxAge,
-			Storage: jetstream.FileStorage, Discard: jetstream.DiscardOld,
-		})
-	}
-	if err != nil {
-		return fmt.Errorf("stream %s: %w", DeadLetterStream, err)
-	}
-	return nil
-}
-
-// overlapsOwn reports whether a subject filter matches some chatpulse.>
-// subject.
-func overlapsOwn(subject string) bool {
-	first, _, _ := strings.Cut(subject, ".")
-	return first == ">" || first == "*" || first == "chatpulse"
 }

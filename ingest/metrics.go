@@ -5,8 +5,8 @@ import "github.com/prometheus/client_golang/prometheus"
 // metrics are the ingest counters of contract section 7, updated once per
 // batch.
 type metrics struct {
-	received, accepted, ignored, dropped prometheus.Counter
-	rejected                             map[Reason]prometheus.Counter
+	received, accepted, ignored prometheus.Counter
+	rejected                    map[Reason]prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -19,7 +19,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		received: counter("chatpulse_events_received_total", "Messages received on the event subject."),
 		accepted: counter("chatpulse_events_accepted_total", "Chat messages counted."),
 		ignored:  counter("chatpulse_events_ignored_total", "Valid events of another type than message, accepted and not counted."),
-		dropped:  counter("chatpulse_events_dropped_total", "Messages the NATS client dropped because chatpulse fell behind (core NATS only)."),
 		rejected: map[Reason]prometheus.Counter{},
 	}
 	vec := prometheus.NewCounterVec(prometheus.CounterOpts{

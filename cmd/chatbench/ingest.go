@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/bus"
 	"github.com/chatpulse/chatpulse/ingest"
 	"github.com/chatpulse/chatpulse/rolling"
 	"github.com/chatpulse/chatpulse/throttle"
@@ -270,26 +271,36 @@ func phaseRawJetStream(url string, n int, publish func() error) (phase, error) {
 // of the same events comes before, so that chatpulse has seen every room
 // and user, as a service that has been running a while has.
 func phaseChatpulse(url string, n int, useJS bool, stream string, warm bool, publish func() error) (phase, error) {
-	nc, err := nats.Connect(url, nats.Name("chatbench-chatpulse"))
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	b, err := bus.Open(bus.Options{URL: url, Log: quiet})
 	if err != nil {
 		return phase{}, err
 	}
-	defer nc.Close()
+	defer b.Close()
 	ws, _ := rolling.ParseWindows(rolling.DefaultWindows)
 	agg, _ := aggregator.New(ws)
 	thr, _ := throttle.NewSet(throttle.DefaultPolicies())
-	subject := "core.>"
+	var src *bus.Source
+	replaying := false
 	if useJS {
-		subject = "js.>"
+		src, replaying, err = b.Stream(context.Background(), bus.StreamConfig{
+			Stream: stream, Subject: "js.>", MaxAge: 2 * time.Hour, From: time.Now().Add(-time.Hour),
+		})
+	} else {
+		src, err = b.Subscribe("core.>")
 	}
-	c := ingest.New(nc, agg, thr, prometheus.NewRegistry(), ingest.Config{
-		Subject: subject, JetStream: useJS, Stream: stream, Replay: time.Hour, MaxSkew: 5 * time.Second,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err := c.Start(context.Background()); err != nil {
+	if err != nil {
 		return phase{}, err
 	}
-	defer c.Stop(context.Background())
+	c := ingest.New(agg, thr, prometheus.NewRegistry(), ingest.Config{
+		Own: bus.OwnPrefix, MaxSkew: 5 * time.Second, Log: quiet,
+		OnReject: b.DeadLetter,
+	})
+	c.Start(src, replaying)
+	defer func() {
+		src.Stop()
+		c.Wait(context.Background())
+	}()
 	handled := func(want int) error {
 		for deadline := time.Now().Add(3 * time.Minute); c.Handled() < uint64(want); time.Sleep(time.Millisecond) {
 			if time.Now().After(deadline) {

@@ -13,15 +13,16 @@ import (
 type statsCollector struct {
 	agg     *aggregator.Aggregator
 	thr     *throttle.Set
+	dropped func() uint64
 	windows []string
 	labels  []throttle.DecisionLabel
 
-	rooms, users, pairs, late, decisions, keys, evicted *prometheus.Desc
+	rooms, users, pairs, late, decisions, keys, evicted, drops *prometheus.Desc
 }
 
-func newStatsCollector(agg *aggregator.Aggregator, thr *throttle.Set) *statsCollector {
+func newStatsCollector(agg *aggregator.Aggregator, thr *throttle.Set, dropped func() uint64) *statsCollector {
 	return &statsCollector{
-		agg: agg, thr: thr, windows: agg.WindowNames(), labels: thr.DecisionLabels(),
+		agg: agg, thr: thr, dropped: dropped, windows: agg.WindowNames(), labels: thr.DecisionLabels(),
 		rooms:     prometheus.NewDesc("chatpulse_tracked_rooms", "Rooms with messages in some window.", nil, nil),
 		users:     prometheus.NewDesc("chatpulse_tracked_users", "Users with messages in some window.", nil, nil),
 		pairs:     prometheus.NewDesc("chatpulse_tracked_room_users", "(room, user) pairs with messages in some window.", nil, nil),
@@ -29,11 +30,12 @@ func newStatsCollector(agg *aggregator.Aggregator, thr *throttle.Set) *statsColl
 		decisions: prometheus.NewDesc("chatpulse_throttle_decisions_total", "Throttle check decisions per policy.", []string{"policy", "result"}, nil),
 		keys:      prometheus.NewDesc("chatpulse_throttle_keys", "Keys a throttle policy tracks.", []string{"policy"}, nil),
 		evicted:   prometheus.NewDesc("chatpulse_throttle_keys_evicted_total", "Keys a policy dropped because it hit its cap on tracked keys.", []string{"policy"}, nil),
+		drops:     prometheus.NewDesc("chatpulse_events_dropped_total", "Messages the NATS client dropped because chatpulse fell behind (core NATS only).", nil, nil),
 	}
 }
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.rooms, c.users, c.pairs, c.late, c.decisions, c.keys, c.evicted} {
+	for _, d := range []*prometheus.Desc{c.rooms, c.users, c.pairs, c.late, c.decisions, c.keys, c.evicted, c.drops} {
 		ch <- d
 	}
 }
@@ -43,6 +45,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.rooms, prometheus.GaugeValue, float64(st.Rooms))
 	ch <- prometheus.MustNewConstMetric(c.users, prometheus.GaugeValue, float64(st.Users))
 	ch <- prometheus.MustNewConstMetric(c.pairs, prometheus.GaugeValue, float64(st.Pairs))
+	ch <- prometheus.MustNewConstMetric(c.drops, prometheus.CounterValue, float64(c.dropped()))
 	for i, w := range c.windows {
 		ch <- prometheus.MustNewConstMetric(c.late, prometheus.CounterValue, float64(st.Late[i]), w)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,25 +10,20 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/bus"
 	"github.com/chatpulse/chatpulse/ingest"
 	"github.com/chatpulse/chatpulse/throttle"
 	"github.com/chatpulse/chatpulse/traffic"
 	"github.com/chatpulse/chatpulse/web"
 )
-
-// AlertSubject is where throttle alerts are published.
-const AlertSubject = "chatpulse.alerts.throttle"
 
 // Main is the program: ParseFlags, then Run, then Close.
 type Main struct {
@@ -38,18 +32,20 @@ type Main struct {
 	Stderr io.Writer
 	Now    func() time.Time
 
-	ns       *server.Server
-	nc       *nats.Conn
-	agg      *aggregator.Aggregator
-	thr      *throttle.Set
-	consumer *ingest.Consumer
-	web      *web.Server
-	svc      micro.Service
-	http     *http.Server
-	httpAddr net.Addr
-	stop     chan struct{} // ends the hub, the janitor and the demo
-	wg       sync.WaitGroup
-	closed   bool
+	agg       *aggregator.Aggregator
+	thr       *throttle.Set
+	consumer  *ingest.Consumer
+	web       *web.Server
+	bus       *bus.Bus
+	source    *bus.Source
+	replaying bool // the source begins with a replay
+	consuming bool // the consumer was started
+	svc       micro.Service
+	http      *http.Server
+	httpAddr  net.Addr
+	stop      chan struct{} // ends the hub, the janitor and the demo
+	wg        sync.WaitGroup
+	closed    bool
 }
 
 // NewMain returns a Main with the default configuration.
@@ -63,8 +59,24 @@ func NewMain() *Main {
 }
 
 // Run starts everything and returns once chatpulse is serving (the replay
-// may still be running: see /readyz).
+// may still be running: see /readyz). It builds every part first, then
+// attaches to the network (the HTTP port, NATS), and only then opens:
+// serving HTTP and NATS requests and consuming events. So whatever a
+// handler or callback reads exists before any of them can run.
 func (m *Main) Run(ctx context.Context) error {
+	if err := m.build(); err != nil {
+		return err
+	}
+	ln, err := m.attach(ctx)
+	if err != nil {
+		return err
+	}
+	return m.open(ln)
+}
+
+// build makes the parts that hold state and wires them together; nothing
+// runs yet.
+func (m *Main) build() error {
 	c := &m.Config
 	if len(c.Windows) == 0 {
 		return usagef("no windows configured (call ParseFlags first)")
@@ -85,22 +97,18 @@ func (m *Main) Run(ctx context.Context) error {
 		return &UsageError{err}
 	}
 
-	// Listen for HTTP first: a taken address is the commonest mistake.
-	ln, err := net.Listen("tcp", c.HTTP)
-	if err != nil {
-		return usagef("--http %s: %v", c.HTTP, err)
-	}
-	m.httpAddr = ln.Addr()
-
-	if err := m.connect(ctx); err != nil {
-		ln.Close()
-		return err
-	}
-
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(newStatsCollector(m.agg, m.thr))
+	reg.MustRegister(newStatsCollector(m.agg, m.thr, func() uint64 { return m.bus.Dropped() }))
 
+	m.consumer = ingest.New(m.agg, m.thr, reg, ingest.Config{
+		Own:      bus.OwnPrefix,
+		MaxSkew:  c.MaxSkew,
+		Now:      m.Now,
+		Log:      m.Log,
+		OnReject: func(msg *ingest.Msg, err *ingest.Error) { m.bus.DeadLetter(msg, err) },
+		OnAlert:  m.alert,
+	})
 	m.web = web.New(m.agg, m.thr, web.Options{
 		Now:            m.Now,
 		Gatherer:       reg,
@@ -108,8 +116,60 @@ func (m *Main) Run(ctx context.Context) error {
 		Log:            m.Log,
 		PushInterval:   c.PushInterval,
 		AllowedOrigins: c.AllowedOrigins,
-		Ready:          func() bool { return m.consumer != nil && m.consumer.Ready() },
+		Ready:          m.consumer.Ready,
 	})
+	return nil
+}
+
+// attach takes the HTTP address and connects to NATS (starting the
+// embedded server), subscribing to the events.
+func (m *Main) attach(ctx context.Context) (net.Listener, error) {
+	c := &m.Config
+	// The HTTP address first: a taken one is the commonest mistake.
+	ln, err := net.Listen("tcp", c.HTTP)
+	if err != nil {
+		return nil, usagef("--http %s: %v", c.HTTP, err)
+	}
+	m.httpAddr = ln.Addr()
+	if err := m.connect(); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	replaying := false
+	if c.JetStream {
+		largest := largest(c)
+		m.source, replaying, err = m.bus.Stream(ctx, bus.StreamConfig{
+			Stream:  c.Stream,
+			Subject: c.Subject,
+			MaxAge:  largest + c.MaxSkew + streamMaxAgeMargin,
+			// One largest window (plus the skew a ts may have over its
+			// publish time) before now: everything any window can still
+			// hold.
+			From: m.Now().Add(-largest - c.MaxSkew),
+		})
+	} else {
+		m.source, err = m.bus.Subscribe(c.Subject)
+	}
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	m.replaying = replaying
+	return ln, nil
+}
+
+// streamMaxAgeMargin is how much longer than the largest window (and the
+// skew) a stream chatpulse creates keeps events.
+const streamMaxAgeMargin = 10 * time.Minute
+
+// open serves HTTP and NATS requests and starts consuming.
+func (m *Main) open(ln net.Listener) error {
+	c := &m.Config
+	var err error
+	if m.svc, err = m.bus.Serve(m.web.CheckRequest); err != nil {
+		ln.Close()
+		return fmt.Errorf("throttle service: %w", err)
+	}
 	m.http = &http.Server{Handler: m.web, ReadHeaderTimeout: 10 * time.Second}
 	m.goRun(func() {
 		if err := m.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -118,24 +178,8 @@ func (m *Main) Run(ctx context.Context) error {
 	})
 	m.goRun(func() { m.web.Hub.Run(m.stop) })
 	m.goRun(m.janitor)
-
-	if m.svc, err = m.web.StartMicro(m.nc); err != nil {
-		return fmt.Errorf("throttle service: %w", err)
-	}
-
-	m.consumer = ingest.New(m.nc, m.agg, m.thr, reg, ingest.Config{
-		Subject:   c.Subject,
-		JetStream: c.JetStream,
-		Stream:    c.Stream,
-		Replay:    largest(c),
-		MaxSkew:   c.MaxSkew,
-		Now:       m.Now,
-		Log:       m.Log,
-		OnAlert:   m.alert,
-	})
-	if err := m.consumer.Start(ctx); err != nil {
-		return err
-	}
+	m.consumer.Start(m.source, m.replaying)
+	m.consuming = true
 
 	m.Log.Info("chatpulse is running",
 		"dashboard", m.HTTPURL()+"/",
@@ -165,94 +209,36 @@ func (m *Main) goRun(f func()) {
 }
 
 // connect starts the embedded NATS server, or connects to --nats-url.
-func (m *Main) connect(ctx context.Context) error {
+func (m *Main) connect() error {
 	c := &m.Config
-	opts := []nats.Option{
-		nats.Name("chatpulse"),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250 * time.Millisecond),
-		nats.ReconnectBufSize(64 << 20),
-		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-			if errors.Is(err, nats.ErrSlowConsumer) && sub != nil && m.consumer != nil {
-				m.consumer.SlowConsumer(sub)
-				return
-			}
-			m.Log.Warn("nats", "err", err)
-		}),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				m.Log.Warn("nats disconnected", "err", err)
-			}
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { m.Log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted()) }),
-	}
-	if c.NATSURL != "" {
-		if c.NATSCreds != "" {
-			opts = append(opts, nats.UserCredentials(c.NATSCreds))
-		}
-		nc, err := nats.Connect(c.NATSURL, opts...)
-		if err != nil {
-			return fmt.Errorf("connect to NATS at %s: %w", redact(c.NATSURL), err)
-		}
-		m.nc = nc
-		return nil
-	}
-	if err := m.startNATS(); err != nil {
-		return err
-	}
-	nc, err := nats.Connect("", append(opts, nats.InProcessServer(m.ns))...)
-	if err != nil {
-		return fmt.Errorf("connect to the embedded NATS server: %w", err)
-	}
-	m.nc = nc
-	return nil
-}
-
-// startNATS starts the embedded server, with JetStream in --data-dir.
-func (m *Main) startNATS() error {
-	c := &m.Config
-	host, portText, err := net.SplitHostPort(c.NATSListen)
-	if err != nil {
-		return usagef("--nats-listen %s: %v", c.NATSListen, err)
-	}
-	port, err := strconv.Atoi(portText)
-	if err != nil {
-		return usagef("--nats-listen %s: bad port", c.NATSListen)
-	}
-	if port == 0 {
-		port = server.RANDOM_PORT // as for --http, 0 means any free port
-	} else {
-		// The server only says it cannot listen by not starting; ask first.
-		ln, err := net.Listen("tcp", c.NATSListen)
+	o := bus.Options{URL: c.NATSURL, Creds: c.NATSCreds, JetStream: c.JetStream, DataDir: c.DataDir, Log: m.Log}
+	if c.NATSURL == "" {
+		host, portText, err := net.SplitHostPort(c.NATSListen)
 		if err != nil {
 			return usagef("--nats-listen %s: %v", c.NATSListen, err)
 		}
-		ln.Close()
-	}
-	if c.JetStream {
-		if err := usableDir(c.DataDir); err != nil {
-			return usagef("--data-dir %s: %v", c.DataDir, err)
+		port, err := strconv.Atoi(portText)
+		if err != nil {
+			return usagef("--nats-listen %s: bad port", c.NATSListen)
 		}
+		if port != 0 {
+			// The server only says it cannot listen by not starting; ask first.
+			ln, err := net.Listen("tcp", c.NATSListen)
+			if err != nil {
+				return usagef("--nats-listen %s: %v", c.NATSListen, err)
+			}
+			ln.Close()
+		}
+		if c.JetStream {
+			if err := usableDir(c.DataDir); err != nil {
+				return usagef("--data-dir %s: %v", c.DataDir, err)
+			}
+		}
+		o.Host, o.Port = host, port
 	}
-	ns, err := server.NewServer(&server.Options{
-		ServerName: "chatpulse",
-		Host:       host,
-		Port:       port,
-		JetStream:  c.JetStream,
-		StoreDir:   c.DataDir,
-		NoSigs:     true,
-	})
-	if err != nil {
-		return fmt.Errorf("embedded NATS: %w", err)
-	}
-	ns.SetLoggerV2(natsLog{m.Log}, false, false, false)
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		ns.Shutdown()
-		return fmt.Errorf("embedded NATS did not start on %s", c.NATSListen)
-	}
-	m.ns = ns
-	return nil
+	var err error
+	m.bus, err = bus.Open(o)
+	return err
 }
 
 // usableDir makes dir if needed and checks that it can hold files.
@@ -268,19 +254,9 @@ func usableDir(dir string) error {
 	return os.Remove(f.Name())
 }
 
-// alert publishes a throttle alert on NATS and to every dashboard. Every
-// instance reading the same stream raises the same alerts, so each carries
-// a Nats-Msg-Id naming the crossing: a JetStream stream that captures
-// chatpulse.alerts.> keeps one of each.
+// alert publishes a throttle alert on NATS and to every dashboard.
 func (m *Main) alert(a throttle.Alert) {
-	if b, err := json.Marshal(a); err == nil {
-		msg := nats.NewMsg(AlertSubject)
-		msg.Data = b
-		msg.Header.Set(nats.MsgIdHdr, fmt.Sprintf("%s|%q|%q|%d", a.Policy, a.Room, a.User, a.At.UnixMilli()))
-		if err := m.nc.PublishMsg(msg); err != nil {
-			m.Log.Warn("alert not published", "err", err)
-		}
-	}
+	m.bus.Alert(a)
 	m.web.Hub.Alert(a)
 	m.Log.Debug("throttle alert", "policy", a.Policy, "room", a.Room, "user", a.User, "count", a.Count, "limit", a.Limit)
 }
@@ -307,7 +283,7 @@ func (m *Main) demo() {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-m.stop; cancel() }()
 	g := traffic.New(traffic.Demo())
-	if _, err := g.Run(ctx, func(subject string, data []byte) error { return m.nc.Publish(subject, data) }); err != nil && !errors.Is(err, context.Canceled) {
+	if _, err := g.Run(ctx, m.bus.Publish); err != nil && !errors.Is(err, context.Canceled) {
 		m.Log.Warn("demo traffic stopped", "err", err)
 	}
 }
@@ -326,10 +302,10 @@ func (m *Main) HTTPURL() string {
 
 // PublishURL is the NATS URL publishers should use.
 func (m *Main) PublishURL() string {
-	if m.ns != nil {
-		return m.ns.ClientURL()
+	if m.bus == nil {
+		return ""
 	}
-	return redact(m.Config.NATSURL)
+	return m.bus.PublishURL()
 }
 
 // Close stops everything, in order: no more events in, what arrived is
@@ -343,8 +319,11 @@ func (m *Main) Close() error {
 	defer cancel()
 	close(m.stop)
 	var errs []error
-	if m.consumer != nil {
-		errs = append(errs, m.consumer.Stop(ctx))
+	if m.source != nil {
+		m.source.Stop()
+	}
+	if m.consuming {
+		errs = append(errs, m.consumer.Wait(ctx))
 	}
 	if m.svc != nil {
 		errs = append(errs, m.svc.Stop())
@@ -353,30 +332,8 @@ func (m *Main) Close() error {
 		errs = append(errs, m.http.Shutdown(ctx))
 	}
 	m.wg.Wait()
-	if m.nc != nil {
-		m.nc.Close()
-	}
-	if m.ns != nil {
-		m.ns.Shutdown()
-		m.ns.WaitForShutdown()
+	if m.bus != nil {
+		m.bus.Close()
 	}
 	return errors.Join(errs...)
 }
-
-// redact hides a password or token in a URL for logs.
-func redact(url string) string {
-	if i, j := strings.Index(url, "://"), strings.LastIndex(url, "@"); i >= 0 && j > i {
-		return url[:i+3] + "***" + url[j:]
-	}
-	return url
-}
-
-// natsLog sends the embedded server's warnings and errors to slog.
-type natsLog struct{ l *slog.Logger }
-
-func (n natsLog) Noticef(format string, v ...any) { n.l.Debug("nats: " + fmt.Sprintf(format, v...)) }
-func (n natsLog) Warnf(format string, v ...any)   { n.l.Warn("nats: " + fmt.Sprintf(format, v...)) }
-func (n natsLog) Fatalf(format string, v ...any)  { n.l.Error("nats: " + fmt.Sprintf(format, v...)) }
-func (n natsLog) Errorf(format string, v ...any)  { n.l.Error("nats: " + fmt.Sprintf(format, v...)) }
-func (n natsLog) Debugf(format string, v ...any)  {}
-func (n natsLog) Tracef(format string, v ...any)  {}

@@ -1,0 +1,175 @@
+package bus
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// Options say which NATS server to use.
+type Options struct {
+	URL   string // an external server or cluster; "" runs the embedded one
+	Creds string // credentials file for URL
+
+	// The embedded server: its client address (Port 0: any free port),
+	// and with JetStream, its store.
+	Host      string
+	Port      int
+	JetStream bool
+	DataDir   string
+
+	Log *slog.Logger
+}
+
+// A Bus is chatpulse's connection to NATS, and the embedded server when
+// there is one. It is safe for concurrent use.
+type Bus struct {
+	log *slog.Logger
+	ns  *server.Server // nil with an external server
+	nc  *nats.Conn
+	url string // the external server's URL, credentials hidden
+
+	events  atomic.Pointer[nats.Subscription] // the core subscription to events, if any
+	dropped atomic.Uint64                     // events its client dropped
+
+	mu          sync.Mutex // guards lastDropLog
+	lastDropLog time.Time
+}
+
+// Open starts the embedded server, or connects to o.URL. With an external
+// server the connection reconnects forever, buffering what is published
+// meanwhile.
+func Open(o Options) (*Bus, error) {
+	b := &Bus{log: o.Log}
+	if b.log == nil {
+		b.log = slog.Default()
+	}
+	// The handlers below may run as soon as nats.Connect returns, so they
+	// read only what b holds already or guards itself.
+	opts := []nats.Option{
+		nats.Name("chatpulse"),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectBufSize(64 << 20),
+		nats.ErrorHandler(b.asyncError),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				b.log.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { b.log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted()) }),
+	}
+	if o.URL != "" {
+		b.url = redact(o.URL)
+		if o.Creds != "" {
+			opts = append(opts, nats.UserCredentials(o.Creds))
+		}
+		nc, err := nats.Connect(o.URL, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("connect to NATS at %s: %w", b.url, err)
+		}
+		b.nc = nc
+		return b, nil
+	}
+	port := o.Port
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	ns, err := server.NewServer(&server.Options{
+		ServerName: "chatpulse",
+		Host:       o.Host,
+		Port:       port,
+		JetStream:  o.JetStream,
+		StoreDir:   o.DataDir,
+		NoSigs:     true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS: %w", err)
+	}
+	ns.SetLoggerV2(natsLog{b.log}, false, false, false)
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		return nil, fmt.Errorf("embedded NATS did not start on %s:%d", o.Host, o.Port)
+	}
+	nc, err := nats.Connect("", append(opts, nats.InProcessServer(ns))...)
+	if err != nil {
+		ns.Shutdown()
+		return nil, fmt.Errorf("connect to the embedded NATS server: %w", err)
+	}
+	b.ns, b.nc = ns, nc
+	return b, nil
+}
+
+// PublishURL is the NATS URL publishers should use (credentials hidden).
+func (b *Bus) PublishURL() string {
+	if b.ns != nil {
+		return b.ns.ClientURL()
+	}
+	return b.url
+}
+
+// Publish sends data on subject, as any chat server would.
+func (b *Bus) Publish(subject string, data []byte) error { return b.nc.Publish(subject, data) }
+
+// Dropped is the number of events the core subscription's client dropped
+// because chatpulse fell behind.
+func (b *Bus) Dropped() uint64 { return b.dropped.Load() }
+
+// asyncError is the connection's error handler. A slow consumer on the
+// events subscription means the client dropped events: they are counted,
+// and logged at most every 10 seconds.
+func (b *Bus) asyncError(_ *nats.Conn, sub *nats.Subscription, err error) {
+	if !errors.Is(err, nats.ErrSlowConsumer) || sub == nil || sub != b.events.Load() {
+		b.log.Warn("nats", "err", err)
+		return
+	}
+	n, derr := sub.Dropped()
+	if derr != nil {
+		return
+	}
+	b.dropped.Store(uint64(n)) // the subscription's count so far
+	b.mu.Lock()
+	logNow := time.Since(b.lastDropLog) > 10*time.Second
+	if logNow {
+		b.lastDropLog = time.Now()
+	}
+	b.mu.Unlock()
+	if logNow {
+		b.log.Warn("slow consumer: NATS dropped messages because chatpulse fell behind", "subject", sub.Subject, "dropped_total", n)
+	}
+}
+
+// Close closes the connection, then stops the embedded server.
+func (b *Bus) Close() {
+	b.nc.Close()
+	if b.ns != nil {
+		b.ns.Shutdown()
+		b.ns.WaitForShutdown()
+	}
+}
+
+// redact hides a password or token in a URL for logs.
+func redact(url string) string {
+	if i, j := strings.Index(url, "://"), strings.LastIndex(url, "@"); i >= 0 && j > i {
+		return url[:i+3] + "***" + url[j:]
+	}
+	return url
+}
+
+// natsLog sends the embedded server's warnings and errors to slog.
+type natsLog struct{ l *slog.Logger }
+
+func (n natsLog) Noticef(format string, v ...any) { n.l.Debug("nats: " + fmt.Sprintf(format, v...)) }
+func (n natsLog) Warnf(format string, v ...any)   { n.l.Warn("nats: " + fmt.Sprintf(format, v...)) }
+func (n natsLog) Fatalf(format string, v ...any)  { n.l.Error("nats: " + fmt.Sprintf(format, v...)) }
+func (n natsLog) Errorf(format string, v ...any)  { n.l.Error("nats: " + fmt.Sprintf(format, v...)) }
+func (n natsLog) Debugf(format string, v ...any)  {}
+func (n natsLog) Tracef(format string, v ...any)  {}

@@ -1,0 +1,85 @@
+package bus
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/chatpulse/chatpulse/ingest"
+	"github.com/chatpulse/chatpulse/throttle"
+)
+
+// DeadLetter republishes a rejected message, unchanged, to
+// chatpulse.deadletter.<reason>, with its headers, what was wrong
+// (Chatpulse-Error) and where it came from (Chatpulse-Subject).
+func (b *Bus) DeadLetter(m *ingest.Msg, e *ingest.Error) {
+	h := nats.Header{}
+	for k, v := range m.Header {
+		h[k] = v
+	}
+	h.Set(ErrorHeader, e.Msg)
+	h.Set(SubjectHeader, m.Subject)
+	dl := &nats.Msg{Subject: DeadLetterPrefix + string(e.Reason), Data: m.Data, Header: h}
+	if err := b.nc.PublishMsg(dl); err != nil {
+		b.log.Warn("dead letter not published", "reason", e.Reason, "err", err)
+	}
+}
+
+// Alert publishes a throttle alert. Every instance reading the same
+// stream raises the same alerts, so each carries a Nats-Msg-Id naming the
+// crossing: a JetStream stream that captures chatpulse.alerts.> keeps one
+// of each.
+func (b *Bus) Alert(a throttle.Alert) {
+	data, err := json.Marshal(a)
+	if err != nil {
+		return
+	}
+	msg := nats.NewMsg(AlertSubject)
+	msg.Data = data
+	msg.Header.Set(nats.MsgIdHdr, fmt.Sprintf("%s|%q|%q|%d", a.Policy, a.Room, a.User, a.At.UnixMilli()))
+	if err := b.nc.PublishMsg(msg); err != nil {
+		b.log.Warn("alert not published", "err", err)
+	}
+}
+
+// A Handler answers one request with a value, sent back as JSON, or an
+// error. An error that has a method BadRequest() is the requester's fault
+// and goes back as a micro error 400 with its message; any other as 500.
+type Handler func(request []byte) (any, error)
+
+// Serve registers the chatpulse micro service on the connection, with the
+// throttle check on chatpulse.throttle.check. Instances share requests
+// through the service's queue group.
+func (b *Bus) Serve(check Handler) (micro.Service, error) {
+	svc, err := micro.AddService(b.nc, micro.Config{
+		Name:        ServiceName,
+		Version:     ServiceVersion,
+		Description: "chat analytics and moderation throttling",
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := svc.AddEndpoint("throttle_check", respond(check), micro.WithEndpointSubject(CheckSubject)); err != nil {
+		svc.Stop()
+		return nil, err
+	}
+	return svc, nil
+}
+
+func respond(h Handler) micro.Handler {
+	return micro.HandlerFunc(func(req micro.Request) {
+		v, err := h(req.Data())
+		var bad interface{ BadRequest() }
+		switch {
+		case errors.As(err, &bad):
+			req.Error("400", err.Error(), nil)
+		case err != nil:
+			req.Error("500", "internal error", nil)
+		default:
+			req.RespondJSON(v)
+		}
+	})
+}
