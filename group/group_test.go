@@ -1,0 +1,77 @@
+package group
+
+import "testing"
+
+func TestEscape(t *testing.T) {
+	for in, want := range map[string]string{
+		"lobby":      "lobby",
+		"dot.room":   "dot%2Eroom",
+		"space room": "space%20room",
+		"pct%room":   "pct%25room",
+		"a.b":        "a%2Eb",
+		"*>":         "%2A%3E",
+		"tab\there":  "tab%09here",
+		"del\x7f":    "del%7F",
+		"größe":      "größe",
+		"%2E":        "%252E",
+	} {
+		if got := Escape(in); got != want {
+			t.Errorf("Escape(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// Partition agrees with what nats-server's transform filed chat.lobby.alice
+// under, checked by hand against v2.15.2: chatp.19.39.lobby.alice.
+func TestPartition(t *testing.T) {
+	if p := Partition("lobby", 64); p != 19 {
+		t.Errorf("lobby: %d", p)
+	}
+	if p := Partition("alice", 64); p != 39 {
+		t.Errorf("alice: %d", p)
+	}
+}
+
+// Rendezvous moves only what it must: a member that leaves gives up its
+// own partitions and no others; one that joins takes some from each and
+// moves nothing between the others; and the split is fair.
+func TestOwnerMovesLittle(t *testing.T) {
+	const n = 64
+	three := []string{"a", "b", "c"}
+	before := map[int]string{}
+	count := map[string]int{}
+	for p := range n {
+		before[p] = owner(p, three)
+		count[before[p]]++
+	}
+	for _, m := range three {
+		if count[m] < 10 {
+			t.Errorf("%s owns only %d of %d: %v", m, count[m], n, count)
+		}
+	}
+	moved := 0
+	for p := range n {
+		after := owner(p, []string{"a", "c"})
+		switch {
+		case before[p] == "b":
+			moved++
+		case after != before[p]:
+			t.Errorf("partition %d moved from %s to %s though its owner stayed", p, before[p], after)
+		}
+	}
+	if moved != count["b"] {
+		t.Errorf("moved %d, want %d", moved, count["b"])
+	}
+	for p := range n {
+		after := owner(p, []string{"a", "b", "c", "d"})
+		if after != "d" && after != before[p] {
+			t.Errorf("partition %d moved from %s to %s when d joined", p, before[p], after)
+		}
+	}
+	// Order of the member list does not matter.
+	for p := range n {
+		if owner(p, []string{"c", "a", "b"}) != before[p] {
+			t.Fatalf("partition %d: owner depends on order", p)
+		}
+	}
+}

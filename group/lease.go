@@ -1,0 +1,341 @@
+package group
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Keys of the leases bucket.
+const (
+	memberKey = "member." // + instance: a live member
+	ownerKey  = "owner."  // + partition: who owns it
+)
+
+// memberInfo is the value of a member's key.
+type memberInfo struct {
+	Instance string `json:"instance"`
+	HTTP     string `json:"http"`
+}
+
+// ownerInfo is the value of a partition's key.
+type ownerInfo struct {
+	Instance string `json:"instance"`
+	Ready    bool   `json:"ready"` // caught up: it answers for the partition
+	rev      uint64
+}
+
+// A hand is what the lease loop does with the partitions it wins and loses:
+// start one (it will call ready when caught up), stop one (synchronously:
+// when stop returns nothing of it is counted or answered any more).
+type hand interface {
+	start(p int)
+	stop(p int)
+}
+
+// held is a partition this member holds the lease of.
+type held struct {
+	rev        uint64    // revision of our last write of its key
+	validUntil time.Time // we answer as its owner until then
+	ready      bool      // caught up, and said so in the key
+	readyAsked bool      // caught up, not yet said so
+}
+
+// table is what the lease loop knows, published for readers as one
+// immutable value.
+type table struct {
+	members map[string]memberInfo
+	owners  map[int]ownerInfo
+	mine    map[int]time.Time // partitions held, and until when we may answer for them
+}
+
+// owns reports whether this member may answer for partition p at now.
+func (t *table) owns(p int, now time.Time) bool {
+	until, ok := t.mine[p]
+	return ok && now.Before(until) && t.owners[p].Ready
+}
+
+// leases runs membership and ownership: it keeps this member's key alive,
+// watches everyone's, computes which partitions should be whose
+// (rendezvous), and claims, renews and releases partition leases with
+// compare-and-set writes, so that two members never hold one partition.
+//
+// Fencing: a lease key lives ttl after its last write (the bucket's
+// MaxAge), and we rewrite it every ttl/4. We count our ownership valid for
+// ttl/2 from when we sent the last write that succeeded, and a partition
+// whose lease we could not renew by then is stopped at the next tick, by
+// 3/4 ttl: before the key can expire on the server (ttl after it received
+// the write, which was after we sent it) and another member can create it.
+type leases struct {
+	kv         jetstream.KeyValue
+	self       memberInfo
+	partitions int
+	ttl        time.Duration
+	hand       hand
+	log        *slog.Logger
+
+	readyc chan int              // partitions that caught up, from hand
+	pub    atomic.Pointer[table] // what readers see
+
+	// Owned by run.
+	synced  bool // the watch has delivered every key there was
+	members map[string]memberInfo
+	owners  map[int]ownerInfo
+	mine    map[int]*held
+}
+
+func newLeases(kv jetstream.KeyValue, self memberInfo, partitions int, ttl time.Duration, h hand, log *slog.Logger) *leases {
+	l := &leases{kv: kv, self: self, partitions: partitions, ttl: ttl, hand: h, log: log,
+		readyc:  make(chan int, partitions),
+		members: map[string]memberInfo{}, owners: map[int]ownerInfo{}, mine: map[int]*held{}}
+	l.publish()
+	return l
+}
+
+// ready tells the loop that partition p has caught up.
+func (l *leases) ready(p int) { l.readyc <- p }
+
+// table is the latest published table.
+func (l *leases) table() *table { return l.pub.Load() }
+
+// join creates this member's key. A key with our name that is still there
+// may be a previous run of ours that died: it is gone within ttl, so we
+// wait that long before saying that a live member has the name.
+func (l *leases) join(ctx context.Context) error {
+	value, _ := json.Marshal(l.self)
+	deadline := time.Now().Add(l.ttl + time.Second)
+	for {
+		_, err := l.kv.Create(ctx, memberKey+l.self.Instance, value)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return errDuplicate
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+var errDuplicate = errors.New("a live member of the group already has this instance name")
+
+// run keeps the leases until ctx is done, then releases every partition
+// it holds and removes its member key.
+func (l *leases) run(ctx context.Context) error {
+	w, err := l.kv.WatchAll(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { w.Stop() }()
+	tick := time.NewTicker(l.ttl / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			l.leave()
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok { // the connection closed under the watch
+				if w, err = l.kv.WatchAll(ctx); err != nil {
+					l.log.Warn("group: cannot watch the leases", "err", err)
+					w = stopped{}
+				}
+				continue
+			}
+			l.apply(e)
+			// Take in everything the watch has before acting on it.
+			for more := true; more; {
+				select {
+				case e, ok := <-w.Updates():
+					if ok {
+						l.apply(e)
+					}
+					more = ok
+				default:
+					more = false
+				}
+			}
+		case p := <-l.readyc:
+			if h := l.mine[p]; h != nil {
+				h.readyAsked = true
+			}
+		case <-tick.C:
+			l.renew(ctx)
+		}
+		if l.synced { // until then the members we know are not all there are
+			l.balance(ctx)
+		}
+		l.publish()
+	}
+}
+
+// stopped is a watch that delivers nothing: what the loop watches when it
+// cannot watch, while it runs out its leases.
+type stopped struct{}
+
+func (stopped) Updates() <-chan jetstream.KeyValueEntry { return nil }
+func (stopped) Stop() error                             { return nil }
+
+// apply takes one change of the bucket into the loop's maps; nil marks
+// the end of the keys that were there when the watch began.
+func (l *leases) apply(e jetstream.KeyValueEntry) {
+	if e == nil {
+		l.synced = true
+		return
+	}
+	gone := e.Operation() != jetstream.KeyValuePut
+	switch key := e.Key(); {
+	case strings.HasPrefix(key, memberKey):
+		name := key[len(memberKey):]
+		var m memberInfo
+		if gone || json.Unmarshal(e.Value(), &m) != nil {
+			delete(l.members, name)
+			return
+		}
+		l.members[name] = m
+	case strings.HasPrefix(key, ownerKey):
+		p, err := strconv.Atoi(key[len(ownerKey):])
+		if err != nil {
+			return
+		}
+		var o ownerInfo
+		if gone || json.Unmarshal(e.Value(), &o) != nil {
+			delete(l.owners, p)
+			return
+		}
+		o.rev = e.Revision()
+		l.owners[p] = o
+	}
+}
+
+// renew rewrites our member key and the keys of the partitions we hold.
+// A partition whose key was changed by someone else, or that we could not
+// renew in time, is lost: stopped at once.
+func (l *leases) renew(ctx context.Context) {
+	value, _ := json.Marshal(l.self)
+	if _, err := l.kv.Put(ctx, memberKey+l.self.Instance, value); err != nil {
+		l.log.Warn("group: member key not renewed", "err", err)
+	}
+	now := time.Now()
+	for p, h := range l.mine {
+		sent := time.Now()
+		rev, err := l.writeOwner(ctx, p, h.readyAsked, h.rev)
+		switch {
+		case err == nil:
+			h.rev, h.validUntil, h.ready = rev, l.until(sent), h.readyAsked
+		case errors.Is(err, jetstream.ErrKeyExists) || now.After(h.validUntil):
+			l.log.Warn("group: lost partition", "partition", p, "err", err)
+			l.drop(p)
+		default:
+			l.log.Warn("group: partition lease not renewed", "partition", p, "err", err)
+		}
+	}
+}
+
+// writeOwner writes partition p's key as ours, if its revision is still
+// rev (0: if it does not exist), and returns the new revision.
+func (l *leases) writeOwner(ctx context.Context, p int, ready bool, rev uint64) (uint64, error) {
+	value, _ := json.Marshal(ownerInfo{Instance: l.self.Instance, Ready: ready})
+	key := ownerKey + strconv.Itoa(p)
+	if rev == 0 {
+		return l.kv.Create(ctx, key, value)
+	}
+	return l.kv.Update(ctx, key, value, rev)
+}
+
+// balance releases the partitions that should now be another member's and
+// claims those that should be ours and are free.
+func (l *leases) balance(ctx context.Context) {
+	live := make([]string, 0, len(l.members)+1)
+	for name := range l.members {
+		live = append(live, name)
+	}
+	if !slices.Contains(live, l.self.Instance) {
+		live = append(live, l.self.Instance) // we are live whatever the watch has seen yet
+	}
+	for p := range l.partitions {
+		want := owner(p, live) == l.self.Instance
+		h := l.mine[p]
+		switch {
+		case h != nil && !want:
+			l.release(ctx, p)
+		case h == nil && want:
+			if _, taken := l.owners[p]; taken {
+				continue // its holder releases it, or its lease runs out
+			}
+			sent := time.Now()
+			rev, err := l.writeOwner(ctx, p, false, 0)
+			if err != nil {
+				continue // someone was quicker; the watch will say who
+			}
+			l.mine[p] = &held{rev: rev, validUntil: l.until(sent)}
+			l.owners[p] = ownerInfo{Instance: l.self.Instance, rev: rev}
+			l.log.Info("group: partition claimed", "partition", p)
+			l.hand.start(p)
+		case h != nil && h.readyAsked && !h.ready:
+			sent := time.Now()
+			if rev, err := l.writeOwner(ctx, p, true, h.rev); err == nil {
+				h.rev, h.validUntil, h.ready = rev, l.until(sent), true
+				l.owners[p] = ownerInfo{Instance: l.self.Instance, Ready: true, rev: rev}
+			}
+		}
+	}
+}
+
+// until is how long a lease written at sent lets us answer as owner.
+func (l *leases) until(sent time.Time) time.Time { return sent.Add(l.ttl / 2) }
+
+// release stops partition p and gives up its lease.
+func (l *leases) release(ctx context.Context, p int) {
+	rev := l.mine[p].rev
+	l.drop(p)
+	if err := l.kv.Delete(ctx, ownerKey+strconv.Itoa(p), jetstream.LastRevision(rev)); err != nil {
+		l.log.Warn("group: partition not released (its lease runs out instead)", "partition", p, "err", err)
+	}
+	l.log.Info("group: partition released", "partition", p)
+}
+
+// drop stops partition p and forgets that we hold it, and says so to
+// readers at once: before anyone can learn that the lease is free.
+func (l *leases) drop(p int) {
+	l.hand.stop(p)
+	delete(l.mine, p)
+	delete(l.owners, p)
+	l.publish()
+}
+
+// leave releases everything and removes our member key, so that the
+// others take over at once rather than after the lease.
+func (l *leases) leave() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for p := range l.mine {
+		l.release(ctx, p)
+	}
+	l.kv.Delete(ctx, memberKey+l.self.Instance)
+	l.publish()
+}
+
+// publish makes the loop's state visible to readers.
+func (l *leases) publish() {
+	t := &table{members: maps.Clone(l.members), owners: maps.Clone(l.owners), mine: make(map[int]time.Time, len(l.mine))}
+	for p, h := range l.mine {
+		t.mine[p] = h.validUntil
+	}
+	l.pub.Store(t)
+}

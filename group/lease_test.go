@@ -1,0 +1,223 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+const testTTL = time.Second
+
+func startServer(t *testing.T) *server.Server {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats did not start")
+	}
+	t.Cleanup(ns.Shutdown)
+	return ns
+}
+
+// tracker checks that no partition is ever started by two members at once,
+// and that a member stops answering for a partition before another starts
+// it.
+type tracker struct {
+	t      *testing.T
+	mu     sync.Mutex
+	active map[int]string // partition -> member running it
+	starts int
+	byWho  map[string]*leases
+}
+
+type fakeHand struct {
+	tr   *tracker
+	name string
+	l    *leases
+}
+
+func (h *fakeHand) start(p int) {
+	tr := h.tr
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if other, ok := tr.active[p]; ok {
+		tr.t.Errorf("partition %d started by %s while %s runs it", p, h.name, other)
+	}
+	now := time.Now()
+	for name, l := range tr.byWho {
+		if name != h.name && l.table().owns(p, now) {
+			tr.t.Errorf("partition %d started by %s while %s still answers for it", p, h.name, name)
+		}
+	}
+	tr.active[p] = h.name
+	tr.starts++
+	go h.l.ready(p) // caught up at once
+}
+
+func (h *fakeHand) stop(p int) {
+	tr := h.tr
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.active[p] != h.name {
+		tr.t.Errorf("partition %d stopped by %s, run by %q", p, h.name, tr.active[p])
+	}
+	delete(tr.active, p)
+}
+
+type member struct {
+	l      *leases
+	nc     *nats.Conn
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startMember(t *testing.T, ns *server.Server, tr *tracker, name string, partitions int) *member {
+	t.Helper()
+	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithCancel(context.Background())
+	kv, err := openLeases(ctx, js, "test", 1, testTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &fakeHand{tr: tr, name: name}
+	l := newLeases(kv, memberInfo{Instance: name}, partitions, testTTL, h, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h.l = l
+	tr.mu.Lock()
+	tr.byWho[name] = l
+	tr.mu.Unlock()
+	if err := l.join(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m := &member{l: l, nc: nc, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		l.run(ctx)
+	}()
+	t.Cleanup(func() { m.cancel(); <-m.done; nc.Close() })
+	return m
+}
+
+// converged waits until every partition is held, ready, by the member
+// rendezvous hashing gives it to among names.
+func converged(t *testing.T, tr *tracker, ms map[string]*member, partitions int) {
+	t.Helper()
+	names := make([]string, 0, len(ms))
+	for n := range ms {
+		names = append(names, n)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ok := true
+		now := time.Now()
+		for p := range partitions {
+			want := owner(p, names)
+			if !ms[want].l.table().owns(p, now) {
+				ok = false
+			}
+		}
+		tr.mu.Lock()
+		running := len(tr.active)
+		tr.mu.Unlock()
+		if ok && running == partitions {
+			return
+		}
+		if now.After(deadline) {
+			t.Fatalf("not converged on %v", names)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestLeasesConvergeAndFailOver(t *testing.T) {
+	const partitions = 16
+	ns := startServer(t)
+	tr := &tracker{t: t, active: map[int]string{}, byWho: map[string]*leases{}}
+	ms := map[string]*member{}
+	for _, name := range []string{"a", "b", "c"} {
+		ms[name] = startMember(t, ns, tr, name, partitions)
+	}
+	converged(t, tr, ms, partitions)
+
+	// b leaves cleanly: a and c take its partitions at once.
+	ms["b"].cancel()
+	<-ms["b"].done
+	delete(ms, "b")
+	start := time.Now()
+	converged(t, tr, ms, partitions)
+	if d := time.Since(start); d > testTTL {
+		t.Errorf("a clean leave took %v to take over", d)
+	}
+
+	// d joins: it takes partitions from a and c without anyone restarting.
+	ms["d"] = startMember(t, ns, tr, "d", partitions)
+	converged(t, tr, ms, partitions)
+
+	// c is cut off from NATS: it can no longer renew, so it must stop
+	// answering for its partitions before a or d may start them (the
+	// tracker checks that), and they take over within about the lease.
+	ms["c"].nc.Close()
+	delete(ms, "c")
+	start = time.Now()
+	converged(t, tr, ms, partitions)
+	t.Logf("takeover after losing a member: %v (lease %v)", time.Since(start), testTTL)
+}
+
+// A second live member with a name already taken is refused; a name whose
+// holder died is free again once its lease has run out.
+func TestDuplicateInstance(t *testing.T) {
+	ns := startServer(t)
+	tr := &tracker{t: t, active: map[int]string{}, byWho: map[string]*leases{}}
+	startMember(t, ns, tr, "a", 4)
+	nc, _ := nats.Connect(ns.ClientURL())
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	kv, _ := openLeases(context.Background(), js, "test", 1, testTTL)
+	twin := newLeases(kv, memberInfo{Instance: "a"}, 4, testTTL, &fakeHand{tr: tr, name: "a2"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := twin.join(context.Background()); !errors.Is(err, errDuplicate) {
+		t.Fatalf("join of a live name: %v", err)
+	}
+	// A dead one: its key is there, but nobody renews it.
+	value := []byte(`{"instance":"ghost"}`)
+	if _, err := kv.Create(context.Background(), memberKey+"ghost", value); err != nil {
+		t.Fatal(err)
+	}
+	ghost := newLeases(kv, memberInfo{Instance: "ghost"}, 4, testTTL, &fakeHand{tr: tr, name: "ghost"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := ghost.join(context.Background()); err != nil {
+		t.Fatalf("join of a dead name: %v", err)
+	}
+}
+
+// Two members with different partition counts: the second is refused.
+func TestPartitionsAgree(t *testing.T) {
+	ns := startServer(t)
+	nc, _ := nats.Connect(ns.ClientURL())
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	if err := agree(ctx, js, "g", settings{Partitions: 64}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := agree(ctx, js, "g", settings{Partitions: 64}, 1); err != nil {
+		t.Fatal(err)
+	}
+	err := agree(ctx, js, "g", settings{Partitions: 32}, 1)
+	if !errors.Is(err, ErrPartitions) || err.Error() != fmt.Sprintf("%v: --partitions 32, but group g uses 64", ErrPartitions) {
+		t.Fatalf("err = %v", err)
+	}
+}
