@@ -27,17 +27,42 @@ type Options struct {
 	AllowedOrigins []string      // besides the same origin, for /ws
 }
 
-// Server serves the API, the websocket hub and the dashboard.
-type Server struct {
-	agg  *aggregator.Aggregator
-	thr  *throttle.Set
-	opts Options
-	mux  *http.ServeMux
-	Hub  *Hub
+// Views answers the views of contract section 3, at now in Unix
+// milliseconds; *aggregator.Aggregator is one. Web never knows where the
+// counts live, so another answer (several instances merged, say) can serve
+// the same API.
+type Views interface {
+	Windows() aggregator.Windows
+	WindowNames() []string // the default first
+	Overview(win string, k int, now int64) (aggregator.Overview, error)
+	Rooms(win string, limit int, now int64) (aggregator.Rooms, error)
+	Room(name, win string, k int, now int64) (aggregator.Room, error)
+	User(name, win string, now int64) (aggregator.User, error)
 }
 
-// New returns a server over agg and thr. Start the hub with Hub.Run.
-func New(agg *aggregator.Aggregator, thr *throttle.Set, opts Options) *Server {
+// Throttle answers the throttle check and the active keys of contract
+// sections 3 and 5; *throttle.Set is one.
+type Throttle interface {
+	Check(now time.Time, room, user, text string, hasText bool) throttle.Result
+	Active(now time.Time) []throttle.Active
+}
+
+var (
+	_ Views    = (*aggregator.Aggregator)(nil)
+	_ Throttle = (*throttle.Set)(nil)
+)
+
+// Server serves the API, the websocket hub and the dashboard.
+type Server struct {
+	views Views
+	thr   Throttle
+	opts  Options
+	mux   *http.ServeMux
+	Hub   *Hub
+}
+
+// New returns a server over views and thr. Start the hub with Hub.Run.
+func New(views Views, thr Throttle, opts Options) *Server {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -56,14 +81,14 @@ func New(agg *aggregator.Aggregator, thr *throttle.Set, opts Options) *Server {
 	if opts.PushInterval <= 0 {
 		opts.PushInterval = time.Second
 	}
-	s := &Server{agg: agg, thr: thr, opts: opts, mux: http.NewServeMux()}
+	s := &Server{views: views, thr: thr, opts: opts, mux: http.NewServeMux()}
 	s.Hub = newHub(s)
 	s.routes()
 	return s
 }
 
 func (s *Server) routes() {
-	s.mux.HandleFunc("GET /api/v1/windows", s.api(func(r *http.Request) (any, error) { return s.agg.Windows(), nil }))
+	s.mux.HandleFunc("GET /api/v1/windows", s.api(func(r *http.Request) (any, error) { return s.views.Windows(), nil }))
 	s.mux.HandleFunc("GET /api/v1/overview", s.api(func(r *http.Request) (any, error) {
 		q := r.URL.Query()
 		return s.view(viewKey{kind: viewOverview, window: q.Get("window")}, q.Get("k"))
@@ -74,7 +99,7 @@ func (s *Server) routes() {
 		if err != nil {
 			return nil, err
 		}
-		return s.agg.Rooms(q.Get("window"), limit, s.nowMs())
+		return s.views.Rooms(q.Get("window"), limit, s.nowMs())
 	}))
 	s.mux.HandleFunc("GET /api/v1/rooms/{room}", s.api(func(r *http.Request) (any, error) {
 		q := r.URL.Query()
@@ -85,7 +110,7 @@ func (s *Server) routes() {
 		if err := chat.CheckName("user", user); err != nil {
 			return nil, &badRequest{err.Error()}
 		}
-		return s.agg.User(user, r.URL.Query().Get("window"), s.nowMs())
+		return s.views.User(user, r.URL.Query().Get("window"), s.nowMs())
 	}))
 	s.mux.HandleFunc("POST /api/v1/throttle/check", s.api(func(r *http.Request) (any, error) {
 		body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxCheckBody+1))
@@ -121,6 +146,8 @@ func (s *Server) routes() {
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
+// nowMs reads the clock for a request: web hands time on as Unix
+// milliseconds.
 func (s *Server) nowMs() int64 { return s.opts.Now().UnixMilli() }
 
 // view builds an overview or room view, the same for HTTP and websocket.
@@ -131,12 +158,12 @@ func (s *Server) view(key viewKey, kParam string) (any, error) {
 	}
 	switch key.kind {
 	case viewOverview:
-		return s.agg.Overview(key.window, k, s.nowMs())
+		return s.views.Overview(key.window, k, s.nowMs())
 	default:
 		if err := chat.CheckName("room", key.room); err != nil {
 			return nil, &badRequest{err.Error()}
 		}
-		return s.agg.Room(key.room, key.window, k, s.nowMs())
+		return s.views.Room(key.room, key.window, k, s.nowMs())
 	}
 }
 
@@ -145,7 +172,7 @@ func (s *Server) check(req checkRequest) throttle.Result {
 	if req.Text != nil {
 		text = *req.Text
 	}
-	return s.thr.Check(s.opts.Now(), req.Room, req.User, text, req.Text != nil)
+	return s.thr.Check(time.UnixMilli(s.nowMs()), req.Room, req.User, text, req.Text != nil)
 }
 
 // activeView is GET /api/v1/throttle/active.
@@ -155,8 +182,8 @@ type activeView struct {
 }
 
 func (s *Server) active() activeView {
-	now := s.opts.Now()
-	v := activeView{AsOf: chat.Time(now.UnixMilli()), Active: s.thr.Active(now)}
+	now := s.nowMs()
+	v := activeView{AsOf: chat.Time(now), Active: s.thr.Active(time.UnixMilli(now))}
 	if v.Active == nil {
 		v.Active = []throttle.Active{}
 	}

@@ -247,7 +247,7 @@ func (h *Hub) push() {
 func (s *Server) pushed(k viewKey) (data, stamp []byte, err error) {
 	var v any
 	if k.kind == viewRooms {
-		v, err = s.agg.Rooms(k.window, maxLimit, s.nowMs())
+		v, err = s.views.Rooms(k.window, maxLimit, s.nowMs())
 	} else {
 		v, err = s.view(k, "")
 	}
@@ -483,9 +483,9 @@ func (c *client) handle(data []byte) error {
 func (s *Server) key(m clientMsg) (viewKey, error) {
 	k := viewKey{kind: m.View, window: m.Window}
 	if k.window == "" {
-		k.window = s.agg.WindowNames()[0]
-	} else if !slices.Contains(s.agg.WindowNames(), k.window) {
-		return k, fmt.Errorf("unknown window %q; configured: %s", k.window, strings.Join(s.agg.WindowNames(), ", "))
+		k.window = s.views.WindowNames()[0]
+	} else if !slices.Contains(s.views.WindowNames(), k.window) {
+		return k, fmt.Errorf("unknown window %q; configured: %s", k.window, strings.Join(s.views.WindowNames(), ", "))
 	}
 	switch m.View {
 	case viewOverview, viewRooms:
