@@ -6,15 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
 
+	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/chat"
 )
 
 // Parameter limits of contract section 3.
 const (
 	defaultK     = 10
-	maxK         = 100
+	maxK         = aggregator.MaxK
 	defaultLimit = 50
 	maxLimit     = 1000
 	maxCheckBody = 64 << 10
@@ -26,6 +29,18 @@ type badRequest struct{ msg string }
 func (e *badRequest) Error() string { return e.msg }
 
 func badf(format string, args ...any) error { return &badRequest{fmt.Sprintf(format, args...)} }
+
+// windowName resolves a window parameter against the configured windows:
+// "" is the default, the first.
+func windowName(name string, configured []string) (string, error) {
+	if name == "" {
+		return configured[0], nil
+	}
+	if !slices.Contains(configured, name) {
+		return "", fmt.Errorf("%w %q; configured: %s", aggregator.ErrUnknownWindow, name, strings.Join(configured, ", "))
+	}
+	return name, nil
+}
 
 // intParam parses an optional integer parameter in [1, most].
 func intParam(name, v string, def, most int) (int, error) {
@@ -60,11 +75,16 @@ func decodeCheck(data []byte) (checkRequest, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return req, badf("request must be one JSON object, with nothing after it")
 	}
-	if err := chat.CheckName("room", req.Room); err != nil {
-		return req, &badRequest{err.Error()}
+	if err := checkName("room", req.Room); err != nil {
+		return req, err
 	}
-	if err := chat.CheckName("user", req.User); err != nil {
-		return req, &badRequest{err.Error()}
+	return req, checkName("user", req.User)
+}
+
+// checkName is chat.CheckName, refusing a bad name as a bad request.
+func checkName(what, name string) error {
+	if err := chat.CheckName(what, name); err != nil {
+		return &badRequest{err.Error()}
 	}
-	return req, nil
+	return nil
 }

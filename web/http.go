@@ -91,7 +91,15 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /api/v1/windows", s.api(func(r *http.Request) (any, error) { return s.views.Windows(), nil }))
 	s.mux.HandleFunc("GET /api/v1/overview", s.api(func(r *http.Request) (any, error) {
 		q := r.URL.Query()
-		return s.view(viewKey{kind: viewOverview, window: q.Get("window")}, q.Get("k"))
+		k, err := intParam("k", q.Get("k"), defaultK, maxK)
+		if err != nil {
+			return nil, err
+		}
+		win, err := s.window(q.Get("window"))
+		if err != nil {
+			return nil, err
+		}
+		return s.views.Overview(win, k, s.nowMs())
 	}))
 	s.mux.HandleFunc("GET /api/v1/rooms", s.api(func(r *http.Request) (any, error) {
 		q := r.URL.Query()
@@ -99,18 +107,38 @@ func (s *Server) routes() {
 		if err != nil {
 			return nil, err
 		}
-		return s.views.Rooms(q.Get("window"), limit, s.nowMs())
+		win, err := s.window(q.Get("window"))
+		if err != nil {
+			return nil, err
+		}
+		return s.views.Rooms(win, limit, s.nowMs())
 	}))
 	s.mux.HandleFunc("GET /api/v1/rooms/{room}", s.api(func(r *http.Request) (any, error) {
 		q := r.URL.Query()
-		return s.view(viewKey{kind: viewRoom, window: q.Get("window"), room: r.PathValue("room")}, q.Get("k"))
+		k, err := intParam("k", q.Get("k"), defaultK, maxK)
+		if err != nil {
+			return nil, err
+		}
+		room := r.PathValue("room")
+		if err := checkName("room", room); err != nil {
+			return nil, err
+		}
+		win, err := s.window(q.Get("window"))
+		if err != nil {
+			return nil, err
+		}
+		return s.views.Room(room, win, k, s.nowMs())
 	}))
 	s.mux.HandleFunc("GET /api/v1/users/{user}", s.api(func(r *http.Request) (any, error) {
 		user := r.PathValue("user")
-		if err := chat.CheckName("user", user); err != nil {
-			return nil, &badRequest{err.Error()}
+		if err := checkName("user", user); err != nil {
+			return nil, err
 		}
-		return s.views.User(user, r.URL.Query().Get("window"), s.nowMs())
+		win, err := s.window(r.URL.Query().Get("window"))
+		if err != nil {
+			return nil, err
+		}
+		return s.views.User(user, win, s.nowMs())
 	}))
 	s.mux.HandleFunc("POST /api/v1/throttle/check", s.api(func(r *http.Request) (any, error) {
 		body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxCheckBody+1))
@@ -150,22 +178,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 // milliseconds.
 func (s *Server) nowMs() int64 { return s.opts.Now().UnixMilli() }
 
-// view builds an overview or room view, the same for HTTP and websocket.
-func (s *Server) view(key viewKey, kParam string) (any, error) {
-	k, err := intParam("k", kParam, defaultK, maxK)
-	if err != nil {
-		return nil, err
-	}
-	switch key.kind {
-	case viewOverview:
-		return s.views.Overview(key.window, k, s.nowMs())
-	default:
-		if err := chat.CheckName("room", key.room); err != nil {
-			return nil, &badRequest{err.Error()}
-		}
-		return s.views.Room(key.room, key.window, k, s.nowMs())
-	}
-}
+// window resolves a window parameter to a configured name.
+func (s *Server) window(name string) (string, error) { return windowName(name, s.views.WindowNames()) }
 
 func (s *Server) check(req checkRequest) throttle.Result {
 	text := ""

@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
-	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
@@ -243,13 +242,18 @@ func (h *Hub) push() {
 }
 
 // pushed computes a view for the hub: its JSON, and the same without as_of
-// to tell whether anything but the time changed.
+// to tell whether anything but the time changed. k is valid; pushed views
+// list the default number of top users and rooms, and up to maxLimit rooms.
 func (s *Server) pushed(k viewKey) (data, stamp []byte, err error) {
+	now := s.nowMs()
 	var v any
-	if k.kind == viewRooms {
-		v, err = s.views.Rooms(k.window, maxLimit, s.nowMs())
-	} else {
-		v, err = s.view(k, "")
+	switch k.kind {
+	case viewOverview:
+		v, err = s.views.Overview(k.window, defaultK, now)
+	case viewRoom:
+		v, err = s.views.Room(k.room, k.window, defaultK, now)
+	case viewRooms:
+		v, err = s.views.Rooms(k.window, maxLimit, now)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -481,20 +485,19 @@ func (c *client) handle(data []byte) error {
 
 // key validates a subscription and names it canonically.
 func (s *Server) key(m clientMsg) (viewKey, error) {
-	k := viewKey{kind: m.View, window: m.Window}
-	if k.window == "" {
-		k.window = s.views.WindowNames()[0]
-	} else if !slices.Contains(s.views.WindowNames(), k.window) {
-		return k, fmt.Errorf("unknown window %q; configured: %s", k.window, strings.Join(s.views.WindowNames(), ", "))
+	win, err := windowName(m.Window, s.views.WindowNames())
+	if err != nil {
+		return viewKey{}, err
 	}
+	k := viewKey{kind: m.View, window: win}
 	switch m.View {
 	case viewOverview, viewRooms:
 		if m.Room != "" {
 			return k, fmt.Errorf("view %s takes no room", m.View)
 		}
 	case viewRoom:
-		if err := chat.CheckName("room", m.Room); err != nil {
-			return k, &badRequest{err.Error()}
+		if err := checkName("room", m.Room); err != nil {
+			return k, err
 		}
 		k.room = m.Room
 	default:
