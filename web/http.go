@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,10 +60,10 @@ type Server struct {
 	thr   Throttle
 	opts  Options
 	mux   *http.ServeMux
-	Hub   *Hub
+	hub   *hub
 }
 
-// New returns a server over views and thr. Start the hub with Hub.Run.
+// New returns a server over views and thr. Start its websocket hub with Run.
 func New(views Views, thr Throttle, opts Options) *Server {
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -82,10 +84,27 @@ func New(views Views, thr Throttle, opts Options) *Server {
 		opts.PushInterval = time.Second
 	}
 	s := &Server{views: views, thr: thr, opts: opts, mux: http.NewServeMux()}
-	s.Hub = newHub(s)
+	s.hub = newHub(hubConfig{
+		render:       s.render,
+		windows:      views.WindowNames,
+		pushInterval: opts.PushInterval,
+		checkOrigin:  s.checkOrigin,
+	})
+	opts.Registerer.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "chatpulse_ws_clients", Help: "Websocket clients connected.",
+	}, func() float64 { return float64(s.hub.connected()) }))
 	s.routes()
 	return s
 }
+
+// Run runs the websocket hub until stop is closed: it serves subscriptions,
+// pushes views every push interval and fans alerts out. Websocket clients
+// wait for it.
+func (s *Server) Run(stop <-chan struct{}) { s.hub.run(stop) }
+
+// Alert sends an alert to every dashboard. It never blocks: if the hub is
+// that far behind, the alert is dropped (it is on NATS too).
+func (s *Server) Alert(a throttle.Alert) { s.hub.alert(a) }
 
 func (s *Server) routes() {
 	s.mux.HandleFunc("GET /api/v1/windows", s.api(func(r *http.Request) (any, error) { return s.views.Windows(), nil }))
@@ -165,7 +184,7 @@ func (s *Server) routes() {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	s.mux.HandleFunc("GET /ws", s.Hub.serveWS)
+	s.mux.HandleFunc("GET /ws", s.hub.serveWS)
 	s.mux.Handle("GET /", dashboard())
 	s.mux.HandleFunc("GET /api/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint: " + r.Method + " " + r.URL.Path + "; see the README for the API"})
@@ -202,6 +221,29 @@ func (s *Server) active() activeView {
 		v.Active = []throttle.Active{}
 	}
 	return v
+}
+
+// checkOrigin allows requests without an Origin (not from a browser), from
+// the same origin, and from --allowed-origins; anything else gets 403, so no
+// other site can open a websocket with a visitor's browser.
+func (s *Server) checkOrigin(r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	u, err := url.Parse(origin)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(u.Host, r.Host) {
+		return true
+	}
+	for _, o := range s.opts.AllowedOrigins {
+		if o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin) {
+			return true
+		}
+	}
+	return false
 }
 
 // api adapts a handler that returns a value or an error to JSON over HTTP.

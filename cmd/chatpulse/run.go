@@ -116,7 +116,7 @@ func (m *Main) Run(ctx context.Context) error {
 			m.Log.Error("http", "err", err)
 		}
 	})
-	m.goRun(func() { m.web.Hub.Run(m.stop) })
+	m.goRun(func() { m.web.Run(m.stop) })
 	m.goRun(m.janitor)
 
 	if m.svc, err = m.web.StartMicro(m.nc); err != nil {
@@ -281,7 +281,7 @@ func (m *Main) alert(a throttle.Alert) {
 			m.Log.Warn("alert not published", "err", err)
 		}
 	}
-	m.web.Hub.Alert(a)
+	m.web.Alert(a)
 	m.Log.Debug("throttle alert", "policy", a.Policy, "room", a.Room, "user", a.User, "count", a.Count, "limit", a.Limit)
 }
 
