@@ -3,7 +3,6 @@ package web
 import (
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -14,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/chatpulse/chatpulse/aggregator"
-	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
@@ -43,7 +41,8 @@ type Views interface {
 }
 
 // Throttle answers the throttle check and the active keys of contract
-// sections 3 and 5; *throttle.Set is one.
+// sections 3 and 5; *throttle.Set is one. Web calls each once (check and
+// throttleActive), converting its Unix milliseconds there.
 type Throttle interface {
 	Check(now time.Time, room, user, text string, hasText bool) throttle.Result
 	Active(now time.Time) []throttle.Active
@@ -54,7 +53,8 @@ var (
 	_ Throttle = (*throttle.Set)(nil)
 )
 
-// Server serves the API, the websocket hub and the dashboard.
+// Server serves the API, the websocket hub and the dashboard. It owns the
+// routes and the hub; what it serves it reads from Views and Throttle.
 type Server struct {
 	views Views
 	thr   Throttle
@@ -107,72 +107,13 @@ func (s *Server) Run(stop <-chan struct{}) { s.hub.run(stop) }
 func (s *Server) Alert(a throttle.Alert) { s.hub.alert(a) }
 
 func (s *Server) routes() {
-	s.mux.HandleFunc("GET /api/v1/windows", s.api(func(r *http.Request) (any, error) { return s.views.Windows(), nil }))
-	s.mux.HandleFunc("GET /api/v1/overview", s.api(func(r *http.Request) (any, error) {
-		q := r.URL.Query()
-		k, err := intParam("k", q.Get("k"), defaultK, maxK)
-		if err != nil {
-			return nil, err
-		}
-		win, err := s.window(q.Get("window"))
-		if err != nil {
-			return nil, err
-		}
-		return s.views.Overview(win, k, s.nowMs())
-	}))
-	s.mux.HandleFunc("GET /api/v1/rooms", s.api(func(r *http.Request) (any, error) {
-		q := r.URL.Query()
-		limit, err := intParam("limit", q.Get("limit"), defaultLimit, maxLimit)
-		if err != nil {
-			return nil, err
-		}
-		win, err := s.window(q.Get("window"))
-		if err != nil {
-			return nil, err
-		}
-		return s.views.Rooms(win, limit, s.nowMs())
-	}))
-	s.mux.HandleFunc("GET /api/v1/rooms/{room}", s.api(func(r *http.Request) (any, error) {
-		q := r.URL.Query()
-		k, err := intParam("k", q.Get("k"), defaultK, maxK)
-		if err != nil {
-			return nil, err
-		}
-		room := r.PathValue("room")
-		if err := checkName("room", room); err != nil {
-			return nil, err
-		}
-		win, err := s.window(q.Get("window"))
-		if err != nil {
-			return nil, err
-		}
-		return s.views.Room(room, win, k, s.nowMs())
-	}))
-	s.mux.HandleFunc("GET /api/v1/users/{user}", s.api(func(r *http.Request) (any, error) {
-		user := r.PathValue("user")
-		if err := checkName("user", user); err != nil {
-			return nil, err
-		}
-		win, err := s.window(r.URL.Query().Get("window"))
-		if err != nil {
-			return nil, err
-		}
-		return s.views.User(user, win, s.nowMs())
-	}))
-	s.mux.HandleFunc("POST /api/v1/throttle/check", s.api(func(r *http.Request) (any, error) {
-		body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxCheckBody+1))
-		if err != nil {
-			return nil, badf("request body over %d bytes", maxCheckBody)
-		}
-		req, err := decodeCheck(body)
-		if err != nil {
-			return nil, err
-		}
-		return s.check(req), nil
-	}))
-	s.mux.HandleFunc("GET /api/v1/throttle/active", s.api(func(r *http.Request) (any, error) {
-		return s.active(), nil
-	}))
+	s.mux.HandleFunc("GET /api/v1/windows", s.api(s.windows))
+	s.mux.HandleFunc("GET /api/v1/overview", s.api(s.overview))
+	s.mux.HandleFunc("GET /api/v1/rooms", s.api(s.rooms))
+	s.mux.HandleFunc("GET /api/v1/rooms/{room}", s.api(s.room))
+	s.mux.HandleFunc("GET /api/v1/users/{user}", s.api(s.user))
+	s.mux.HandleFunc("POST /api/v1/throttle/check", s.api(s.throttleCheck))
+	s.mux.HandleFunc("GET /api/v1/throttle/active", s.api(s.throttleActive))
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -196,32 +137,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 // nowMs reads the clock for a request: web hands time on as Unix
 // milliseconds.
 func (s *Server) nowMs() int64 { return s.opts.Now().UnixMilli() }
-
-// window resolves a window parameter to a configured name.
-func (s *Server) window(name string) (string, error) { return windowName(name, s.views.WindowNames()) }
-
-func (s *Server) check(req checkRequest) throttle.Result {
-	text := ""
-	if req.Text != nil {
-		text = *req.Text
-	}
-	return s.thr.Check(time.UnixMilli(s.nowMs()), req.Room, req.User, text, req.Text != nil)
-}
-
-// activeView is GET /api/v1/throttle/active.
-type activeView struct {
-	AsOf   chat.Time         `json:"as_of"`
-	Active []throttle.Active `json:"active"`
-}
-
-func (s *Server) active() activeView {
-	now := s.nowMs()
-	v := activeView{AsOf: chat.Time(now), Active: s.thr.Active(time.UnixMilli(now))}
-	if v.Active == nil {
-		v.Active = []throttle.Active{}
-	}
-	return v
-}
 
 // checkOrigin allows requests without an Origin (not from a browser), from
 // the same origin, and from --allowed-origins; anything else gets 403, so no
