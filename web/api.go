@@ -6,26 +6,144 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"slices"
 	"strconv"
+	"strings"
+	"time"
 
+	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/throttle"
 )
 
 // Parameter limits of contract section 3.
 const (
 	defaultK     = 10
-	maxK         = 100
+	maxK         = aggregator.MaxK // 100; the aggregator lists no more
 	defaultLimit = 50
 	maxLimit     = 1000
 	maxCheckBody = 64 << 10
 )
 
-// badRequest is an error the client made: HTTP 400, a micro error "400".
-type badRequest struct{ msg string }
+// The API handlers of contract sections 3 and 5. Each parses and checks its
+// parameters where they arrive, answers the first bad one with a
+// badRequest, and asks Views or Throttle only with valid ones.
 
-func (e *badRequest) Error() string { return e.msg }
+// windows is GET /api/v1/windows.
+func (s *Server) windows(r *http.Request) (any, error) { return s.views.Windows(), nil }
 
-func badf(format string, args ...any) error { return &badRequest{fmt.Sprintf(format, args...)} }
+// overview is GET /api/v1/overview.
+func (s *Server) overview(r *http.Request) (any, error) {
+	q := r.URL.Query()
+	k, err := intParam("k", q.Get("k"), defaultK, maxK)
+	if err != nil {
+		return nil, err
+	}
+	win, err := s.window(q.Get("window"))
+	if err != nil {
+		return nil, err
+	}
+	return s.views.Overview(win, k, s.nowMs())
+}
+
+// rooms is GET /api/v1/rooms.
+func (s *Server) rooms(r *http.Request) (any, error) {
+	q := r.URL.Query()
+	limit, err := intParam("limit", q.Get("limit"), defaultLimit, maxLimit)
+	if err != nil {
+		return nil, err
+	}
+	win, err := s.window(q.Get("window"))
+	if err != nil {
+		return nil, err
+	}
+	return s.views.Rooms(win, limit, s.nowMs())
+}
+
+// room is GET /api/v1/rooms/{room}.
+func (s *Server) room(r *http.Request) (any, error) {
+	q := r.URL.Query()
+	k, err := intParam("k", q.Get("k"), defaultK, maxK)
+	if err != nil {
+		return nil, err
+	}
+	room := r.PathValue("room")
+	if err := checkName("room", room); err != nil {
+		return nil, err
+	}
+	win, err := s.window(q.Get("window"))
+	if err != nil {
+		return nil, err
+	}
+	return s.views.Room(room, win, k, s.nowMs())
+}
+
+// user is GET /api/v1/users/{user}.
+func (s *Server) user(r *http.Request) (any, error) {
+	user := r.PathValue("user")
+	if err := checkName("user", user); err != nil {
+		return nil, err
+	}
+	win, err := s.window(r.URL.Query().Get("window"))
+	if err != nil {
+		return nil, err
+	}
+	return s.views.User(user, win, s.nowMs())
+}
+
+// throttleCheck is POST /api/v1/throttle/check.
+func (s *Server) throttleCheck(r *http.Request) (any, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxCheckBody+1))
+	if err != nil {
+		return nil, badf("request body over %d bytes", maxCheckBody)
+	}
+	req, err := decodeCheck(body)
+	if err != nil {
+		return nil, err
+	}
+	return s.check(req), nil
+}
+
+// check answers a valid check request, over HTTP or NATS.
+func (s *Server) check(req checkRequest) throttle.Result {
+	text := ""
+	if req.Text != nil {
+		text = *req.Text
+	}
+	return s.thr.Check(time.UnixMilli(s.nowMs()), req.Room, req.User, text, req.Text != nil)
+}
+
+// activeView is the body of GET /api/v1/throttle/active.
+type activeView struct {
+	AsOf   chat.Time         `json:"as_of"`
+	Active []throttle.Active `json:"active"`
+}
+
+// throttleActive is GET /api/v1/throttle/active.
+func (s *Server) throttleActive(r *http.Request) (any, error) {
+	now := s.nowMs()
+	v := activeView{AsOf: chat.Time(now), Active: s.thr.Active(time.UnixMilli(now))}
+	if v.Active == nil {
+		v.Active = []throttle.Active{}
+	}
+	return v, nil
+}
+
+// window resolves a window parameter to a configured name.
+func (s *Server) window(name string) (string, error) { return windowName(name, s.views.WindowNames()) }
+
+// windowName resolves a window parameter against the configured windows:
+// "" is the default, the first.
+func windowName(name string, configured []string) (string, error) {
+	if name == "" {
+		return configured[0], nil
+	}
+	if !slices.Contains(configured, name) {
+		return "", fmt.Errorf("%w %q; configured: %s", aggregator.ErrUnknownWindow, name, strings.Join(configured, ", "))
+	}
+	return name, nil
+}
 
 // intParam parses an optional integer parameter in [1, most].
 func intParam(name, v string, def, most int) (int, error) {
@@ -60,11 +178,23 @@ func decodeCheck(data []byte) (checkRequest, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return req, badf("request must be one JSON object, with nothing after it")
 	}
-	if err := chat.CheckName("room", req.Room); err != nil {
-		return req, &badRequest{err.Error()}
+	if err := checkName("room", req.Room); err != nil {
+		return req, err
 	}
-	if err := chat.CheckName("user", req.User); err != nil {
-		return req, &badRequest{err.Error()}
-	}
-	return req, nil
+	return req, checkName("user", req.User)
 }
+
+// checkName is chat.CheckName, refusing a bad name as a bad request.
+func checkName(what, name string) error {
+	if err := chat.CheckName(what, name); err != nil {
+		return &badRequest{err.Error()}
+	}
+	return nil
+}
+
+// badRequest is an error the client made: HTTP 400, a micro error "400".
+type badRequest struct{ msg string }
+
+func (e *badRequest) Error() string { return e.msg }
+
+func badf(format string, args ...any) error { return &badRequest{fmt.Sprintf(format, args...)} }

@@ -3,6 +3,7 @@
 // websocket hub that pushes live views, the embedded dashboard, and the
 // health, readiness and metrics endpoints.
 //
-// It reads the aggregator and the throttle set and never changes what they
-// count; the wall clock comes in through Options.Now.
+// It reads the counts through Views and Throttle (the aggregator and the
+// throttle set, or anything that answers the same) and never changes them;
+// the wall clock comes in through Options.Now.
 package web

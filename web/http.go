@@ -3,16 +3,16 @@ package web
 import (
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/chatpulse/chatpulse/aggregator"
-	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
@@ -27,17 +27,44 @@ type Options struct {
 	AllowedOrigins []string      // besides the same origin, for /ws
 }
 
-// Server serves the API, the websocket hub and the dashboard.
-type Server struct {
-	agg  *aggregator.Aggregator
-	thr  *throttle.Set
-	opts Options
-	mux  *http.ServeMux
-	Hub  *Hub
+// Views answers the views of contract section 3, at now in Unix
+// milliseconds; *aggregator.Aggregator is one. Web never knows where the
+// counts live, so another answer (several instances merged, say) can serve
+// the same API.
+type Views interface {
+	Windows() aggregator.Windows
+	WindowNames() []string // the default first
+	Overview(win string, k int, now int64) (aggregator.Overview, error)
+	Rooms(win string, limit int, now int64) (aggregator.Rooms, error)
+	Room(name, win string, k int, now int64) (aggregator.Room, error)
+	User(name, win string, now int64) (aggregator.User, error)
 }
 
-// New returns a server over agg and thr. Start the hub with Hub.Run.
-func New(agg *aggregator.Aggregator, thr *throttle.Set, opts Options) *Server {
+// Throttle answers the throttle check and the active keys of contract
+// sections 3 and 5; *throttle.Set is one. Web calls each once (check and
+// throttleActive), converting its Unix milliseconds there.
+type Throttle interface {
+	Check(now time.Time, room, user, text string, hasText bool) throttle.Result
+	Active(now time.Time) []throttle.Active
+}
+
+var (
+	_ Views    = (*aggregator.Aggregator)(nil)
+	_ Throttle = (*throttle.Set)(nil)
+)
+
+// Server serves the API, the websocket hub and the dashboard. It owns the
+// routes and the hub; what it serves it reads from Views and Throttle.
+type Server struct {
+	views Views
+	thr   Throttle
+	opts  Options
+	mux   *http.ServeMux
+	hub   *hub
+}
+
+// New returns a server over views and thr. Start its websocket hub with Run.
+func New(views Views, thr Throttle, opts Options) *Server {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -56,51 +83,37 @@ func New(agg *aggregator.Aggregator, thr *throttle.Set, opts Options) *Server {
 	if opts.PushInterval <= 0 {
 		opts.PushInterval = time.Second
 	}
-	s := &Server{agg: agg, thr: thr, opts: opts, mux: http.NewServeMux()}
-	s.Hub = newHub(s)
+	s := &Server{views: views, thr: thr, opts: opts, mux: http.NewServeMux()}
+	s.hub = newHub(hubConfig{
+		render:       s.render,
+		windows:      views.WindowNames,
+		pushInterval: opts.PushInterval,
+		checkOrigin:  s.checkOrigin,
+	})
+	opts.Registerer.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "chatpulse_ws_clients", Help: "Websocket clients connected.",
+	}, func() float64 { return float64(s.hub.connected()) }))
 	s.routes()
 	return s
 }
 
+// Run runs the websocket hub until stop is closed: it serves subscriptions,
+// pushes views every push interval and fans alerts out. Websocket clients
+// wait for it.
+func (s *Server) Run(stop <-chan struct{}) { s.hub.run(stop) }
+
+// Alert sends an alert to every dashboard. It never blocks: if the hub is
+// that far behind, the alert is dropped (it is on NATS too).
+func (s *Server) Alert(a throttle.Alert) { s.hub.alert(a) }
+
 func (s *Server) routes() {
-	s.mux.HandleFunc("GET /api/v1/windows", s.api(func(r *http.Request) (any, error) { return s.agg.Windows(), nil }))
-	s.mux.HandleFunc("GET /api/v1/overview", s.api(func(r *http.Request) (any, error) {
-		q := r.URL.Query()
-		return s.view(viewKey{kind: viewOverview, window: q.Get("window")}, q.Get("k"))
-	}))
-	s.mux.HandleFunc("GET /api/v1/rooms", s.api(func(r *http.Request) (any, error) {
-		q := r.URL.Query()
-		limit, err := intParam("limit", q.Get("limit"), defaultLimit, maxLimit)
-		if err != nil {
-			return nil, err
-		}
-		return s.agg.Rooms(q.Get("window"), limit, s.nowMs())
-	}))
-	s.mux.HandleFunc("GET /api/v1/rooms/{room}", s.api(func(r *http.Request) (any, error) {
-		q := r.URL.Query()
-		return s.view(viewKey{kind: viewRoom, window: q.Get("window"), room: r.PathValue("room")}, q.Get("k"))
-	}))
-	s.mux.HandleFunc("GET /api/v1/users/{user}", s.api(func(r *http.Request) (any, error) {
-		user := r.PathValue("user")
-		if err := chat.CheckName("user", user); err != nil {
-			return nil, &badRequest{err.Error()}
-		}
-		return s.agg.User(user, r.URL.Query().Get("window"), s.nowMs())
-	}))
-	s.mux.HandleFunc("POST /api/v1/throttle/check", s.api(func(r *http.Request) (any, error) {
-		body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxCheckBody+1))
-		if err != nil {
-			return nil, badf("request body over %d bytes", maxCheckBody)
-		}
-		req, err := decodeCheck(body)
-		if err != nil {
-			return nil, err
-		}
-		return s.check(req), nil
-	}))
-	s.mux.HandleFunc("GET /api/v1/throttle/active", s.api(func(r *http.Request) (any, error) {
-		return s.active(), nil
-	}))
+	s.mux.HandleFunc("GET /api/v1/windows", s.api(s.windows))
+	s.mux.HandleFunc("GET /api/v1/overview", s.api(s.overview))
+	s.mux.HandleFunc("GET /api/v1/rooms", s.api(s.rooms))
+	s.mux.HandleFunc("GET /api/v1/rooms/{room}", s.api(s.room))
+	s.mux.HandleFunc("GET /api/v1/users/{user}", s.api(s.user))
+	s.mux.HandleFunc("POST /api/v1/throttle/check", s.api(s.throttleCheck))
+	s.mux.HandleFunc("GET /api/v1/throttle/active", s.api(s.throttleActive))
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -112,7 +125,7 @@ func (s *Server) routes() {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	s.mux.HandleFunc("GET /ws", s.Hub.serveWS)
+	s.mux.HandleFunc("GET /ws", s.hub.serveWS)
 	s.mux.Handle("GET /", dashboard())
 	s.mux.HandleFunc("GET /api/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint: " + r.Method + " " + r.URL.Path + "; see the README for the API"})
@@ -121,46 +134,31 @@ func (s *Server) routes() {
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
+// nowMs reads the clock for a request: web hands time on as Unix
+// milliseconds.
 func (s *Server) nowMs() int64 { return s.opts.Now().UnixMilli() }
 
-// view builds an overview or room view, the same for HTTP and websocket.
-func (s *Server) view(key viewKey, kParam string) (any, error) {
-	k, err := intParam("k", kParam, defaultK, maxK)
+// checkOrigin allows requests without an Origin (not from a browser), from
+// the same origin, and from --allowed-origins; anything else gets 403, so no
+// other site can open a websocket with a visitor's browser.
+func (s *Server) checkOrigin(r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	u, err := url.Parse(origin)
 	if err != nil {
-		return nil, err
+		return false
 	}
-	switch key.kind {
-	case viewOverview:
-		return s.agg.Overview(key.window, k, s.nowMs())
-	default:
-		if err := chat.CheckName("room", key.room); err != nil {
-			return nil, &badRequest{err.Error()}
+	if strings.EqualFold(u.Host, r.Host) {
+		return true
+	}
+	for _, o := range s.opts.AllowedOrigins {
+		if o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin) {
+			return true
 		}
-		return s.agg.Room(key.room, key.window, k, s.nowMs())
 	}
-}
-
-func (s *Server) check(req checkRequest) throttle.Result {
-	text := ""
-	if req.Text != nil {
-		text = *req.Text
-	}
-	return s.thr.Check(s.opts.Now(), req.Room, req.User, text, req.Text != nil)
-}
-
-// activeView is GET /api/v1/throttle/active.
-type activeView struct {
-	AsOf   chat.Time         `json:"as_of"`
-	Active []throttle.Active `json:"active"`
-}
-
-func (s *Server) active() activeView {
-	now := s.opts.Now()
-	v := activeView{AsOf: chat.Time(now.UnixMilli()), Active: s.thr.Active(now)}
-	if v.Active == nil {
-		v.Active = []throttle.Active{}
-	}
-	return v
+	return false
 }
 
 // api adapts a handler that returns a value or an error to JSON over HTTP.

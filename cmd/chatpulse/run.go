@@ -176,7 +176,7 @@ func (m *Main) open(ln net.Listener) error {
 			m.Log.Error("http", "err", err)
 		}
 	})
-	m.goRun(func() { m.web.Hub.Run(m.stop) })
+	m.goRun(func() { m.web.Run(m.stop) })
 	m.goRun(m.janitor)
 	m.consumer.Start(m.source, m.replaying)
 	m.consuming = true
@@ -257,7 +257,7 @@ func usableDir(dir string) error {
 // alert publishes a throttle alert on NATS and to every dashboard.
 func (m *Main) alert(a throttle.Alert) {
 	m.bus.Alert(a)
-	m.web.Hub.Alert(a)
+	m.web.Alert(a)
 	m.Log.Debug("throttle alert", "policy", a.Policy, "room", a.Room, "user", a.User, "count", a.Count, "limit", a.Limit)
 }
 
