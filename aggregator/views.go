@@ -28,6 +28,14 @@ type Windows struct {
 	Windows []WindowInfo `json:"windows"`
 }
 
+// Coverage says whether a view merged from a group's partitions counts all
+// of them (contract section 8). The aggregator's own views carry none: it
+// holds all it counts.
+type Coverage struct {
+	Complete          bool `json:"complete"`
+	MissingPartitions int  `json:"missing_partitions"`
+}
+
 // Overview is GET /api/v1/overview.
 type Overview struct {
 	Window        string      `json:"window"`
@@ -40,6 +48,7 @@ type Overview struct {
 	TopUsers      []Talker    `json:"top_users"`
 	TopRooms      []RoomCount `json:"top_rooms"`
 	Series        []int64     `json:"series"`
+	*Coverage
 }
 
 // RoomSummary is one row of the rooms list.
@@ -56,6 +65,7 @@ type Rooms struct {
 	Window string        `json:"window"`
 	AsOf   chat.Time     `json:"as_of"`
 	Rooms  []RoomSummary `json:"rooms"`
+	*Coverage
 }
 
 // Room is GET /api/v1/rooms/{room}.
@@ -69,6 +79,7 @@ type Room struct {
 	TopTalker     *Talker   `json:"top_talker"`
 	TopUsers      []Talker  `json:"top_users"`
 	Series        []int64   `json:"series"`
+	*Coverage
 }
 
 // User is GET /api/v1/users/{user}.
@@ -78,6 +89,7 @@ type User struct {
 	AsOf     chat.Time   `json:"as_of"`
 	Messages int64       `json:"messages"`
 	Rooms    []RoomCount `json:"rooms"`
+	*Coverage
 }
 
 // topTalker is the first of the top users, or nil.

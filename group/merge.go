@@ -1,0 +1,94 @@
+package group
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+
+	"github.com/chatpulse/chatpulse/aggregator"
+)
+
+// Merging the views of partitions into the group's. Each event is counted
+// by two partitions: the one its room hashes to (the room stage) and the
+// one its user hashes to (the user stage), each a full aggregator of the
+// events it was given. Rooms are disjoint across room stages and users
+// across user stages, so:
+//
+//   - what is about rooms (messages, series, active rooms, top rooms, the
+//     rooms list, one room's view) is read from the room stages: sums, and
+//     the top of the union of each one's top (exact: a room's whole count
+//     lives in one partition);
+//   - what is about users (distinct users, top users, one user's view) is
+//     read from the user stages, the same way.
+//
+// No count of one key is ever split across partitions, which is what makes
+// merging top-k lists exact here (where merging the top-k of counts split
+// across shards is not).
+//
+// Every partial must have been read at the same as_of: the caller asks
+// again, at the latest, those that answered earlier.
+
+// mergeOverview merges overviews: rooms' parts from rooms, users' parts
+// from users (the same slice, when each partial already merged both), of a
+// window of the given seconds.
+func mergeOverview(rooms, users []aggregator.Overview, k int, seconds float64) aggregator.Overview {
+	var v aggregator.Overview
+	for i, o := range rooms {
+		if i == 0 {
+			v.Window, v.AsOf, v.Series = o.Window, o.AsOf, make([]int64, len(o.Series))
+		}
+		v.Messages += o.Messages
+		v.ActiveRooms += o.ActiveRooms
+		for b, n := range o.Series {
+			v.Series[b] += n
+		}
+		v.TopRooms = append(v.TopRooms, o.TopRooms...)
+	}
+	for _, o := range users {
+		v.DistinctUsers += o.DistinctUsers
+		v.TopUsers = append(v.TopUsers, o.TopUsers...)
+	}
+	v.Rate = float64(v.Messages) / seconds
+	v.TopRooms = top(v.TopRooms, k, func(r aggregator.RoomCount) (int64, string) { return r.Messages, r.Room })
+	v.TopUsers = top(v.TopUsers, k, talkerKey)
+	if v.TopRooms == nil {
+		v.TopRooms = []aggregator.RoomCount{}
+	}
+	if v.TopUsers == nil {
+		v.TopUsers = []aggregator.Talker{}
+	}
+	if len(v.TopUsers) > 0 {
+		t := v.TopUsers[0]
+		v.TopTalker = &t
+	}
+	return v
+}
+
+// mergeRooms merges rooms lists of disjoint rooms.
+func mergeRooms(parts []aggregator.Rooms, limit int) aggregator.Rooms {
+	var v aggregator.Rooms
+	for i, r := range parts {
+		if i == 0 {
+			v.Window, v.AsOf = r.Window, r.AsOf
+		}
+		v.Rooms = append(v.Rooms, r.Rooms...)
+	}
+	v.Rooms = top(v.Rooms, limit, func(r aggregator.RoomSummary) (int64, string) { return r.Messages, r.Room })
+	if v.Rooms == nil {
+		v.Rooms = []aggregator.RoomSummary{}
+	}
+	return v
+}
+
+func talkerKey(t aggregator.Talker) (int64, string) { return t.Messages, t.User }
+
+// top sorts items as every ranking of the contract does (more messages
+// first, then the smaller name, bytewise) and keeps the first k.
+func top[T any](items []T, k int, key func(T) (int64, string)) []T {
+	slices.SortFunc(items, func(a, b T) int {
+		na, sa := key(a)
+		nb, sb := key(b)
+		return cmp.Or(cmp.Compare(nb, na), strings.Compare(sa, sb))
+	})
+	return items[:min(k, len(items))]
+}

@@ -1,0 +1,163 @@
+package group
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/rolling"
+)
+
+// split is a group's state held in one process: each event goes to the
+// room stage of its room's partition and the user stage of its user's, as
+// the stream's subject transform files it.
+type split struct {
+	n            int
+	rooms, users []*aggregator.Aggregator
+}
+
+func newSplit(t *testing.T, ws []rolling.Window, n int) *split {
+	s := &split{n: n}
+	for range n {
+		r, err := aggregator.New(ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u, _ := aggregator.New(ws)
+		s.rooms, s.users = append(s.rooms, r), append(s.users, u)
+	}
+	return s
+}
+
+func (s *split) observe(now int64, evs []chat.Event) {
+	byRoom, byUser := make([][]chat.Event, s.n), make([][]chat.Event, s.n)
+	for _, e := range evs {
+		r, u := Partition(Escape(e.Room), s.n), Partition(Escape(e.User), s.n)
+		byRoom[r] = append(byRoom[r], e)
+		byUser[u] = append(byUser[u], e)
+	}
+	for p := range s.n {
+		s.rooms[p].Observe(now, byRoom[p], nil)
+		s.users[p].Observe(now, byUser[p], nil)
+	}
+}
+
+// asOf is the latest clock of every partition, read at now.
+func (s *split) asOf(win string, now int64) int64 {
+	t := now
+	for _, a := range append(append([]*aggregator.Aggregator{}, s.rooms...), s.users...) {
+		v, _ := a.Overview(win, 1, now)
+		t = max(t, int64(v.AsOf))
+	}
+	return t
+}
+
+func (s *split) overview(win string, k int, t int64, seconds float64) aggregator.Overview {
+	var rooms, users []aggregator.Overview
+	for p := range s.n {
+		r, _ := s.rooms[p].Overview(win, k, t)
+		u, _ := s.users[p].Overview(win, k, t)
+		rooms, users = append(rooms, r), append(users, u)
+	}
+	return mergeOverview(rooms, users, k, seconds)
+}
+
+func (s *split) roomsList(win string, limit int, t int64) aggregator.Rooms {
+	var parts []aggregator.Rooms
+	for p := range s.n {
+		r, _ := s.rooms[p].Rooms(win, limit, t)
+		parts = append(parts, r)
+	}
+	return mergeRooms(parts, limit)
+}
+
+func jsonOf(t *testing.T, v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// Every view merged from the partitions equals the one aggregator fed
+// everything, on random traces with late events, events ahead of the
+// clock, gaps longer than every window, ties and names that need escaping.
+func TestMergeEqualsOneAggregator(t *testing.T) {
+	for seed := range uint64(12) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 99))
+			ws, _ := rolling.ParseWindows("10s,1m:5s,5m")
+			one, _ := aggregator.New(ws)
+			n := []int{1, 3, 8, 64}[seed%4]
+			s := newSplit(t, ws, n)
+			rooms := []string{"lobby", "dot.room", "space room", "pct%room", "a/b", "é"}
+			users := []string{"alice", "bob", "a.b", "carol", "dave", "eve", "x y", "z"}
+			for range 8 {
+				rooms = append(rooms, fmt.Sprintf("r%d", r.IntN(1000)))
+			}
+			for range 40 {
+				users = append(users, fmt.Sprintf("u%d", r.IntN(1000)))
+			}
+			pick := func(names []string) string {
+				return names[min(len(names)-1, int(r.ExpFloat64()*float64(len(names))/4))]
+			}
+			now := int64(1_764_000_000_000)
+			for step := range 300 {
+				switch x := r.IntN(100); {
+				case x < 80:
+					now += r.Int64N(900)
+				case x < 84:
+					now += 6 * 60_000 // past every window
+				default:
+					now -= r.Int64N(3000) // the wall clock steps back
+				}
+				evs := make([]chat.Event, r.IntN(12))
+				for i := range evs {
+					ts := now - r.Int64N(400_000) // some late for one window, some for all
+					if r.IntN(8) == 0 {
+						ts = now + r.Int64N(4000) // ahead of the clock
+					}
+					evs[i] = chat.Event{Room: pick(rooms), User: pick(users), TS: ts}
+				}
+				one.Observe(now, evs, nil)
+				s.observe(now, evs)
+				if step%10 != 9 {
+					continue
+				}
+				for _, w := range ws {
+					win := w.Name
+					tAll := max(s.asOf(win, now), func() int64 { v, _ := one.Overview(win, 1, now); return int64(v.AsOf) }())
+					for _, k := range []int{1, 3, 100} {
+						want, _ := one.Overview(win, k, tAll)
+						if got := s.overview(win, k, tAll, w.Size.Seconds()); jsonOf(t, got) != jsonOf(t, want) {
+							t.Fatalf("step %d overview %s k=%d:\n got %s\nwant %s", step, win, k, jsonOf(t, got), jsonOf(t, want))
+						}
+					}
+					for _, limit := range []int{2, 1000} {
+						want, _ := one.Rooms(win, limit, tAll)
+						if got := s.roomsList(win, limit, tAll); jsonOf(t, got) != jsonOf(t, want) {
+							t.Fatalf("step %d rooms %s limit=%d:\n got %s\nwant %s", step, win, limit, jsonOf(t, got), jsonOf(t, want))
+						}
+					}
+					for _, room := range rooms {
+						want, _ := one.Room(room, win, 5, tAll)
+						got, _ := s.rooms[Partition(Escape(room), n)].Room(room, win, 5, tAll)
+						if jsonOf(t, got) != jsonOf(t, want) {
+							t.Fatalf("step %d room %q %s:\n got %s\nwant %s", step, room, win, jsonOf(t, got), jsonOf(t, want))
+						}
+					}
+					for _, user := range users {
+						want, _ := one.User(user, win, tAll)
+						got, _ := s.users[Partition(Escape(user), n)].User(user, win, tAll)
+						if jsonOf(t, got) != jsonOf(t, want) {
+							t.Fatalf("step %d user %q %s:\n got %s\nwant %s", step, user, win, jsonOf(t, got), jsonOf(t, want))
+						}
+					}
+				}
+			}
+		})
+	}
+}
