@@ -76,3 +76,43 @@ func FuzzCheckName(f *testing.F) {
 		}
 	})
 }
+
+func TestToken(t *testing.T) {
+	for in, want := range map[string]string{
+		"lobby":      "lobby",
+		"dot.room":   "dot%2Eroom",
+		"space room": "space%20room",
+		"pct%room":   "pct%25room",
+		"a.b":        "a%2Eb",
+		"*>":         "%2A%3E",
+		"tab\there":  "tab%09here",
+		"del\x7f":    "del%7F",
+		"größe":      "größe",
+		"%2E":        "%252E",
+	} {
+		if got := Token(in); got != want {
+			t.Errorf("Token(%q) = %q, want %q", in, got, want)
+		}
+		if !IsToken(want, in) {
+			t.Errorf("IsToken(%q, %q) = false", want, in)
+		}
+	}
+}
+
+// FuzzToken: a token is what IsToken accepts for its name and no other,
+// holds no separator, wildcard or white space, and two names never share
+// one.
+func FuzzToken(f *testing.F) {
+	for _, s := range []string{"lobby", "dot.room", "pct%room", "a b", "%2E", ""} {
+		f.Add(s, "x")
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		ta, tb := Token(a), Token(b)
+		if !IsToken(ta, a) || strings.ContainsAny(ta, ".*> \t\r\n") {
+			t.Fatalf("Token(%q) = %q", a, ta)
+		}
+		if (ta == tb) != (a == b) || IsToken(ta, b) != (a == b) {
+			t.Fatalf("Token(%q) = %q, Token(%q) = %q", a, ta, b, tb)
+		}
+	})
+}

@@ -2,25 +2,6 @@ package group
 
 import "testing"
 
-func TestEscape(t *testing.T) {
-	for in, want := range map[string]string{
-		"lobby":      "lobby",
-		"dot.room":   "dot%2Eroom",
-		"space room": "space%20room",
-		"pct%room":   "pct%25room",
-		"a.b":        "a%2Eb",
-		"*>":         "%2A%3E",
-		"tab\there":  "tab%09here",
-		"del\x7f":    "del%7F",
-		"größe":      "größe",
-		"%2E":        "%252E",
-	} {
-		if got := Escape(in); got != want {
-			t.Errorf("Escape(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // Partition agrees with what nats-server's transform filed chat.lobby.alice
 // under, checked by hand against v2.15.2: chatp.19.39.lobby.alice.
 func TestPartition(t *testing.T) {

@@ -35,7 +35,7 @@ func newSplit(t *testing.T, ws []rolling.Window, n int) *split {
 func (s *split) observe(now int64, evs []chat.Event) {
 	byRoom, byUser := make([][]chat.Event, s.n), make([][]chat.Event, s.n)
 	for _, e := range evs {
-		r, u := Partition(Escape(e.Room), s.n), Partition(Escape(e.User), s.n)
+		r, u := Partition(chat.Token(e.Room), s.n), Partition(chat.Token(e.User), s.n)
 		byRoom[r] = append(byRoom[r], e)
 		byUser[u] = append(byUser[u], e)
 	}
@@ -144,14 +144,14 @@ func TestMergeEqualsOneAggregator(t *testing.T) {
 					}
 					for _, room := range rooms {
 						want, _ := one.Room(room, win, 5, tAll)
-						got, _ := s.rooms[Partition(Escape(room), n)].Room(room, win, 5, tAll)
+						got, _ := s.rooms[Partition(chat.Token(room), n)].Room(room, win, 5, tAll)
 						if jsonOf(t, got) != jsonOf(t, want) {
 							t.Fatalf("step %d room %q %s:\n got %s\nwant %s", step, room, win, jsonOf(t, got), jsonOf(t, want))
 						}
 					}
 					for _, user := range users {
 						want, _ := one.User(user, win, tAll)
-						got, _ := s.users[Partition(Escape(user), n)].User(user, win, tAll)
+						got, _ := s.users[Partition(chat.Token(user), n)].User(user, win, tAll)
 						if jsonOf(t, got) != jsonOf(t, want) {
 							t.Fatalf("step %d user %q %s:\n got %s\nwant %s", step, user, win, jsonOf(t, got), jsonOf(t, want))
 						}
