@@ -6,6 +6,17 @@ import (
 	"unsafe"
 )
 
+// Scope says whose messages share one counter.
+type Scope string
+
+// The scopes of contract section 5.
+const (
+	ScopeUser       Scope = "user"         // one counter per user, across rooms
+	ScopeRoom       Scope = "room"         // one counter per room, across users
+	ScopeUserInRoom Scope = "user_in_room" // one counter per user and room
+	ScopeGroup      Scope = "group"        // one counter for all the rooms the policy sees
+)
+
 // Which of a message's names make a key.
 const (
 	keyGroup uint8 = iota

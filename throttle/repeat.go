@@ -4,6 +4,13 @@ import (
 	"time"
 )
 
+// AlgRepeat names Repeat in a Policy.
+const AlgRepeat Algorithm = "repeat"
+
+// MaxRepeatLimit is the largest limit of a Repeat, which keeps limit times
+// per key.
+const MaxRepeatLimit = 100
+
 // Repeat is the logger-style limiter: it counts occurrences of the same
 // text, and denies the next one once limit of them lie in the window. With
 // limit 1 it is "show each message at most once per window": any earlier
@@ -36,11 +43,15 @@ type Repeat struct {
 }
 
 // NewRepeat returns a Repeat denying the next occurrence once limit
-// occurrences lie in the window. It panics unless 1 <= limit <= 100 and
-// window is a positive whole number of milliseconds.
+// occurrences lie in the window. It panics unless
+// 1 <= limit <= MaxRepeatLimit and window is a positive whole number of
+// milliseconds, at most MaxWindow.
 func NewRepeat(limit int, window time.Duration) *Repeat {
-	k := mustKernel(Policy{Algorithm: AlgRepeat, Limit: limit, Window: window}).(repeatKernel)
-	return &Repeat{k: k, s: k.fresh(), times: make([]int64, k.limit-1)}
+	k, err := newRepeatKernel(settings{limit: limit, window: window})
+	if err != nil {
+		panic("throttle: NewRepeat: " + err.Error())
+	}
+	return &Repeat{k: k, s: k.fresh(), times: make([]int64, k.stride())}
 }
 
 // Decide reports whether one more occurrence would be allowed at now. It
@@ -56,6 +67,21 @@ type repeatKernel struct {
 	limit int64
 	w     int64 // window, ms
 }
+
+// newRepeatKernel checks the settings of a Repeat and returns its kernel.
+func newRepeatKernel(s settings) (repeatKernel, *FieldError) {
+	limit, w, err := checkLimitWindow(s, MaxRepeatLimit)
+	return repeatKernel{limit: limit, w: w}, err
+}
+
+// repeatAlg is the row of Repeat in the table of algorithms. Its keys
+// include the text.
+var repeatAlg = algorithm{name: AlgRepeat, text: true, kernel: kernelsOf(newRepeatKernel)}
+
+func (k repeatKernel) stride() int { return int(k.limit - 1) }
+
+// slot is 0: a hit reads the oldest kept occurrence first.
+func (k repeatKernel) slot(_ int64) int { return 0 }
 
 // The n kept occurrences are older[:n-1], oldest first, then last; older is
 // the variable part of the state, limit-1 times.

@@ -42,7 +42,7 @@ import (
 // such a key alerts again if it crosses again.
 type Set struct {
 	policies []*policy
-	repeat   bool // some policy needs the text's hash
+	text     bool // some policy needs the text's hash
 	// Some policy's key includes the user, or the room: msg carries its
 	// hash.
 	byUser, byRoom bool
@@ -52,7 +52,7 @@ type policy struct {
 	Policy
 	rooms   []glob
 	enforce bool
-	repeat  bool // the key includes the text: only messages with text count
+	text    bool // the key includes the text: only messages with text count
 	store   store
 	// Decisions of Check, by result.
 	allowed, denied, shadowDenied atomic.Uint64
@@ -101,13 +101,15 @@ func NewSet(policies []Policy, opts ...Option) (*Set, error) {
 		seen[p.Name] = true
 		p = p.withDefaults()
 		p.Rooms = slices.Clone(p.Rooms)
-		pol := &policy{Policy: p, enforce: p.Mode == ModeEnforce, repeat: p.Algorithm == AlgRepeat, store: newStore(p, o.maxKeys)}
+		alg := algorithmNamed(p.Algorithm)
+		pol := &policy{Policy: p, enforce: p.Mode == ModeEnforce, text: alg.text,
+			store: alg.kernel.newStore(p.settings(), p.Scope, alg.text, o.maxKeys)}
 		for _, g := range p.Rooms {
 			cg, _ := compileGlob(g)
 			pol.rooms = append(pol.rooms, cg)
 		}
 		s.policies = append(s.policies, pol)
-		s.repeat = s.repeat || p.Algorithm == AlgRepeat
+		s.text = s.text || alg.text
 		s.byUser = s.byUser || p.Scope == ScopeUser || p.Scope == ScopeUserInRoom
 		s.byRoom = s.byRoom || p.Scope == ScopeRoom || p.Scope == ScopeUserInRoom
 	}
@@ -135,7 +137,7 @@ func (s *Set) Observe(at time.Time, room, user, text string, replay bool) []Aler
 	hasText := s.message(&m, at.UnixMilli(), room, user, text)
 	var alerts []Alert
 	for _, p := range s.policies {
-		if !p.sees(room) || p.repeat && !hasText {
+		if !p.sees(room) || p.text && !hasText {
 			continue
 		}
 		if crossed, count, limit := p.store.observe(m, p.enforce); crossed && !replay {
@@ -191,7 +193,7 @@ func (s *Set) ObserveBatch(hits []Hit, fn func(Alert)) {
 		for pi, p := range s.policies {
 			sel := b.sel[:0]
 			for j := range chunk {
-				if p.sees(chunk[j].Room) && (!p.repeat || b.hasText[j]) {
+				if p.sees(chunk[j].Room) && (!p.text || b.hasText[j]) {
 					sel = append(sel, int32(j))
 				}
 			}
@@ -223,7 +225,7 @@ func (s *Set) ObserveBatch(hits []Hit, fn func(Alert)) {
 func (s *Set) message(m *msg, at int64, room, user, text string) bool {
 	*m = msg{at: at, room: room, user: user}
 	hasText := false
-	if s.repeat {
+	if s.text {
 		m.text, hasText = textHash(text)
 	}
 	if s.byUser {
@@ -256,7 +258,7 @@ func (s *Set) Check(now time.Time, room, user, text string, hasText bool) Result
 	hasText = s.message(&m, t, room, user, text)
 	res := Result{Allowed: true, AsOf: time.UnixMilli(t).UTC(), Room: strings.Clone(room), User: strings.Clone(user), Decisions: []Decision{}}
 	for _, p := range s.policies {
-		if !p.sees(room) || p.repeat && !hasText {
+		if !p.sees(room) || p.text && !hasText {
 			continue
 		}
 		v := p.store.check(m)

@@ -6,7 +6,6 @@ import (
 	"unsafe"
 
 	"github.com/chatpulse/chatpulse/chat"
-	"github.com/chatpulse/chatpulse/rolling"
 )
 
 // store is the keyed state of one policy, whatever its algorithm. Strings
@@ -129,7 +128,8 @@ const (
 
 const none = -1
 
-func newTable[S, E any, K kernel[S, E]](k K, scope Scope, hashed bool, stride, max int) *table[S, E, K] {
+func newTable[S, E any, K kernel[S, E]](k K, scope Scope, hashed bool, max int) *table[S, E, K] {
+	stride := k.stride()
 	return &table[S, E, K]{
 		k: k, scope: scope, hashed: hashed, stride: stride, max: max,
 		keyPart:   map[Scope]uint8{ScopeUser: keyUser, ScopeRoom: keyRoom, ScopeUserInRoom: keyRoomUser}[scope],
@@ -217,7 +217,6 @@ func (t *table[S, E, K]) prefetch(ms []msg, sel []int32, keys *[batchChunk]key) 
 		}
 		sink += x.slots[t.hashOf(i)>>x.shift]
 	}
-	sliding, isSliding := any(t.k).(slidingKernel)
 	for n, j := range sel {
 		i := places[n]
 		if i == none {
@@ -225,11 +224,7 @@ func (t *table[S, E, K]) prefetch(ms []msg, sel []int32, keys *[batchChunk]key) 
 		}
 		sink += uint64(t.states[i].klen)
 		if ext := t.extOf(i); len(ext) > 0 {
-			slot := 0
-			if isSliding {
-				slot = int(floorMod(rolling.FloorDiv(ms[j].at, sliding.res), sliding.n))
-			}
-			sink += uint64(*(*byte)(unsafe.Pointer(&ext[slot])))
+			sink += uint64(*(*byte)(unsafe.Pointer(&ext[t.k.slot(ms[j].at)])))
 		}
 	}
 	t.sink = sink
@@ -450,24 +445,4 @@ func (t *table[S, E, K]) stats() (keys int, evicted, expired uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.n, t.evicted, t.expired
-}
-
-// newStore returns the store of a valid policy with defaults filled in.
-func newStore(p Policy, max int) store {
-	hashed := p.Algorithm == AlgRepeat
-	switch k := newKernel(p).(type) {
-	case slidingKernel:
-		return newTable[slidingState, uint32](k, p.Scope, hashed, int(k.n), max)
-	case counterKernel:
-		return newTable[counterState, struct{}](k, p.Scope, hashed, 0, max)
-	case fixedKernel:
-		return newTable[fixedState, struct{}](k, p.Scope, hashed, 0, max)
-	case bucketKernel:
-		return newTable[bucketState, struct{}](k, p.Scope, hashed, 0, max)
-	case gcraKernel:
-		return newTable[gcraState, struct{}](k, p.Scope, hashed, 0, max)
-	case repeatKernel:
-		return newTable[repeatState, int64](k, p.Scope, hashed, int(k.limit-1), max)
-	}
-	panic("throttle: unknown kernel")
 }
