@@ -1,19 +1,18 @@
 package throttle
 
-import (
-	"encoding/json"
-	"time"
-)
+import "github.com/chatpulse/chatpulse/chat"
 
 // A Result answers "would one more message from this user in this room (with
 // this text) be allowed now?". It marshals as contract section 5's answer.
 type Result struct {
 	// Allowed is false iff an enforcing policy denies.
-	Allowed   bool       `json:"allowed"`
-	AsOf      time.Time  `json:"as_of"` // the now of the Check, to the millisecond
-	Room      string     `json:"room"`
-	User      string     `json:"user"`
-	Decisions []Decision `json:"decisions"` // one per policy that sees the room, in policy order
+	Allowed bool      `json:"allowed"`
+	AsOf    chat.Time `json:"as_of"` // the now of the Check
+	Room    string    `json:"room"`
+	User    string    `json:"user"`
+	// Decisions has one per policy that sees the room, in policy order.
+	// Check never leaves it nil, so it marshals as [] when there are none.
+	Decisions []Decision `json:"decisions"`
 }
 
 // A Decision is one policy's part of a Result. Count, Limit, Remaining
@@ -51,7 +50,7 @@ type Alert struct {
 	User   string    `json:"user"`
 	Count  int64     `json:"count"`
 	Limit  int64     `json:"limit"`
-	At     time.Time `json:"at"`
+	At     chat.Time `json:"at"`
 }
 
 // An Active entry is a key over an enforcing policy: it crossed at Since
@@ -63,47 +62,5 @@ type Active struct {
 	User   string    `json:"user"`
 	Count  int64     `json:"count"`
 	Limit  int64     `json:"limit"`
-	Since  time.Time `json:"since"`
-}
-
-// jsonTime is the time format of the contract: RFC 3339, UTC, milliseconds.
-const jsonTime = "2006-01-02T15:04:05.000Z07:00"
-
-// MarshalJSON encodes r as {"allowed","as_of","room","user","decisions"}.
-func (r Result) MarshalJSON() ([]byte, error) {
-	decisions := r.Decisions
-	if decisions == nil {
-		decisions = []Decision{}
-	}
-	return json.Marshal(struct {
-		Allowed   bool       `json:"allowed"`
-		AsOf      string     `json:"as_of"`
-		Room      string     `json:"room"`
-		User      string     `json:"user"`
-		Decisions []Decision `json:"decisions"`
-	}{r.Allowed, r.AsOf.UTC().Format(jsonTime), r.Room, r.User, decisions})
-}
-
-// MarshalJSON encodes a as {"policy","room","user","count","limit","at"}.
-func (a Alert) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Policy string `json:"policy"`
-		Room   string `json:"room"`
-		User   string `json:"user"`
-		Count  int64  `json:"count"`
-		Limit  int64  `json:"limit"`
-		At     string `json:"at"`
-	}{a.Policy, a.Room, a.User, a.Count, a.Limit, a.At.UTC().Format(jsonTime)})
-}
-
-// MarshalJSON encodes a as {"policy","room","user","count","limit","since"}.
-func (a Active) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Policy string `json:"policy"`
-		Room   string `json:"room"`
-		User   string `json:"user"`
-		Count  int64  `json:"count"`
-		Limit  int64  `json:"limit"`
-		Since  string `json:"since"`
-	}{a.Policy, a.Room, a.User, a.Count, a.Limit, a.Since.UTC().Format(jsonTime)})
+	Since  chat.Time `json:"since"`
 }

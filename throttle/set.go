@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/chatpulse/chatpulse/chat"
 )
 
 // A Set holds policies and the keyed state they keep. It is fed the stream
@@ -241,7 +243,7 @@ func (s *Set) message(m *msg, at int64, room, user, text string) bool {
 // the key's verdict.
 func (p *policy) alert(m *msg, count, limit int64) Alert {
 	r, u := keyOf(p.Scope, m.room, m.user)
-	return Alert{Policy: p.Name, Room: strings.Clone(r), User: strings.Clone(u), Count: count, Limit: limit, At: time.UnixMilli(m.at).UTC()}
+	return Alert{Policy: p.Name, Room: strings.Clone(r), User: strings.Clone(u), Count: count, Limit: limit, At: chat.Time(m.at)}
 }
 
 // Check answers whether one more message from user in room would be allowed
@@ -256,7 +258,7 @@ func (s *Set) Check(now time.Time, room, user, text string, hasText bool) Result
 	}
 	var m msg
 	hasText = s.message(&m, t, room, user, text)
-	res := Result{Allowed: true, AsOf: time.UnixMilli(t).UTC(), Room: strings.Clone(room), User: strings.Clone(user), Decisions: []Decision{}}
+	res := Result{Allowed: true, AsOf: chat.Time(t), Room: strings.Clone(room), User: strings.Clone(user), Decisions: []Decision{}}
 	for _, p := range s.policies {
 		if !p.sees(room) || p.text && !hasText {
 			continue
@@ -292,11 +294,11 @@ func (s *Set) Active(now time.Time) []Active {
 		}
 		start := len(out)
 		p.store.active(t, func(room, user string, v Verdict, since int64) {
-			out = append(out, Active{Policy: p.Name, Room: room, User: user, Count: v.Count, Limit: v.Limit, Since: time.UnixMilli(since).UTC()})
+			out = append(out, Active{Policy: p.Name, Room: room, User: user, Count: v.Count, Limit: v.Limit, Since: chat.Time(since)})
 		})
 		part := out[start:]
 		slices.SortFunc(part, func(a, b Active) int {
-			return cmp.Or(strings.Compare(a.Room, b.Room), strings.Compare(a.User, b.User), a.Since.Compare(b.Since))
+			return cmp.Or(strings.Compare(a.Room, b.Room), strings.Compare(a.User, b.User), cmp.Compare(a.Since, b.Since))
 		})
 		// Merge the texts of one repeat key: sorted, so they are adjacent.
 		merged := part[:0]

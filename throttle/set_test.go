@@ -12,11 +12,16 @@ import (
 	"testing"
 	"time"
 	"unicode"
+
+	"github.com/chatpulse/chatpulse/chat"
 )
 
 const t0 = int64(1_764_489_600_000) // 2025-11-30T08:00:00Z
 
 func at(ms int64) time.Time { return time.UnixMilli(t0 + ms) }
+
+// ct is at as the answers carry it.
+func ct(ms int64) chat.Time { return chat.Time(t0 + ms) }
 
 func mustSet(t testing.TB, ps []Policy, opts ...Option) *Set {
 	t.Helper()
@@ -61,7 +66,7 @@ func TestDefaultFloodAlertsOncePerCrossing(t *testing.T) {
 		t.Error("alice is denied in another room")
 	}
 	a := s.Observe(at(1000), "lobby", "alice", "eleven", false)
-	want := []Alert{{Policy: "user_room_flood", Room: "lobby", User: "alice", Count: 11, Limit: 10, At: at(1000).UTC()}}
+	want := []Alert{{Policy: "user_room_flood", Room: "lobby", User: "alice", Count: 11, Limit: 10, At: ct(1000)}}
 	if !reflect.DeepEqual(a, want) {
 		t.Fatalf("11th: alerts %+v, want %+v", a, want)
 	}
@@ -71,7 +76,7 @@ func TestDefaultFloodAlertsOncePerCrossing(t *testing.T) {
 	if d := decision(t, s.Check(at(1200), "lobby", "alice", "", false), "user_room_flood"); d.Count != 12 {
 		t.Errorf("count after 12 = %d", d.Count)
 	}
-	if act := s.Active(at(1200)); len(act) != 1 || act[0].Policy != "user_room_flood" || act[0].Count != 12 || !act[0].Since.Equal(at(1000)) {
+	if act := s.Active(at(1200)); len(act) != 1 || act[0].Policy != "user_room_flood" || act[0].Count != 12 || act[0].Since != ct(1000) {
 		t.Errorf("Active = %+v", act)
 	}
 	// The window passes: allowed again, which clears the mark.
@@ -123,7 +128,7 @@ func TestReplayKeepsMarks(t *testing.T) {
 			t.Fatalf("replay alerted: %+v", a)
 		}
 	}
-	if act := s.Active(at(20)); len(act) != 1 || !act[0].Since.Equal(at(10)) {
+	if act := s.Active(at(20)); len(act) != 1 || act[0].Since != ct(10) {
 		t.Fatalf("Active after replay = %+v", act)
 	}
 	if a := s.Observe(at(20), "lobby", "bob", "", false); a != nil {
@@ -288,7 +293,7 @@ func TestScopesGroupsAndRooms(t *testing.T) {
 	s.Observe(at(0), "support-us/west", "u2", "", false)
 	s.Observe(at(0), "help1", "u3", "", false)
 	a := s.Observe(at(0), "support-x", "u4", "", false)
-	if len(a) != 1 || a[0] != (Alert{Policy: "support", Count: 3, Limit: 3, At: at(0).UTC()}) {
+	if len(a) != 1 || a[0] != (Alert{Policy: "support", Count: 3, Limit: 3, At: ct(0)}) {
 		t.Fatalf("group alert: %+v", a)
 	}
 	if r := s.Check(at(0), "lobby", "u1", "", false); len(r.Decisions) != 2 || r.Decisions[0].Policy != "rooms" {
@@ -304,8 +309,8 @@ func TestScopesGroupsAndRooms(t *testing.T) {
 		t.Fatalf("room alert: %+v", a)
 	}
 	want := []Active{
-		{Policy: "support", Count: 3, Limit: 3, Since: at(0).UTC()},
-		{Policy: "rooms", Room: "lobby", Count: 2, Limit: 2, Since: at(0).UTC()},
+		{Policy: "support", Count: 3, Limit: 3, Since: ct(0)},
+		{Policy: "rooms", Room: "lobby", Count: 2, Limit: 2, Since: ct(0)},
 	}
 	if got := s.Active(at(10)); !reflect.DeepEqual(got, want) {
 		t.Errorf("Active = %+v, want %+v", got, want)
@@ -326,11 +331,11 @@ func TestJSONShapes(t *testing.T) {
 	if string(b) != want {
 		t.Errorf("Result JSON\n got %s\nwant %s", b, want)
 	}
-	b, _ = json.Marshal(Alert{Policy: "p", Room: "r", User: "u", Count: 11, Limit: 10, At: time.UnixMilli(0)})
+	b, _ = json.Marshal(Alert{Policy: "p", Room: "r", User: "u", Count: 11, Limit: 10, At: 0})
 	if want := `{"policy":"p","room":"r","user":"u","count":11,"limit":10,"at":"1970-01-01T00:00:00.000Z"}`; string(b) != want {
 		t.Errorf("Alert JSON %s", b)
 	}
-	b, _ = json.Marshal(Active{Policy: "p", Room: "r", Count: 11, Limit: 10, Since: time.UnixMilli(1)})
+	b, _ = json.Marshal(Active{Policy: "p", Room: "r", Count: 11, Limit: 10, Since: 1})
 	if want := `{"policy":"p","room":"r","user":"","count":11,"limit":10,"since":"1970-01-01T00:00:00.001Z"}`; string(b) != want {
 		t.Errorf("Active JSON %s", b)
 	}

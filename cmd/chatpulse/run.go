@@ -276,7 +276,7 @@ func (m *Main) alert(a throttle.Alert) {
 	if b, err := json.Marshal(a); err == nil {
 		msg := nats.NewMsg(AlertSubject)
 		msg.Data = b
-		msg.Header.Set(nats.MsgIdHdr, fmt.Sprintf("%s|%q|%q|%d", a.Policy, a.Room, a.User, a.At.UnixMilli()))
+		msg.Header.Set(nats.MsgIdHdr, fmt.Sprintf("%s|%q|%q|%d", a.Policy, a.Room, a.User, int64(a.At)))
 		if err := m.nc.PublishMsg(msg); err != nil {
 			m.Log.Warn("alert not published", "err", err)
 		}
