@@ -22,11 +22,14 @@
 //
 // # Time
 //
-// Every instant is reduced to Unix milliseconds, rounded down; the answers
-// (retry_after_ms) are whole milliseconds. Windows and resolutions are whole
-// milliseconds too. For every algorithm, retry-after is exact: at
-// now+RetryAfter one more message is allowed, and one millisecond earlier it
-// is not.
+// A Set takes time as the rest of chatpulse keeps it, in Unix milliseconds:
+// a message is a chat.Event (TS in ms), and Check, Active and Sweep take now
+// in ms; its answers carry chat.Time. So the hot path converts nothing. The
+// standalone algorithms take a time.Time, as golang.org/x/time/rate does,
+// and reduce it to Unix milliseconds, rounded down. Either way the answers
+// (retry_after_ms) are whole milliseconds, and so are windows and
+// resolutions. For every algorithm, retry-after is exact: at now+RetryAfter
+// one more message is allowed, and one millisecond earlier it is not.
 //
 // Time never goes backwards for a key. Messages may arrive slightly out of
 // order (event time), so each algorithm says what it does with a late hit;

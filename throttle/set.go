@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/chatpulse/chatpulse/chat"
 )
@@ -17,15 +16,21 @@ import (
 // answers whether one more message would be allowed (Check) and which keys
 // are over an enforcing policy (Active). A Set is safe for concurrent use.
 //
+// Time is Unix milliseconds, as everywhere in chatpulse: a message's
+// chat.Event.TS, the now of Check, Active and Sweep, and the chat.Time of
+// the answers.
+//
 // Alerts. Observe first decides each message as Check would at its instant,
 // then records it. The first message an enforcing policy denies for a key
 // is the crossing: Observe returns an Alert and marks the key; further
 // denied messages do not alert, and the next allowed one clears the mark, so
-// a key alerts once per crossing. During replay (replay=true) marks are set
-// and cleared exactly as live, but no Alert is returned: a crossing that
-// happened during replay was already alerted by the previous run, so a live
-// message right after replay that is still over the limit does not alert
-// again, and Active after a restart is what it was before.
+// a key alerts once per crossing. A Set does not know which messages are
+// replayed (read again after a restart): it sets and clears the marks of
+// every message alike, and ObserveBatch tells which event each alert is of,
+// so that the caller drops the alerts of replayed events, which the
+// previous run raised already. Then a live message right after replay that
+// is still over the limit does not alert again, and Active after a restart
+// is what it was before.
 //
 // The key of a message depends on the policy's scope: the user (room
 // empty), the room (user empty), both, or, for group, none (room and user
@@ -128,36 +133,28 @@ func (s *Set) Policies() []Policy {
 	return ps
 }
 
-// Observe records one accepted message, at its event time, as one hit for
-// every policy that sees its room (a repeat policy only sees messages whose
-// text is not empty once normalized), and returns the alerts for the keys
-// it made cross an enforcing policy; none when replay is set. See Set for
-// the alert rules. Observing a message for keys already tracked does not
-// allocate. To observe many messages, ObserveBatch is cheaper.
-func (s *Set) Observe(at time.Time, room, user, text string, replay bool) []Alert {
+// Observe records one accepted message, at its event time e.TS, as one hit
+// for every policy that sees its room (a repeat policy only sees messages
+// whose text is not empty once normalized), and returns the alerts for the
+// keys it made cross an enforcing policy. See Set for the alert rules.
+// Observing a message for keys already tracked does not allocate. To
+// observe many messages, ObserveBatch is cheaper.
+func (s *Set) Observe(e chat.Event) []Alert {
 	var m msg
-	hasText := s.message(&m, at.UnixMilli(), room, user, text)
+	hasText := s.message(&m, e.TS, e.Room, e.User, e.Text)
 	var alerts []Alert
 	for _, p := range s.policies {
-		if !p.sees(room) || p.text && !hasText {
+		if !p.sees(e.Room) || p.text && !hasText {
 			continue
 		}
-		if crossed, count, limit := p.store.observe(m, p.enforce); crossed && !replay {
+		if crossed, count, limit := p.store.observe(m, p.enforce); crossed {
 			alerts = append(alerts, p.alert(&m, count, limit))
 		}
 	}
 	return alerts
 }
 
-// A Hit is one accepted message for ObserveBatch: the arguments of one
-// Observe.
-type Hit struct {
-	At               time.Time
-	Room, User, Text string
-	Replay           bool
-}
-
-// batchChunk is how many hits ObserveBatch records under one taking of a
+// batchChunk is how many events ObserveBatch records under one taking of a
 // policy's lock: enough that the locking costs next to nothing and that
 // the cache misses of many keys overlap, few enough that a concurrent
 // Check waits some tens of microseconds at most.
@@ -173,22 +170,21 @@ type batch struct {
 
 var batches = sync.Pool{New: func() any { return new(batch) }}
 
-// ObserveBatch records hits in order, exactly as Observe called for each
-// of them in turn would, and calls fn (if not nil) with each alert, in the
-// order those calls would have returned them. It is cheaper: a few dozen
-// hits at a time, it takes each policy's lock once, and looks up their
-// keys together, so that the cache misses overlap. It calls fn with no
-// lock held, once the alert's hit and up to a few dozen after it are
-// recorded. Recording hits for keys already tracked does not allocate (its
-// scratch space is pooled).
-func (s *Set) ObserveBatch(hits []Hit, fn func(Alert)) {
+// ObserveBatch records events in order, exactly as Observe called for each
+// of them in turn would, and calls fn (if not nil) with each alert and the
+// index in evs of the event that raised it, in the order those calls would
+// have returned them. It is cheaper: a few dozen events at a time, it takes
+// each policy's lock once, and looks up their keys together, so that the
+// cache misses overlap. It calls fn with no lock held, once the alert's
+// event and up to a few dozen after it are recorded. Recording events for
+// keys already tracked does not allocate (its scratch space is pooled).
+func (s *Set) ObserveBatch(evs []chat.Event, fn func(i int, a Alert)) {
 	b := batches.Get().(*batch)
-	for len(hits) > 0 {
-		chunk := hits[:min(len(hits), batchChunk)]
-		hits = hits[len(chunk):]
+	for start := 0; start < len(evs); start += batchChunk {
+		chunk := evs[start:min(len(evs), start+batchChunk)]
 		for j := range chunk {
-			h := &chunk[j]
-			b.hasText[j] = s.message(&b.msgs[j], h.At.UnixMilli(), h.Room, h.User, h.Text)
+			e := &chunk[j]
+			b.hasText[j] = s.message(&b.msgs[j], e.TS, e.Room, e.User, e.Text)
 		}
 		ms := b.msgs[:len(chunk)]
 		b.cross = b.cross[:0]
@@ -211,9 +207,9 @@ func (s *Set) ObserveBatch(hits []Hit, fn func(Alert)) {
 		// Each policy's crossings are in message order: a stable sort
 		// puts them all in the order of Observe's alerts.
 		slices.SortStableFunc(b.cross, func(x, y crossing) int { return cmp.Compare(x.j, y.j) })
-		for _, c := range b.cross {
-			if !chunk[c.j].Replay && fn != nil {
-				fn(s.policies[c.policy].alert(&ms[c.j], c.count, c.limit))
+		if fn != nil {
+			for _, c := range b.cross {
+				fn(start+int(c.j), s.policies[c.policy].alert(&ms[c.j], c.count, c.limit))
 			}
 		}
 		clear(ms) // keep none of the caller's strings in the pool
@@ -251,14 +247,13 @@ func (p *policy) alert(m *msg, count, limit int64) Alert {
 // check carries a text that is not empty once normalized. Check changes no
 // state that any later answer depends on; it only counts its decisions for
 // Stats.
-func (s *Set) Check(now time.Time, room, user, text string, hasText bool) Result {
-	t := now.UnixMilli()
+func (s *Set) Check(now int64, room, user, text string, hasText bool) Result {
 	if !hasText {
 		text = ""
 	}
 	var m msg
-	hasText = s.message(&m, t, room, user, text)
-	res := Result{Allowed: true, AsOf: chat.Time(t), Room: strings.Clone(room), User: strings.Clone(user), Decisions: []Decision{}}
+	hasText = s.message(&m, now, room, user, text)
+	res := Result{Allowed: true, AsOf: chat.Time(now), Room: strings.Clone(room), User: strings.Clone(user), Decisions: []Decision{}}
 	for _, p := range s.policies {
 		if !p.sees(room) || p.text && !hasText {
 			continue
@@ -285,15 +280,14 @@ func (s *Set) Check(now time.Time, room, user, text string, hasText bool) Result
 // Active returns the keys over an enforcing policy at now, by policy order,
 // then room, then user. A key of a repeat policy is listed once however
 // many of its texts are over, with the highest count and earliest Since.
-func (s *Set) Active(now time.Time) []Active {
-	t := now.UnixMilli()
+func (s *Set) Active(now int64) []Active {
 	out := []Active{}
 	for _, p := range s.policies {
 		if !p.enforce {
 			continue
 		}
 		start := len(out)
-		p.store.active(t, func(room, user string, v Verdict, since int64) {
+		p.store.active(now, func(room, user string, v Verdict, since int64) {
 			out = append(out, Active{Policy: p.Name, Room: room, User: user, Count: v.Count, Limit: v.Limit, Since: chat.Time(since)})
 		})
 		part := out[start:]
@@ -318,10 +312,10 @@ func (s *Set) Active(now time.Time) []Active {
 // never been seen, and returns how many. Observe already does this a little
 // at a time; calling Sweep now and then (say, every window) also frees the
 // keys of traffic that stopped.
-func (s *Set) Sweep(now time.Time) int {
+func (s *Set) Sweep(now int64) int {
 	n := 0
 	for _, p := range s.policies {
-		n += p.store.sweep(now.UnixMilli())
+		n += p.store.sweep(now)
 	}
 	return n
 }

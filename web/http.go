@@ -145,7 +145,7 @@ func (s *Server) check(req checkRequest) throttle.Result {
 	if req.Text != nil {
 		text = *req.Text
 	}
-	return s.thr.Check(s.opts.Now(), req.Room, req.User, text, req.Text != nil)
+	return s.thr.Check(s.nowMs(), req.Room, req.User, text, req.Text != nil)
 }
 
 // activeView is GET /api/v1/throttle/active.
@@ -155,8 +155,8 @@ type activeView struct {
 }
 
 func (s *Server) active() activeView {
-	now := s.opts.Now()
-	v := activeView{AsOf: chat.Time(now.UnixMilli()), Active: s.thr.Active(now)}
+	now := s.nowMs()
+	v := activeView{AsOf: chat.Time(now), Active: s.thr.Active(now)}
 	if v.Active == nil {
 		v.Active = []throttle.Active{}
 	}
