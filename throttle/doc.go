@@ -37,4 +37,26 @@
 // newest one the key has seen is decided as if at that newest instant.
 // (GCRA, which keeps only one timestamp, decides a late hit at its own,
 // earlier instant, which can only be stricter.)
+//
+// # Reading the code
+//
+// Bottom up, each line using only those above it:
+//
+//   - verdict.go: a Verdict, and the kernel, the part of an algorithm that
+//     is the same for every key.
+//   - settings.go: an algorithm's numbers, their bounds, FieldError.
+//   - text.go, index.go: normalized texts and the hashes of names; the
+//     index from a key's hash to its place.
+//   - table.go, keys.go, places.go: the store of one policy: every key's
+//     state, for any kernel, in slabs, with bounded memory; how a message's
+//     names make its key under a scope, and how a key is kept in its entry;
+//     how a key gets, keeps and gives back its place.
+//   - algorithm.go: a row of the table of algorithms.
+//   - sliding.go, counter.go, fixed.go, tokenbucket.go, gcra.go, repeat.go:
+//     one algorithm each: the doc that teaches it, its standalone type, its
+//     kernel and kernel constructor, and its row.
+//   - glob.go, policy.go: room globs; Policy, the table of algorithms and
+//     validation.
+//   - answers.go, set.go: Result, Alert and Active; the Set.
+//   - yaml.go: the policies file.
 package throttle

@@ -154,12 +154,6 @@ func (s *Set) Observe(e chat.Event) []Alert {
 	return alerts
 }
 
-// batchChunk is how many events ObserveBatch records under one taking of a
-// policy's lock: enough that the locking costs next to nothing and that
-// the cache misses of many keys overlap, few enough that a concurrent
-// Check waits some tens of microseconds at most.
-const batchChunk = 64
-
 // A batch is ObserveBatch's scratch, pooled.
 type batch struct {
 	msgs    [batchChunk]msg
