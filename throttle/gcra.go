@@ -66,11 +66,7 @@ type gcraKernel struct {
 
 // newGCRAKernel checks the settings of a GCRA and returns its kernel.
 func newGCRAKernel(s settings) (gcraKernel, *FieldError) {
-	limit, w, err := checkLimitWindow(s, MaxLimit)
-	if err != nil {
-		return gcraKernel{}, err
-	}
-	burst, err := checkBurst(s)
+	limit, w, burst, err := checkBucket(s)
 	if err != nil {
 		return gcraKernel{}, err
 	}

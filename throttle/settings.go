@@ -48,13 +48,16 @@ func checkLimitWindow(s settings, most int) (limit, windowMs int64, err *FieldEr
 	return int64(s.limit), s.window.Milliseconds(), nil
 }
 
-// checkBurst returns the burst of s, the limit when zero, for the two
-// buckets (TokenBucket and GCRA).
-func checkBurst(s settings) (int64, *FieldError) {
-	if s.burst < 0 || s.burst > MaxLimit {
-		return 0, fieldErr("burst", "%d is out of range (1 to %d)", s.burst, MaxLimit)
+// checkBucket is checkLimitWindow for the two buckets (TokenBucket and
+// GCRA), which also take a burst: at most MaxLimit, the limit when zero.
+func checkBucket(s settings) (limit, windowMs, burst int64, err *FieldError) {
+	if limit, windowMs, err = checkLimitWindow(s, MaxLimit); err != nil {
+		return 0, 0, 0, err
 	}
-	return int64(cmp.Or(s.burst, s.limit)), nil
+	if s.burst < 0 || s.burst > MaxLimit {
+		return 0, 0, 0, fieldErr("burst", "%d is out of range (1 to %d)", s.burst, MaxLimit)
+	}
+	return limit, windowMs, int64(cmp.Or(s.burst, s.limit)), nil
 }
 
 func validDuration(field string, d, most time.Duration) *FieldError {

@@ -72,11 +72,7 @@ type bucketKernel struct {
 // newBucketKernel checks the settings of a token bucket and returns its
 // kernel.
 func newBucketKernel(s settings) (bucketKernel, *FieldError) {
-	limit, w, err := checkLimitWindow(s, MaxLimit)
-	if err != nil {
-		return bucketKernel{}, err
-	}
-	burst, err := checkBurst(s)
+	limit, w, burst, err := checkBucket(s)
 	if err != nil {
 		return bucketKernel{}, err
 	}
