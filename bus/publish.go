@@ -39,7 +39,7 @@ func (b *Bus) Alert(a throttle.Alert) {
 	}
 	msg := nats.NewMsg(AlertSubject)
 	msg.Data = data
-	msg.Header.Set(nats.MsgIdHdr, fmt.Sprintf("%s|%q|%q|%d", a.Policy, a.Room, a.User, a.At.UnixMilli()))
+	msg.Header.Set(nats.MsgIdHdr, fmt.Sprintf("%s|%q|%q|%d", a.Policy, a.Room, a.User, int64(a.At)))
 	if err := b.nc.PublishMsg(msg); err != nil {
 		b.log.Warn("alert not published", "err", err)
 	}

@@ -142,7 +142,7 @@ func (c *Consumer) loop(src Source) {
 // job is a batch's work for the throttle goroutine: the events the
 // aggregator counted, and the batch's numbers, reported once it is done.
 type job struct {
-	evs                         []Event
+	evs                         []chat.Event
 	replay                      []bool
 	messages, received, ignored int
 	caughtUp                    bool
@@ -189,7 +189,7 @@ func (c *Consumer) handle(batch []Msg, j *job) {
 			c.reject(m, &Error{Reason: ReasonLate, Msg: fmt.Sprintf("ts %s: older than every window", chat.Time(ev.TS))})
 			continue
 		}
-		j.evs = append(j.evs, *ev)
+		j.evs = append(j.evs, chat.Event{Room: ev.Room, User: ev.User, TS: ev.TS, Text: ev.Text})
 		j.replay = append(j.replay, m.Replay)
 	}
 }
@@ -198,16 +198,11 @@ func (c *Consumer) handle(batch []Msg, j *job) {
 // Until then the batch does not show in the metrics or in Handled, so that
 // whoever waits for a message to be received sees its throttle state too.
 func (c *Consumer) throttle(j *job) {
-	// In pieces of a stack array, so that nothing is allocated per batch.
-	var hits [64]throttle.Hit
-	for start := 0; start < len(j.evs); start += len(hits) {
-		part := hits[:min(len(hits), len(j.evs)-start)]
-		for k := range part {
-			ev := &j.evs[start+k]
-			part[k] = throttle.Hit{At: time.UnixMilli(ev.TS), Room: ev.Room, User: ev.User, Text: ev.Text, Replay: j.replay[start+k]}
+	c.thr.ObserveBatch(j.evs, func(i int, a throttle.Alert) {
+		if !j.replay[i] && c.cfg.OnAlert != nil { // a replayed event's alert went out when it was live
+			c.cfg.OnAlert(a)
 		}
-		c.thr.ObserveBatch(part, c.cfg.OnAlert)
-	}
+	})
 	c.m.received.Add(float64(j.received))
 	c.m.ignored.Add(float64(j.ignored))
 	c.m.accepted.Add(float64(len(j.evs)))

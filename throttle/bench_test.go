@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/chatpulse/chatpulse/chat"
 )
 
 // The benchmarks decide for 100,000 keys (users), chosen uniformly or with
@@ -19,8 +21,8 @@ import (
 // on a Set holding one policy, or Allow on the x/time/rate Limiter of the
 // key, kept in a map guarded by an RWMutex (a keyed limiter needs one; the
 // Set is safe for concurrent use too) under a cloned key (the Set clones
-// too, since a caller's strings may alias its buffers). Time advances 10µs per op, so each
-// key sees about one message a second on average.
+// too, since a caller's strings may alias its buffers). Time advances 10µs per op (the Set
+// sees it in whole milliseconds), so each key sees about one message a second on average.
 //
 //	go test -run='^$' -bench=. -benchtime=2000000x ./throttle/
 //
@@ -60,6 +62,12 @@ var benchPolicies = []Policy{
 	{Name: "repeat", Scope: ScopeUser, Algorithm: AlgRepeat, Limit: 1, Window: 10 * time.Second},
 }
 
+// benchBase is when the benchmarks' time starts, and benchMs the Unix
+// milliseconds of op i, 10µs after op i-1.
+const benchBase = 1_764_489_600_000
+
+func benchMs(i int) int64 { return benchBase + int64(i)/100 }
+
 func heapInUse() uint64 {
 	runtime.GC()
 	runtime.GC()
@@ -74,7 +82,7 @@ func report(b *testing.B, perKey uint64) {
 }
 
 func BenchmarkDecisions(b *testing.B) {
-	base := time.UnixMilli(1_764_489_600_000)
+	base := time.UnixMilli(benchBase)
 	for _, dist := range []string{"uniform", "zipf"} {
 		seq := benchSeq(dist == "zipf")
 		for _, p := range benchPolicies {
@@ -82,14 +90,13 @@ func BenchmarkDecisions(b *testing.B) {
 				before := heapInUse()
 				s := mustSet(b, []Policy{p})
 				for _, name := range benchNames {
-					s.Observe(base, "lobby", name, "hello", false)
+					s.Observe(chat.Event{TS: benchBase, Room: "lobby", User: name, Text: "hello"})
 				}
 				perKey := heapInUse() - before
 				b.ReportAllocs()
 				b.ResetTimer()
 				for i := range b.N {
-					now := base.Add(time.Duration(i) * 10 * time.Microsecond)
-					s.Observe(now, "lobby", benchNames[seq[i&(len(seq)-1)]], "hello", false)
+					s.Observe(chat.Event{TS: benchMs(i), Room: "lobby", User: benchNames[seq[i&(len(seq)-1)]], Text: "hello"})
 				}
 				b.StopTimer()
 				report(b, perKey)
@@ -147,7 +154,7 @@ func (r *rateMap) allow(now time.Time, key string) bool {
 // each one's ns per decision and their ratio (set/rate: below 1 means the
 // Set is faster).
 func BenchmarkSideBySide(b *testing.B) {
-	base := time.UnixMilli(1_764_489_600_000)
+	base := time.UnixMilli(benchBase)
 	for _, dist := range []string{"uniform", "zipf"} {
 		seq := benchSeq(dist == "zipf")
 		for _, p := range benchPolicies[3:5] {
@@ -155,13 +162,13 @@ func BenchmarkSideBySide(b *testing.B) {
 				s := mustSet(b, []Policy{p})
 				m := newRateMap()
 				for _, name := range benchNames {
-					s.Observe(base, "lobby", name, "", false)
+					s.Observe(chat.Event{TS: benchBase, Room: "lobby", User: name})
 					m.allow(base, name)
 				}
 				set := func(start, end int) time.Duration {
 					t0 := time.Now()
 					for i := start; i < end; i++ {
-						s.Observe(base.Add(time.Duration(i)*10*time.Microsecond), "lobby", benchNames[seq[i&(len(seq)-1)]], "", false)
+						s.Observe(chat.Event{TS: benchMs(i), Room: "lobby", User: benchNames[seq[i&(len(seq)-1)]]})
 					}
 					return time.Since(t0)
 				}
@@ -199,7 +206,6 @@ func BenchmarkSideBySide(b *testing.B) {
 // with the three default policies (user_in_room, user and repeat keys) for
 // 100,000 users in 1,000 rooms.
 func BenchmarkDefaultPolicies(b *testing.B) {
-	base := time.UnixMilli(1_764_489_600_000)
 	seq := benchSeq(true)
 	rooms := make([]string, 1000)
 	for i := range rooms {
@@ -207,20 +213,20 @@ func BenchmarkDefaultPolicies(b *testing.B) {
 	}
 	s := mustSet(b, DefaultPolicies())
 	for i, name := range benchNames {
-		s.Observe(base, rooms[i%len(rooms)], name, "hello there", false)
+		s.Observe(chat.Event{TS: benchBase, Room: rooms[i%len(rooms)], User: name, Text: "hello there"})
 	}
 	b.Run("observe", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := range b.N {
 			k := seq[i&(len(seq)-1)]
-			s.Observe(base.Add(time.Duration(i)*10*time.Microsecond), rooms[int(k)%len(rooms)], benchNames[k], "hello there", false)
+			s.Observe(chat.Event{TS: benchMs(i), Room: rooms[int(k)%len(rooms)], User: benchNames[k], Text: "hello there"})
 		}
 	})
 	b.Run("check", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := range b.N {
 			k := seq[i&(len(seq)-1)]
-			s.Check(base.Add(time.Duration(i)*10*time.Microsecond), rooms[int(k)%len(rooms)], benchNames[k], "hello there", true)
+			s.Check(benchMs(i), rooms[int(k)%len(rooms)], benchNames[k], "hello there", true)
 		}
 	})
 }
@@ -284,10 +290,9 @@ func cpuTime() time.Duration {
 // moving forward. One op is one event; cpu-ns/event counts the CPU time of
 // the whole process, garbage collection included.
 func BenchmarkObserveStream(b *testing.B) {
-	benchStreamWith(b, func(s *Set, hits []Hit) {
-		for i := range hits {
-			h := &hits[i]
-			s.Observe(h.At, h.Room, h.User, h.Text, h.Replay)
+	benchStreamWith(b, func(s *Set, evs []chat.Event) {
+		for i := range evs {
+			s.Observe(evs[i])
 		}
 	})
 }
@@ -295,23 +300,22 @@ func BenchmarkObserveStream(b *testing.B) {
 // BenchmarkObserveStreamBatch is BenchmarkObserveStream with ObserveBatch
 // fed 64 events at a time, as ingest does.
 func BenchmarkObserveStreamBatch(b *testing.B) {
-	benchStreamWith(b, func(s *Set, hits []Hit) { s.ObserveBatch(hits, func(Alert) {}) })
+	benchStreamWith(b, func(s *Set, evs []chat.Event) { s.ObserveBatch(evs, func(int, Alert) {}) })
 }
 
-func benchStreamWith(b *testing.B, observe func(*Set, []Hit)) {
+func benchStreamWith(b *testing.B, observe func(*Set, []chat.Event)) {
 	const rate, warm = 3000, 210_000
 	evs := benchStream(1<<18, rate)
 	period := int64(len(evs)) * 1000 / rate
-	base := int64(1_764_489_600_000)
 	s := mustSet(b, DefaultPolicies())
-	var hits [64]Hit
+	var batch [64]chat.Event
 	run := func(from, n int) {
-		for start := from; start < from+n; start += len(hits) {
-			part := hits[:min(len(hits), from+n-start)]
+		for start := from; start < from+n; start += len(batch) {
+			part := batch[:min(len(batch), from+n-start)]
 			for k := range part {
 				i := start + k
 				e := &evs[i%len(evs)]
-				part[k] = Hit{At: time.UnixMilli(base + int64(i/len(evs))*period + e.ts), Room: e.room, User: e.user, Text: e.text}
+				part[k] = chat.Event{TS: benchBase + int64(i/len(evs))*period + e.ts, Room: e.room, User: e.user, Text: e.text}
 			}
 			observe(s, part)
 		}

@@ -9,6 +9,9 @@ import (
 	"github.com/chatpulse/chatpulse/rolling"
 )
 
+// AlgSlidingWindowCounter names SlidingWindowCounter in a Policy.
+const AlgSlidingWindowCounter Algorithm = "sliding_window_counter"
+
 // SlidingWindowCounter estimates a sliding window from two fixed windows, in
 // O(1) memory per key: the count of the current window and of the one before.
 //
@@ -46,10 +49,13 @@ type SlidingWindowCounter struct {
 }
 
 // NewSlidingWindowCounter returns a SlidingWindowCounter allowing an
-// estimated limit hits per window. It panics unless limit >= 1 and window is
-// a positive whole number of milliseconds.
+// estimated limit hits per window. It panics unless 1 <= limit <= MaxLimit
+// and window is a positive whole number of milliseconds, at most MaxWindow.
 func NewSlidingWindowCounter(limit int, window time.Duration) *SlidingWindowCounter {
-	k := mustKernel(Policy{Algorithm: AlgSlidingWindowCounter, Limit: limit, Window: window}).(counterKernel)
+	k, err := newCounterKernel(settings{limit: limit, window: window})
+	if err != nil {
+		panic("throttle: NewSlidingWindowCounter: " + err.Error())
+	}
 	return &SlidingWindowCounter{k: k, s: k.fresh()}
 }
 
@@ -65,9 +71,20 @@ func (c *SlidingWindowCounter) Hit(at time.Time) Verdict {
 }
 
 type counterKernel struct {
+	noExt
 	limit int64
 	w     int64 // window, ms
 }
+
+// newCounterKernel checks the settings of a sliding window counter and
+// returns its kernel.
+func newCounterKernel(s settings) (counterKernel, *FieldError) {
+	limit, w, err := checkLimitWindow(s, MaxLimit)
+	return counterKernel{limit: limit, w: w}, err
+}
+
+// counterAlg is the row of SlidingWindowCounter in the table of algorithms.
+var counterAlg = algorithm{name: AlgSlidingWindowCounter, kernel: kernelsOf(newCounterKernel)}
 
 type counterState struct {
 	prev, curr uint32

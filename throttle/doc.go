@@ -22,11 +22,14 @@
 //
 // # Time
 //
-// Every instant is reduced to Unix milliseconds, rounded down; the answers
-// (retry_after_ms) are whole milliseconds. Windows and resolutions are whole
-// milliseconds too. For every algorithm, retry-after is exact: at
-// now+RetryAfter one more message is allowed, and one millisecond earlier it
-// is not.
+// A Set takes time as the rest of chatpulse keeps it, in Unix milliseconds:
+// a message is a chat.Event (TS in ms), and Check, Active and Sweep take now
+// in ms; its answers carry chat.Time. So the hot path converts nothing. The
+// standalone algorithms take a time.Time, as golang.org/x/time/rate does,
+// and reduce it to Unix milliseconds, rounded down. Either way the answers
+// (retry_after_ms) are whole milliseconds, and so are windows and
+// resolutions. For every algorithm, retry-after is exact: at now+RetryAfter
+// one more message is allowed, and one millisecond earlier it is not.
 //
 // Time never goes backwards for a key. Messages may arrive slightly out of
 // order (event time), so each algorithm says what it does with a late hit;
@@ -34,4 +37,26 @@
 // newest one the key has seen is decided as if at that newest instant.
 // (GCRA, which keeps only one timestamp, decides a late hit at its own,
 // earlier instant, which can only be stricter.)
+//
+// # Reading the code
+//
+// Bottom up, each line using only those above it:
+//
+//   - verdict.go: a Verdict, and the kernel, the part of an algorithm that
+//     is the same for every key.
+//   - settings.go: an algorithm's numbers, their bounds, FieldError.
+//   - text.go, index.go: normalized texts and the hashes of names; the
+//     index from a key's hash to its place.
+//   - table.go, keys.go, places.go: the store of one policy: every key's
+//     state, for any kernel, in slabs, with bounded memory; how a message's
+//     names make its key under a scope, and how a key is kept in its entry;
+//     how a key gets, keeps and gives back its place.
+//   - algorithm.go: a row of the table of algorithms.
+//   - sliding.go, counter.go, fixed.go, tokenbucket.go, gcra.go, repeat.go:
+//     one algorithm each: the doc that teaches it, its standalone type, its
+//     kernel and kernel constructor, and its row.
+//   - glob.go, policy.go: room globs; Policy, the table of algorithms and
+//     validation.
+//   - answers.go, set.go: Result, Alert and Active; the Set.
+//   - yaml.go: the policies file.
 package throttle

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
@@ -21,13 +22,13 @@ func ExampleTokenBucket() {
 
 func ExampleSet() {
 	s, _ := throttle.NewSet(throttle.DefaultPolicies())
-	t := time.Date(2026, 11, 30, 7, 0, 0, 0, time.UTC)
+	t := time.Date(2026, 11, 30, 7, 0, 0, 0, time.UTC).UnixMilli()
 	for i := range 11 {
-		for _, a := range s.Observe(t.Add(time.Duration(i)*100*time.Millisecond), "lobby", "alice", fmt.Sprint("message ", i), false) {
+		for _, a := range s.Observe(chat.Event{TS: t + int64(i)*100, Room: "lobby", User: "alice", Text: fmt.Sprint("message ", i)}) {
 			fmt.Printf("alert: %s %s/%s count %d limit %d\n", a.Policy, a.Room, a.User, a.Count, a.Limit)
 		}
 	}
-	r := s.Check(t.Add(2*time.Second), "lobby", "alice", "", false)
+	r := s.Check(t+2000, "lobby", "alice", "", false)
 	d := r.Decisions[0]
 	fmt.Println(r.Allowed, d.Policy, d.Count, d.Limit, d.RetryAfterMs)
 	// Output:

@@ -7,6 +7,9 @@ import (
 	"github.com/chatpulse/chatpulse/rolling"
 )
 
+// AlgFixedWindow names FixedWindow in a Policy.
+const AlgFixedWindow Algorithm = "fixed_window"
+
 // FixedWindow counts a key's hits per calendar window: window w covers
 // [w·W, (w+1)·W) in Unix time, so windows are aligned to the epoch (a 1m
 // window starts on the minute). One more hit is allowed while the current
@@ -26,10 +29,13 @@ type FixedWindow struct {
 }
 
 // NewFixedWindow returns a FixedWindow allowing limit hits per window. It
-// panics unless limit >= 1 and window is a positive whole number of
-// milliseconds.
+// panics unless 1 <= limit <= MaxLimit and window is a positive whole number
+// of milliseconds, at most MaxWindow.
 func NewFixedWindow(limit int, window time.Duration) *FixedWindow {
-	k := mustKernel(Policy{Algorithm: AlgFixedWindow, Limit: limit, Window: window}).(fixedKernel)
+	k, err := newFixedKernel(settings{limit: limit, window: window})
+	if err != nil {
+		panic("throttle: NewFixedWindow: " + err.Error())
+	}
 	return &FixedWindow{k: k, s: k.fresh()}
 }
 
@@ -43,9 +49,20 @@ func (f *FixedWindow) Hit(at time.Time) Verdict {
 }
 
 type fixedKernel struct {
+	noExt
 	limit int64
 	w     int64 // window, ms
 }
+
+// newFixedKernel checks the settings of a fixed window and returns its
+// kernel.
+func newFixedKernel(s settings) (fixedKernel, *FieldError) {
+	limit, w, err := checkLimitWindow(s, MaxLimit)
+	return fixedKernel{limit: limit, w: w}, err
+}
+
+// fixedAlg is the row of FixedWindow in the table of algorithms.
+var fixedAlg = algorithm{name: AlgFixedWindow, kernel: kernelsOf(newFixedKernel)}
 
 type fixedState struct {
 	count uint32

@@ -7,6 +7,9 @@ import (
 	"github.com/chatpulse/chatpulse/chat"
 )
 
+// AlgGCRA names GCRA in a Policy.
+const AlgGCRA Algorithm = "gcra"
+
 // GCRA (the generic cell rate algorithm) is a token bucket that keeps a
 // single timestamp per key instead of a level and a time.
 //
@@ -33,10 +36,14 @@ type GCRA struct {
 }
 
 // NewGCRA returns a GCRA allowing limit hits per window with bursts of up to
-// burst hits; burst 0 means limit. It panics unless limit >= 1, burst >= 0
-// and window is a positive whole number of milliseconds.
+// burst hits; burst 0 means limit. It panics unless 1 <= limit <= MaxLimit,
+// 0 <= burst <= MaxLimit and window is a positive whole number of
+// milliseconds, at most MaxWindow.
 func NewGCRA(limit int, window time.Duration, burst int) *GCRA {
-	k := mustKernel(Policy{Algorithm: AlgGCRA, Limit: limit, Window: window, Burst: burst}).(gcraKernel)
+	k, err := newGCRAKernel(settings{limit: limit, window: window, burst: burst})
+	if err != nil {
+		panic("throttle: NewGCRA: " + err.Error())
+	}
 	return &GCRA{k: k, s: k.fresh()}
 }
 
@@ -50,11 +57,24 @@ func (g *GCRA) Hit(at time.Time) Verdict {
 }
 
 type gcraKernel struct {
+	noExt
 	limit int64 // units per ms
 	burst int64
 	i     int64 // emission interval in units: the window in ms
 	tau   int64 // burst tolerance in units: (burst-1)·i
 }
+
+// newGCRAKernel checks the settings of a GCRA and returns its kernel.
+func newGCRAKernel(s settings) (gcraKernel, *FieldError) {
+	limit, w, burst, err := checkBucket(s)
+	if err != nil {
+		return gcraKernel{}, err
+	}
+	return gcraKernel{limit: limit, burst: burst, i: w, tau: (burst - 1) * w}, nil
+}
+
+// gcraAlg is the row of GCRA in the table of algorithms.
+var gcraAlg = algorithm{name: AlgGCRA, burst: true, kernel: kernelsOf(newGCRAKernel)}
 
 type gcraState struct {
 	tat int64 // theoretical arrival time, in units; chat.Never: never used

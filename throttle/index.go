@@ -1,7 +1,6 @@
 package throttle
 
 import (
-	"hash/maphash"
 	"math/bits"
 )
 
@@ -102,28 +101,3 @@ func (x *index) rehash(old []uint64) {
 		x.n++
 	}
 }
-
-// Seeds of the hashes of key names and of texts, random per process. Only
-// equality of hashes is used, and nothing hashed outlives the process, so
-// the answers never depend on the seed; being secret, it keeps anyone from
-// making keys collide on purpose.
-var (
-	nameSeed = maphash.MakeSeed()
-	textSeed = maphash.MakeSeed()
-)
-
-// nameHash is the hash of a user's or a room's name, or of "" (a group's
-// key).
-func nameHash(name string) uint64 { return maphash.String(nameSeed, name) }
-
-// roomUserHash is the hash of a user_in_room key from the hashes of its
-// room and user: the odd multiplier keeps (a, b) and (b, a) apart, and a
-// collision needs one of the two hashes to collide, or the mix of two
-// independent random values to.
-func roomUserHash(room, user uint64) uint64 { return room*0xbf58476d1ce4e5b9 ^ user }
-
-// pairHash is the index hash of a (name, text) key of a repeat policy. Both
-// parts are already uniform 64-bit hashes; the odd multiplier spreads the
-// text's bits into the top bits that pick the home slot, and keeps (a, b)
-// and (b, a) apart.
-func pairHash(name, text uint64) uint64 { return name ^ text*0x9e3779b97f4a7c15 }

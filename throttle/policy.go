@@ -4,31 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
-)
-
-// Scope says whose messages share one counter.
-type Scope string
-
-// The scopes of contract section 5.
-const (
-	ScopeUser       Scope = "user"         // one counter per user, across rooms
-	ScopeRoom       Scope = "room"         // one counter per room, across users
-	ScopeUserInRoom Scope = "user_in_room" // one counter per user and room
-	ScopeGroup      Scope = "group"        // one counter for all the rooms the policy sees
-)
-
-// Algorithm names a rate-limiting algorithm.
-type Algorithm string
-
-// The algorithms; see the type of the same name for how each works.
-const (
-	AlgSlidingWindow        Algorithm = "sliding_window"         // SlidingWindow
-	AlgSlidingWindowCounter Algorithm = "sliding_window_counter" // SlidingWindowCounter
-	AlgFixedWindow          Algorithm = "fixed_window"           // FixedWindow
-	AlgTokenBucket          Algorithm = "token_bucket"           // TokenBucket
-	AlgGCRA                 Algorithm = "gcra"                   // GCRA
-	AlgRepeat               Algorithm = "repeat"                 // Repeat
 )
 
 // Mode says whether a policy's denials count.
@@ -42,17 +17,22 @@ const (
 	ModeShadow  Mode = "shadow"
 )
 
-// Bounds on a policy's numbers. They keep every computation in 64-bit
-// integers and the memory of one key small.
-const (
-	MaxLimit          = 1_000_000            // limit and burst
-	MaxRepeatLimit    = 100                  // Repeat keeps limit times per text
-	MaxWindow         = 366 * 24 * time.Hour // window
-	MaxBuckets        = 3600                 // window/resolution of a sliding_window: 4 bytes each per key
-	DefaultResolution = time.Second          // of a sliding_window
-	maxNameLen        = 64                   // policy names are metric label values
-	allAlgorithms     = "sliding_window, sliding_window_counter, fixed_window, token_bucket, gcra, repeat"
-)
+// maxNameLen is the longest policy name: names are metric label values.
+const maxNameLen = 64
+
+// algorithms is the table of algorithms, one row from each algorithm's
+// file, in the order in which errors list them.
+var algorithms = []*algorithm{&slidingAlg, &counterAlg, &fixedAlg, &bucketAlg, &gcraAlg, &repeatAlg}
+
+// algorithmNamed returns the row of the algorithm called name, or nil.
+func algorithmNamed(name Algorithm) *algorithm {
+	for _, a := range algorithms {
+		if a.name == name {
+			return a
+		}
+	}
+	return nil
+}
 
 // A Policy is one moderation rule: at most Limit messages per Window, per
 // key of Scope, counted by Algorithm, in the rooms matching Rooms.
@@ -93,28 +73,18 @@ func DefaultPolicies() []Policy {
 	}
 }
 
-// A FieldError says which setting of a policy is wrong and why.
-type FieldError struct {
-	Field string // "window", "rooms[1]", ...
-	Msg   string
-}
-
-func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
-
-func fieldErr(field, format string, args ...any) *FieldError {
-	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
-}
-
 // withDefaults fills in the settings left at zero that have a default.
 func (p Policy) withDefaults() Policy {
 	if p.Mode == "" {
 		p.Mode = ModeEnforce
 	}
-	if p.Algorithm == AlgSlidingWindow && p.Resolution == 0 {
-		p.Resolution = DefaultResolution
-	}
-	if (p.Algorithm == AlgTokenBucket || p.Algorithm == AlgGCRA) && p.Burst == 0 {
-		p.Burst = p.Limit
+	if a := algorithmNamed(p.Algorithm); a != nil {
+		if a.resolution && p.Resolution == 0 {
+			p.Resolution = DefaultResolution
+		}
+		if a.burst && p.Burst == 0 {
+			p.Burst = p.Limit
+		}
 	}
 	if p.Rooms != nil && len(p.Rooms) == 0 {
 		p.Rooms = nil
@@ -140,49 +110,27 @@ func (p Policy) validate() *FieldError {
 	default:
 		return fieldErr("scope", "%q is not a scope (valid: user, room, user_in_room, group)", p.Scope)
 	}
-	switch p.Algorithm {
-	case AlgSlidingWindow, AlgSlidingWindowCounter, AlgFixedWindow, AlgTokenBucket, AlgGCRA, AlgRepeat:
-	default:
-		return fieldErr("algorithm", "%q is not an algorithm (valid: %s)", p.Algorithm, allAlgorithms)
+	alg := algorithmNamed(p.Algorithm)
+	if alg == nil {
+		names := make([]string, len(algorithms))
+		for i, a := range algorithms {
+			names[i] = string(a.name)
+		}
+		return fieldErr("algorithm", "%q is not an algorithm (valid: %s)", p.Algorithm, strings.Join(names, ", "))
 	}
 	switch p.Mode {
 	case "", ModeEnforce, ModeShadow:
 	default:
 		return fieldErr("mode", "%q is not a mode (valid: enforce, shadow)", p.Mode)
 	}
-	maxLimit := MaxLimit
-	if p.Algorithm == AlgRepeat {
-		maxLimit = MaxRepeatLimit
-	}
-	if p.Limit < 1 || p.Limit > maxLimit {
-		return fieldErr("limit", "%d is out of range (1 to %d)", p.Limit, maxLimit)
-	}
-	if err := validDuration("window", p.Window, MaxWindow); err != nil {
+	if err := alg.kernel.check(p.settings()); err != nil {
 		return err
 	}
-	if p.Algorithm == AlgSlidingWindow {
-		res := p.Resolution
-		if res == 0 {
-			res = DefaultResolution
-		}
-		if err := validDuration("resolution", res, p.Window); err != nil {
-			return err
-		}
-		if p.Window%res != 0 {
-			return fieldErr(field(p.Resolution != 0, "resolution", "window"), "window %v is not a whole multiple of resolution %v", p.Window, res)
-		}
-		if n := p.Window / res; n > MaxBuckets {
-			return fieldErr(field(p.Resolution != 0, "resolution", "window"), "window %v at resolution %v is %d buckets, more than %d: use a larger resolution", p.Window, res, n, MaxBuckets)
-		}
-	} else if p.Resolution != 0 {
-		return fieldErr("resolution", "only sliding_window has a resolution, not %s", p.Algorithm)
+	if !alg.resolution && p.Resolution != 0 {
+		return notTaken(alg, "resolution", func(a *algorithm) bool { return a.resolution })
 	}
-	if p.Algorithm == AlgTokenBucket || p.Algorithm == AlgGCRA {
-		if p.Burst < 0 || p.Burst > MaxLimit {
-			return fieldErr("burst", "%d is out of range (1 to %d)", p.Burst, MaxLimit)
-		}
-	} else if p.Burst != 0 {
-		return fieldErr("burst", "only token_bucket and gcra have a burst, not %s", p.Algorithm)
+	if !alg.burst && p.Burst != 0 {
+		return notTaken(alg, "burst", func(a *algorithm) bool { return a.burst })
 	}
 	for i, g := range p.Rooms {
 		if _, err := compileGlob(g); err != nil {
@@ -190,14 +138,6 @@ func (p Policy) validate() *FieldError {
 		}
 	}
 	return nil
-}
-
-// field is the name of the field an error is about: the one that was set.
-func field(set bool, name, otherwise string) string {
-	if set {
-		return name
-	}
-	return otherwise
 }
 
 func validName(name string) *FieldError {
@@ -215,162 +155,23 @@ func validName(name string) *FieldError {
 	return nil
 }
 
-func validDuration(field string, d, most time.Duration) *FieldError {
-	switch {
-	case d <= 0:
-		return fieldErr(field, "%v must be positive", d)
-	case d%time.Millisecond != 0:
-		return fieldErr(field, "%v is not a whole number of milliseconds", d)
-	case d > most:
-		return fieldErr(field, "%v is longer than %v", d, most)
-	}
-	return nil
+// settings are the numbers of p.
+func (p Policy) settings() settings {
+	return settings{limit: p.Limit, window: p.Window, resolution: p.Resolution, burst: p.Burst}
 }
 
-// mustKernel returns the algorithm of a policy, which must be valid except
-// for its name and scope (the standalone constructors have neither).
-func mustKernel(p Policy) any {
-	p.Name, p.Scope = "standalone", ScopeUser
-	if err := p.Validate(); err != nil {
-		panic("throttle: " + string(p.Algorithm) + ": " + err.Error())
-	}
-	return newKernel(p.withDefaults())
-}
-
-// newKernel returns the kernel of a valid policy with defaults filled in.
-func newKernel(p Policy) any {
-	limit, w := int64(p.Limit), p.Window.Milliseconds()
-	switch p.Algorithm {
-	case AlgSlidingWindow:
-		res := p.Resolution.Milliseconds()
-		return slidingKernel{limit: limit, n: w / res, res: res}
-	case AlgSlidingWindowCounter:
-		return counterKernel{limit: limit, w: w}
-	case AlgFixedWindow:
-		return fixedKernel{limit: limit, w: w}
-	case AlgTokenBucket:
-		burst := int64(p.Burst)
-		return bucketKernel{limit: limit, burst: burst, w: w, capacity: burst * w, fill: ceilDiv(burst*w, limit)}
-	case AlgGCRA:
-		burst := int64(p.Burst)
-		return gcraKernel{limit: limit, burst: burst, i: w, tau: (burst - 1) * w}
-	case AlgRepeat:
-		return repeatKernel{limit: limit, w: w}
-	}
-	panic("throttle: unknown algorithm " + string(p.Algorithm))
-}
-
-// A glob is a compiled Rooms pattern (see Policy.Rooms).
-type glob struct {
-	literal string // the pattern, unescaped, when it has no wildcard
-	prefix  string // the literal part before a single trailing '*'
-	kind    globKind
-	toks    []globTok
-}
-
-type globKind uint8
-
-const (
-	globLiteral globKind = iota
-	globPrefix           // literal prefix then '*'
-	globGeneral
-)
-
-type globTok struct {
-	r    rune // the literal rune, for tokLit
-	kind uint8
-}
-
-const (
-	tokLit uint8 = iota
-	tokOne       // '?'
-	tokAny       // '*'
-)
-
-func compileGlob(pattern string) (glob, error) {
-	if pattern == "" {
-		return glob{}, fmt.Errorf("empty pattern")
-	}
-	if !utf8.ValidString(pattern) {
-		return glob{}, fmt.Errorf("invalid UTF-8")
-	}
-	var toks []globTok
-	for i := 0; i < len(pattern); {
-		r, size := utf8.DecodeRuneInString(pattern[i:])
-		i += size
-		switch r {
-		case '*':
-			if len(toks) == 0 || toks[len(toks)-1].kind != tokAny {
-				toks = append(toks, globTok{kind: tokAny})
-			}
-		case '?':
-			toks = append(toks, globTok{kind: tokOne})
-		case '[', ']':
-			return glob{}, fmt.Errorf("character classes are not supported (write \\%c for a literal %c)", r, r)
-		case '\\':
-			if i == len(pattern) {
-				return glob{}, fmt.Errorf("trailing backslash")
-			}
-			r, size = utf8.DecodeRuneInString(pattern[i:])
-			i += size
-			toks = append(toks, globTok{r: r})
-		default:
-			toks = append(toks, globTok{r: r})
+// notTaken is the error of a policy of a that sets an option a does not
+// take: it names the algorithms that do.
+func notTaken(a *algorithm, option string, takes func(*algorithm) bool) *FieldError {
+	var names []string
+	for _, b := range algorithms {
+		if takes(b) {
+			names = append(names, string(b.name))
 		}
 	}
-	var lit strings.Builder
-	n := 0
-	for _, t := range toks {
-		if t.kind != tokLit {
-			break
-		}
-		lit.WriteRune(t.r)
-		n++
+	list, verb := names[len(names)-1], "has"
+	if n := len(names); n > 1 {
+		list, verb = strings.Join(names[:n-1], ", ")+" and "+list, "have"
 	}
-	switch {
-	case n == len(toks):
-		return glob{kind: globLiteral, literal: lit.String()}, nil
-	case n == len(toks)-1 && toks[n].kind == tokAny:
-		return glob{kind: globPrefix, prefix: lit.String()}, nil
-	}
-	return glob{kind: globGeneral, toks: toks}, nil
-}
-
-func (g *glob) match(s string) bool {
-	switch g.kind {
-	case globLiteral:
-		return s == g.literal
-	case globPrefix:
-		return strings.HasPrefix(s, g.prefix)
-	}
-	// The classic wildcard walk: on a mismatch, let the last '*' swallow
-	// one more character and retry from there. O(len(s)·len(toks)) at worst.
-	toks := g.toks
-	p, i := 0, 0
-	star, starI := -1, 0
-	for i < len(s) {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if p < len(toks) {
-			switch t := toks[p]; {
-			case t.kind == tokAny:
-				star, starI = p, i
-				p++
-				continue
-			case t.kind == tokOne || t.r == r:
-				p++
-				i += size
-				continue
-			}
-		}
-		if star < 0 {
-			return false
-		}
-		_, size = utf8.DecodeRuneInString(s[starI:])
-		starI += size
-		p, i = star+1, starI
-	}
-	for p < len(toks) && toks[p].kind == tokAny {
-		p++
-	}
-	return p == len(toks)
+	return fieldErr(option, "only %s %s a %s, not %s", list, verb, option, a.name)
 }

@@ -2,13 +2,13 @@ package throttle
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
+
+	"github.com/chatpulse/chatpulse/chat"
 )
 
 // A Set holds policies and the keyed state they keep. It is fed the stream
@@ -16,15 +16,21 @@ import (
 // answers whether one more message would be allowed (Check) and which keys
 // are over an enforcing policy (Active). A Set is safe for concurrent use.
 //
+// Time is Unix milliseconds, as everywhere in chatpulse: a message's
+// chat.Event.TS, the now of Check, Active and Sweep, and the chat.Time of
+// the answers.
+//
 // Alerts. Observe first decides each message as Check would at its instant,
 // then records it. The first message an enforcing policy denies for a key
 // is the crossing: Observe returns an Alert and marks the key; further
 // denied messages do not alert, and the next allowed one clears the mark, so
-// a key alerts once per crossing. During replay (replay=true) marks are set
-// and cleared exactly as live, but no Alert is returned: a crossing that
-// happened during replay was already alerted by the previous run, so a live
-// message right after replay that is still over the limit does not alert
-// again, and Active after a restart is what it was before.
+// a key alerts once per crossing. A Set does not know which messages are
+// replayed (read again after a restart): it sets and clears the marks of
+// every message alike, and ObserveBatch tells which event each alert is of,
+// so that the caller drops the alerts of replayed events, which the
+// previous run raised already. Then a live message right after replay that
+// is still over the limit does not alert again, and Active after a restart
+// is what it was before.
 //
 // The key of a message depends on the policy's scope: the user (room
 // empty), the room (user empty), both, or, for group, none (room and user
@@ -43,7 +49,7 @@ import (
 // such a key alerts again if it crosses again.
 type Set struct {
 	policies []*policy
-	repeat   bool // some policy needs the text's hash
+	text     bool // some policy needs the text's hash
 	// Some policy's key includes the user, or the room: msg carries its
 	// hash.
 	byUser, byRoom bool
@@ -53,7 +59,7 @@ type policy struct {
 	Policy
 	rooms   []glob
 	enforce bool
-	repeat  bool // the key includes the text: only messages with text count
+	text    bool // the key includes the text: only messages with text count
 	store   store
 	// Decisions of Check, by result.
 	allowed, denied, shadowDenied atomic.Uint64
@@ -102,13 +108,15 @@ func NewSet(policies []Policy, opts ...Option) (*Set, error) {
 		seen[p.Name] = true
 		p = p.withDefaults()
 		p.Rooms = slices.Clone(p.Rooms)
-		pol := &policy{Policy: p, enforce: p.Mode == ModeEnforce, repeat: p.Algorithm == AlgRepeat, store: newStore(p, o.maxKeys)}
+		alg := algorithmNamed(p.Algorithm)
+		pol := &policy{Policy: p, enforce: p.Mode == ModeEnforce, text: alg.text,
+			store: alg.kernel.newStore(p.settings(), p.Scope, alg.text, o.maxKeys)}
 		for _, g := range p.Rooms {
 			cg, _ := compileGlob(g)
 			pol.rooms = append(pol.rooms, cg)
 		}
 		s.policies = append(s.policies, pol)
-		s.repeat = s.repeat || p.Algorithm == AlgRepeat
+		s.text = s.text || alg.text
 		s.byUser = s.byUser || p.Scope == ScopeUser || p.Scope == ScopeUserInRoom
 		s.byRoom = s.byRoom || p.Scope == ScopeRoom || p.Scope == ScopeUserInRoom
 	}
@@ -125,52 +133,26 @@ func (s *Set) Policies() []Policy {
 	return ps
 }
 
-// An Alert says that a key crossed an enforcing policy: At is the event
-// time of its first message over the limit, and Count the key's count with
-// that message. It marshals as the data of contract section 4.
-type Alert struct {
-	Policy string    `json:"policy"`
-	Room   string    `json:"room"`
-	User   string    `json:"user"`
-	Count  int64     `json:"count"`
-	Limit  int64     `json:"limit"`
-	At     time.Time `json:"at"`
-}
-
-// Observe records one accepted message, at its event time, as one hit for
-// every policy that sees its room (a repeat policy only sees messages whose
-// text is not empty once normalized), and returns the alerts for the keys
-// it made cross an enforcing policy; none when replay is set. See Set for
-// the alert rules. Observing a message for keys already tracked does not
-// allocate. To observe many messages, ObserveBatch is cheaper.
-func (s *Set) Observe(at time.Time, room, user, text string, replay bool) []Alert {
+// Observe records one accepted message, at its event time e.TS, as one hit
+// for every policy that sees its room (a repeat policy only sees messages
+// whose text is not empty once normalized), and returns the alerts for the
+// keys it made cross an enforcing policy. See Set for the alert rules.
+// Observing a message for keys already tracked does not allocate. To
+// observe many messages, ObserveBatch is cheaper.
+func (s *Set) Observe(e chat.Event) []Alert {
 	var m msg
-	hasText := s.message(&m, at.UnixMilli(), room, user, text)
+	hasText := s.message(&m, e.TS, e.Room, e.User, e.Text)
 	var alerts []Alert
 	for _, p := range s.policies {
-		if !p.sees(room) || p.repeat && !hasText {
+		if !p.sees(e.Room) || p.text && !hasText {
 			continue
 		}
-		if crossed, count, limit := p.store.observe(m, p.enforce); crossed && !replay {
+		if crossed, count, limit := p.store.observe(m, p.enforce); crossed {
 			alerts = append(alerts, p.alert(&m, count, limit))
 		}
 	}
 	return alerts
 }
-
-// A Hit is one accepted message for ObserveBatch: the arguments of one
-// Observe.
-type Hit struct {
-	At               time.Time
-	Room, User, Text string
-	Replay           bool
-}
-
-// batchChunk is how many hits ObserveBatch records under one taking of a
-// policy's lock: enough that the locking costs next to nothing and that
-// the cache misses of many keys overlap, few enough that a concurrent
-// Check waits some tens of microseconds at most.
-const batchChunk = 64
 
 // A batch is ObserveBatch's scratch, pooled.
 type batch struct {
@@ -182,29 +164,28 @@ type batch struct {
 
 var batches = sync.Pool{New: func() any { return new(batch) }}
 
-// ObserveBatch records hits in order, exactly as Observe called for each
-// of them in turn would, and calls fn (if not nil) with each alert, in the
-// order those calls would have returned them. It is cheaper: a few dozen
-// hits at a time, it takes each policy's lock once, and looks up their
-// keys together, so that the cache misses overlap. It calls fn with no
-// lock held, once the alert's hit and up to a few dozen after it are
-// recorded. Recording hits for keys already tracked does not allocate (its
-// scratch space is pooled).
-func (s *Set) ObserveBatch(hits []Hit, fn func(Alert)) {
+// ObserveBatch records events in order, exactly as Observe called for each
+// of them in turn would, and calls fn (if not nil) with each alert and the
+// index in evs of the event that raised it, in the order those calls would
+// have returned them. It is cheaper: a few dozen events at a time, it takes
+// each policy's lock once, and looks up their keys together, so that the
+// cache misses overlap. It calls fn with no lock held, once the alert's
+// event and up to a few dozen after it are recorded. Recording events for
+// keys already tracked does not allocate (its scratch space is pooled).
+func (s *Set) ObserveBatch(evs []chat.Event, fn func(i int, a Alert)) {
 	b := batches.Get().(*batch)
-	for len(hits) > 0 {
-		chunk := hits[:min(len(hits), batchChunk)]
-		hits = hits[len(chunk):]
+	for start := 0; start < len(evs); start += batchChunk {
+		chunk := evs[start:min(len(evs), start+batchChunk)]
 		for j := range chunk {
-			h := &chunk[j]
-			b.hasText[j] = s.message(&b.msgs[j], h.At.UnixMilli(), h.Room, h.User, h.Text)
+			e := &chunk[j]
+			b.hasText[j] = s.message(&b.msgs[j], e.TS, e.Room, e.User, e.Text)
 		}
 		ms := b.msgs[:len(chunk)]
 		b.cross = b.cross[:0]
 		for pi, p := range s.policies {
 			sel := b.sel[:0]
 			for j := range chunk {
-				if p.sees(chunk[j].Room) && (!p.repeat || b.hasText[j]) {
+				if p.sees(chunk[j].Room) && (!p.text || b.hasText[j]) {
 					sel = append(sel, int32(j))
 				}
 			}
@@ -220,9 +201,9 @@ func (s *Set) ObserveBatch(hits []Hit, fn func(Alert)) {
 		// Each policy's crossings are in message order: a stable sort
 		// puts them all in the order of Observe's alerts.
 		slices.SortStableFunc(b.cross, func(x, y crossing) int { return cmp.Compare(x.j, y.j) })
-		for _, c := range b.cross {
-			if !chunk[c.j].Replay && fn != nil {
-				fn(s.policies[c.policy].alert(&ms[c.j], c.count, c.limit))
+		if fn != nil {
+			for _, c := range b.cross {
+				fn(start+int(c.j), s.policies[c.policy].alert(&ms[c.j], c.count, c.limit))
 			}
 		}
 		clear(ms) // keep none of the caller's strings in the pool
@@ -236,7 +217,7 @@ func (s *Set) ObserveBatch(hits []Hit, fn func(Alert)) {
 func (s *Set) message(m *msg, at int64, room, user, text string) bool {
 	*m = msg{at: at, room: room, user: user}
 	hasText := false
-	if s.repeat {
+	if s.text {
 		m.text, hasText = textHash(text)
 	}
 	if s.byUser {
@@ -252,74 +233,23 @@ func (s *Set) message(m *msg, at int64, room, user, text string) bool {
 // the key's verdict.
 func (p *policy) alert(m *msg, count, limit int64) Alert {
 	r, u := keyOf(p.Scope, m.room, m.user)
-	return Alert{Policy: p.Name, Room: strings.Clone(r), User: strings.Clone(u), Count: count, Limit: limit, At: time.UnixMilli(m.at).UTC()}
+	return Alert{Policy: p.Name, Room: strings.Clone(r), User: strings.Clone(u), Count: count, Limit: limit, At: chat.Time(m.at)}
 }
-
-// keyOf is the room and user that name a message's key under a scope.
-func keyOf(scope Scope, room, user string) (string, string) {
-	switch scope {
-	case ScopeUser:
-		return "", user
-	case ScopeRoom:
-		return room, ""
-	case ScopeUserInRoom:
-		return room, user
-	}
-	return "", ""
-}
-
-// A Result answers "would one more message from this user in this room (with
-// this text) be allowed now?". It marshals as contract section 5's answer.
-type Result struct {
-	// Allowed is false iff an enforcing policy denies.
-	Allowed   bool       `json:"allowed"`
-	AsOf      time.Time  `json:"as_of"` // the now of the Check, to the millisecond
-	Room      string     `json:"room"`
-	User      string     `json:"user"`
-	Decisions []Decision `json:"decisions"` // one per policy that sees the room, in policy order
-}
-
-// A Decision is one policy's part of a Result. Count, Limit, Remaining
-// and RetryAfterMs are the policy's Verdict for the key: Count is the
-// messages the window holds (it can exceed Limit), or for token_bucket and
-// gcra the tokens in use, with Limit then the burst; Remaining is
-// max(0, Limit-Count); RetryAfterMs is 0 when Allowed, else the exact wait
-// until one more message is allowed.
-type Decision struct {
-	Policy       string    `json:"policy"`
-	Scope        Scope     `json:"scope"`
-	Algorithm    Algorithm `json:"algorithm"`
-	Mode         Mode      `json:"mode"`
-	Allowed      bool      `json:"allowed"`
-	Count        int64     `json:"count"`
-	Limit        int64     `json:"limit"`
-	Remaining    int64     `json:"remaining"`
-	RetryAfterMs int64     `json:"retry_after_ms"`
-}
-
-// Decision results, the values of the result label of
-// chatpulse_throttle_decisions_total.
-const (
-	ResultAllowed      = "allowed"
-	ResultDenied       = "denied"        // by an enforcing policy
-	ResultShadowDenied = "shadow_denied" // by a shadow policy
-)
 
 // Check answers whether one more message from user in room would be allowed
 // at now, with text if hasText. A repeat policy takes part only when the
 // check carries a text that is not empty once normalized. Check changes no
 // state that any later answer depends on; it only counts its decisions for
 // Stats.
-func (s *Set) Check(now time.Time, room, user, text string, hasText bool) Result {
-	t := now.UnixMilli()
+func (s *Set) Check(now int64, room, user, text string, hasText bool) Result {
 	if !hasText {
 		text = ""
 	}
 	var m msg
-	hasText = s.message(&m, t, room, user, text)
-	res := Result{Allowed: true, AsOf: time.UnixMilli(t).UTC(), Room: strings.Clone(room), User: strings.Clone(user), Decisions: []Decision{}}
+	hasText = s.message(&m, now, room, user, text)
+	res := Result{Allowed: true, AsOf: chat.Time(now), Room: strings.Clone(room), User: strings.Clone(user), Decisions: []Decision{}}
 	for _, p := range s.policies {
-		if !p.sees(room) || p.repeat && !hasText {
+		if !p.sees(room) || p.text && !hasText {
 			continue
 		}
 		v := p.store.check(m)
@@ -341,35 +271,22 @@ func (s *Set) Check(now time.Time, room, user, text string, hasText bool) Result
 	return res
 }
 
-// An Active entry is a key over an enforcing policy: it crossed at Since
-// (its alert) and would still be denied now. It marshals as an entry of
-// contract section 3's /api/v1/throttle/active.
-type Active struct {
-	Policy string    `json:"policy"`
-	Room   string    `json:"room"`
-	User   string    `json:"user"`
-	Count  int64     `json:"count"`
-	Limit  int64     `json:"limit"`
-	Since  time.Time `json:"since"`
-}
-
 // Active returns the keys over an enforcing policy at now, by policy order,
 // then room, then user. A key of a repeat policy is listed once however
 // many of its texts are over, with the highest count and earliest Since.
-func (s *Set) Active(now time.Time) []Active {
-	t := now.UnixMilli()
+func (s *Set) Active(now int64) []Active {
 	out := []Active{}
 	for _, p := range s.policies {
 		if !p.enforce {
 			continue
 		}
 		start := len(out)
-		p.store.active(t, func(room, user string, v Verdict, since int64) {
-			out = append(out, Active{Policy: p.Name, Room: room, User: user, Count: v.Count, Limit: v.Limit, Since: time.UnixMilli(since).UTC()})
+		p.store.active(now, func(room, user string, v Verdict, since int64) {
+			out = append(out, Active{Policy: p.Name, Room: room, User: user, Count: v.Count, Limit: v.Limit, Since: chat.Time(since)})
 		})
 		part := out[start:]
 		slices.SortFunc(part, func(a, b Active) int {
-			return cmp.Or(strings.Compare(a.Room, b.Room), strings.Compare(a.User, b.User), a.Since.Compare(b.Since))
+			return cmp.Or(strings.Compare(a.Room, b.Room), strings.Compare(a.User, b.User), cmp.Compare(a.Since, b.Since))
 		})
 		// Merge the texts of one repeat key: sorted, so they are adjacent.
 		merged := part[:0]
@@ -389,10 +306,10 @@ func (s *Set) Active(now time.Time) []Active {
 // never been seen, and returns how many. Observe already does this a little
 // at a time; calling Sweep now and then (say, every window) also frees the
 // keys of traffic that stopped.
-func (s *Set) Sweep(now time.Time) int {
+func (s *Set) Sweep(now int64) int {
 	n := 0
 	for _, p := range s.policies {
-		n += p.store.sweep(now.UnixMilli())
+		n += p.store.sweep(now)
 	}
 	return n
 }
@@ -439,46 +356,4 @@ func (s *Set) DecisionLabels() []DecisionLabel {
 		out = append(out, DecisionLabel{p.Name, ResultAllowed}, DecisionLabel{p.Name, no})
 	}
 	return out
-}
-
-// jsonTime is the time format of the contract: RFC 3339, UTC, milliseconds.
-const jsonTime = "2006-01-02T15:04:05.000Z07:00"
-
-// MarshalJSON encodes r as {"allowed","as_of","room","user","decisions"}.
-func (r Result) MarshalJSON() ([]byte, error) {
-	decisions := r.Decisions
-	if decisions == nil {
-		decisions = []Decision{}
-	}
-	return json.Marshal(struct {
-		Allowed   bool       `json:"allowed"`
-		AsOf      string     `json:"as_of"`
-		Room      string     `json:"room"`
-		User      string     `json:"user"`
-		Decisions []Decision `json:"decisions"`
-	}{r.Allowed, r.AsOf.UTC().Format(jsonTime), r.Room, r.User, decisions})
-}
-
-// MarshalJSON encodes a as {"policy","room","user","count","limit","at"}.
-func (a Alert) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Policy string `json:"policy"`
-		Room   string `json:"room"`
-		User   string `json:"user"`
-		Count  int64  `json:"count"`
-		Limit  int64  `json:"limit"`
-		At     string `json:"at"`
-	}{a.Policy, a.Room, a.User, a.Count, a.Limit, a.At.UTC().Format(jsonTime)})
-}
-
-// MarshalJSON encodes a as {"policy","room","user","count","limit","since"}.
-func (a Active) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Policy string `json:"policy"`
-		Room   string `json:"room"`
-		User   string `json:"user"`
-		Count  int64  `json:"count"`
-		Limit  int64  `json:"limit"`
-		Since  string `json:"since"`
-	}{a.Policy, a.Room, a.User, a.Count, a.Limit, a.Since.UTC().Format(jsonTime)})
 }

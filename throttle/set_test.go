@@ -12,11 +12,16 @@ import (
 	"testing"
 	"time"
 	"unicode"
+
+	"github.com/chatpulse/chatpulse/chat"
 )
 
 const t0 = int64(1_764_489_600_000) // 2025-11-30T08:00:00Z
 
-func at(ms int64) time.Time { return time.UnixMilli(t0 + ms) }
+func at(ms int64) int64 { return t0 + ms }
+
+// ct is at as the answers carry it.
+func ct(ms int64) chat.Time { return chat.Time(t0 + ms) }
 
 func mustSet(t testing.TB, ps []Policy, opts ...Option) *Set {
 	t.Helper()
@@ -44,7 +49,7 @@ func decision(t *testing.T, r Result, policy string) Decision {
 func TestDefaultFloodAlertsOncePerCrossing(t *testing.T) {
 	s := mustSet(t, DefaultPolicies())
 	for i := range 10 {
-		if a := s.Observe(at(int64(i)*100), "lobby", "alice", fmt.Sprint("msg ", i), false); a != nil {
+		if a := s.Observe(chat.Event{TS: at(int64(i) * 100), Room: "lobby", User: "alice", Text: fmt.Sprint("msg ", i)}); a != nil {
 			t.Fatalf("message %d alerted: %+v", i+1, a)
 		}
 	}
@@ -60,22 +65,22 @@ func TestDefaultFloodAlertsOncePerCrossing(t *testing.T) {
 	if s.Check(at(1000), "other-room", "alice", "", false).Allowed != true {
 		t.Error("alice is denied in another room")
 	}
-	a := s.Observe(at(1000), "lobby", "alice", "eleven", false)
-	want := []Alert{{Policy: "user_room_flood", Room: "lobby", User: "alice", Count: 11, Limit: 10, At: at(1000).UTC()}}
+	a := s.Observe(chat.Event{TS: at(1000), Room: "lobby", User: "alice", Text: "eleven"})
+	want := []Alert{{Policy: "user_room_flood", Room: "lobby", User: "alice", Count: 11, Limit: 10, At: ct(1000)}}
 	if !reflect.DeepEqual(a, want) {
 		t.Fatalf("11th: alerts %+v, want %+v", a, want)
 	}
-	if a := s.Observe(at(1100), "lobby", "alice", "twelve", false); a != nil {
+	if a := s.Observe(chat.Event{TS: at(1100), Room: "lobby", User: "alice", Text: "twelve"}); a != nil {
 		t.Fatalf("12th alerted again: %+v", a)
 	}
 	if d := decision(t, s.Check(at(1200), "lobby", "alice", "", false), "user_room_flood"); d.Count != 12 {
 		t.Errorf("count after 12 = %d", d.Count)
 	}
-	if act := s.Active(at(1200)); len(act) != 1 || act[0].Policy != "user_room_flood" || act[0].Count != 12 || !act[0].Since.Equal(at(1000)) {
+	if act := s.Active(at(1200)); len(act) != 1 || act[0].Policy != "user_room_flood" || act[0].Count != 12 || act[0].Since != ct(1000) {
 		t.Errorf("Active = %+v", act)
 	}
 	// The window passes: allowed again, which clears the mark.
-	if a := s.Observe(at(12_000), "lobby", "alice", "back", false); a != nil {
+	if a := s.Observe(chat.Event{TS: at(12_000), Room: "lobby", User: "alice", Text: "back"}); a != nil {
 		t.Fatalf("allowed message alerted: %+v", a)
 	}
 	if act := s.Active(at(12_000)); len(act) != 0 {
@@ -83,7 +88,7 @@ func TestDefaultFloodAlertsOncePerCrossing(t *testing.T) {
 	}
 	var alerts []Alert
 	for i := range 10 {
-		alerts = append(alerts, s.Observe(at(12_100+int64(i)), "lobby", "alice", fmt.Sprint("again ", i), false)...)
+		alerts = append(alerts, s.Observe(chat.Event{TS: at(12_100 + int64(i)), Room: "lobby", User: "alice", Text: fmt.Sprint("again ", i)})...)
 	}
 	if len(alerts) != 1 || alerts[0].Policy != "user_room_flood" || alerts[0].Count != 11 {
 		t.Fatalf("second crossing: %+v", alerts)
@@ -94,7 +99,7 @@ func TestShadowNeverDenies(t *testing.T) {
 	ps := []Policy{{Name: "shadow_flood", Scope: ScopeUser, Algorithm: AlgFixedWindow, Limit: 2, Window: time.Minute, Mode: ModeShadow}}
 	s := mustSet(t, ps)
 	for i := range 5 {
-		if a := s.Observe(at(int64(i)), "r", "u", "", false); a != nil {
+		if a := s.Observe(chat.Event{TS: at(int64(i)), Room: "r", User: "u"}); a != nil {
 			t.Fatalf("shadow policy alerted: %+v", a)
 		}
 	}
@@ -114,26 +119,31 @@ func TestShadowNeverDenies(t *testing.T) {
 	}
 }
 
-// Replay sets the marks without alerting: a crossing that happened during
-// replay is not alerted again by the first live message.
+// Replay sets the marks as live messages do, and the caller drops the
+// alerts of replayed events, by their index: a crossing that happened
+// during replay is not alerted again by the first live message.
 func TestReplayKeepsMarks(t *testing.T) {
 	s := mustSet(t, DefaultPolicies())
-	for i := range 12 {
-		if a := s.Observe(at(int64(i)), "lobby", "bob", "", true); a != nil {
-			t.Fatalf("replay alerted: %+v", a)
-		}
+	replayed := make([]chat.Event, 12)
+	for i := range replayed {
+		replayed[i] = chat.Event{TS: at(int64(i)), Room: "lobby", User: "bob"}
 	}
-	if act := s.Active(at(20)); len(act) != 1 || !act[0].Since.Equal(at(10)) {
+	var alerted []int
+	s.ObserveBatch(replayed, func(i int, _ Alert) { alerted = append(alerted, i) })
+	if !slices.Equal(alerted, []int{10}) {
+		t.Fatalf("replayed events alerted at %v, want the 11th (10)", alerted)
+	}
+	if act := s.Active(at(20)); len(act) != 1 || act[0].Since != ct(10) {
 		t.Fatalf("Active after replay = %+v", act)
 	}
-	if a := s.Observe(at(20), "lobby", "bob", "", false); a != nil {
+	if a := s.Observe(chat.Event{TS: at(20), Room: "lobby", User: "bob"}); a != nil {
 		t.Fatalf("live message after replay re-alerted: %+v", a)
 	}
 }
 
 func TestRepeat(t *testing.T) {
 	s := mustSet(t, DefaultPolicies())
-	s.Observe(at(0), "lobby", "carol", "  Buy   CHEAP\tstuff ", false)
+	s.Observe(chat.Event{TS: at(0), Room: "lobby", User: "carol", Text: "  Buy   CHEAP\tstuff "})
 	r := s.Check(at(1000), "other", "carol", "buy cheap stuff", true)
 	d := decision(t, r, "repeated_text")
 	if !r.Allowed || d.Allowed || d.Count != 1 || d.Limit != 1 || d.RetryAfterMs != 29_000 || d.Mode != ModeShadow {
@@ -152,13 +162,13 @@ func TestRepeat(t *testing.T) {
 	// Enforcing: the second identical message alerts.
 	ps := []Policy{{Name: "dup", Scope: ScopeUserInRoom, Algorithm: AlgRepeat, Limit: 1, Window: 30 * time.Second}}
 	s = mustSet(t, ps)
-	if a := s.Observe(at(0), "lobby", "dave", "spam", false); a != nil {
+	if a := s.Observe(chat.Event{TS: at(0), Room: "lobby", User: "dave", Text: "spam"}); a != nil {
 		t.Fatal(a)
 	}
-	if a := s.Observe(at(1), "lobby", "dave", "SPAM", false); len(a) != 1 || a[0].Policy != "dup" || a[0].User != "dave" {
+	if a := s.Observe(chat.Event{TS: at(1), Room: "lobby", User: "dave", Text: "SPAM"}); len(a) != 1 || a[0].Policy != "dup" || a[0].User != "dave" {
 		t.Fatalf("second occurrence: %+v", a)
 	}
-	if a := s.Observe(at(2), "lobby", "dave", "", false); a != nil {
+	if a := s.Observe(chat.Event{TS: at(2), Room: "lobby", User: "dave"}); a != nil {
 		t.Fatalf("message without text: %+v", a)
 	}
 }
@@ -180,20 +190,20 @@ func TestRepeatActiveNames(t *testing.T) {
 		}
 	}
 	for i := range 2000 { // fills the slabs, then mostly frees them
-		s.Observe(at(0), "filler", fmt.Sprint("u", i), "x", false)
+		s.Observe(chat.Event{TS: at(0), Room: "filler", User: fmt.Sprint("u", i), Text: "x"})
 	}
 	room, user := []byte("lobby"), []byte("dave")
-	s.Observe(at(10), unsafeString(room), unsafeString(user), "spam", false)
-	s.Observe(at(20), unsafeString(room), unsafeString(user), "spam", false)
+	s.Observe(chat.Event{TS: at(10), Room: unsafeString(room), User: unsafeString(user), Text: "spam"})
+	s.Observe(chat.Event{TS: at(20), Room: unsafeString(room), User: unsafeString(user), Text: "spam"})
 	copy(room, "xxxxx")
 	copy(user, "yyyy")
 	want(30, "lobby/dave")
-	s.Observe(at(2000), "lobby", "dave", "spam", false) // allowed again: no longer over
+	s.Observe(chat.Event{TS: at(2000), Room: "lobby", User: "dave", Text: "spam"}) // allowed again: no longer over
 	want(2000)
-	s.Observe(at(2001), "lobby", "dave", "spam", false)
+	s.Observe(chat.Event{TS: at(2001), Room: "lobby", User: "dave", Text: "spam"})
 	want(2001, "lobby/dave")
-	s.Observe(at(2002), "hall", "erin", "eggs", false)
-	s.Observe(at(2003), "hall", "erin", "eggs", false)
+	s.Observe(chat.Event{TS: at(2002), Room: "hall", User: "erin", Text: "eggs"})
+	s.Observe(chat.Event{TS: at(2003), Room: "hall", User: "erin", Text: "eggs"})
 	s.Sweep(at(2500))
 	if tb := s.policies[0].store.(*table[repeatState, int64, repeatKernel]); len(tb.states) > 8 {
 		t.Fatalf("not compacted: %d places", len(tb.states))
@@ -201,8 +211,8 @@ func TestRepeatActiveNames(t *testing.T) {
 	want(2500, "hall/erin", "lobby/dave")
 	s.Sweep(at(5000))
 	want(5000)
-	s.Observe(at(5001), "attic", "fay", "spam", false) // reuses a place
-	s.Observe(at(5002), "attic", "fay", "spam", false)
+	s.Observe(chat.Event{TS: at(5001), Room: "attic", User: "fay", Text: "spam"}) // reuses a place
+	s.Observe(chat.Event{TS: at(5002), Room: "attic", User: "fay", Text: "spam"})
 	want(5002, "attic/fay")
 }
 
@@ -284,11 +294,11 @@ func TestScopesGroupsAndRooms(t *testing.T) {
 		{Name: "everything", Scope: ScopeGroup, Algorithm: AlgSlidingWindowCounter, Limit: 100, Window: time.Minute},
 	}
 	s := mustSet(t, ps)
-	s.Observe(at(0), "support-eu", "u1", "", false)
-	s.Observe(at(0), "support-us/west", "u2", "", false)
-	s.Observe(at(0), "help1", "u3", "", false)
-	a := s.Observe(at(0), "support-x", "u4", "", false)
-	if len(a) != 1 || a[0] != (Alert{Policy: "support", Count: 3, Limit: 3, At: at(0).UTC()}) {
+	s.Observe(chat.Event{TS: at(0), Room: "support-eu", User: "u1"})
+	s.Observe(chat.Event{TS: at(0), Room: "support-us/west", User: "u2"})
+	s.Observe(chat.Event{TS: at(0), Room: "help1", User: "u3"})
+	a := s.Observe(chat.Event{TS: at(0), Room: "support-x", User: "u4"})
+	if len(a) != 1 || a[0] != (Alert{Policy: "support", Count: 3, Limit: 3, At: ct(0)}) {
 		t.Fatalf("group alert: %+v", a)
 	}
 	if r := s.Check(at(0), "lobby", "u1", "", false); len(r.Decisions) != 2 || r.Decisions[0].Policy != "rooms" {
@@ -297,15 +307,15 @@ func TestScopesGroupsAndRooms(t *testing.T) {
 	if r := s.Check(at(0), "help12", "u1", "", false); len(r.Decisions) != 2 {
 		t.Errorf("help12 matches help?: %+v", r)
 	}
-	s.Observe(at(0), "lobby", "u1", "", false)
-	s.Observe(at(0), "lobby", "u2", "", false)
-	a = s.Observe(at(0), "lobby", "u3", "", false)
+	s.Observe(chat.Event{TS: at(0), Room: "lobby", User: "u1"})
+	s.Observe(chat.Event{TS: at(0), Room: "lobby", User: "u2"})
+	a = s.Observe(chat.Event{TS: at(0), Room: "lobby", User: "u3"})
 	if len(a) != 1 || a[0].Policy != "rooms" || a[0].Room != "lobby" || a[0].User != "" || a[0].Count != 2 || a[0].Limit != 2 {
 		t.Fatalf("room alert: %+v", a)
 	}
 	want := []Active{
-		{Policy: "support", Count: 3, Limit: 3, Since: at(0).UTC()},
-		{Policy: "rooms", Room: "lobby", Count: 2, Limit: 2, Since: at(0).UTC()},
+		{Policy: "support", Count: 3, Limit: 3, Since: ct(0)},
+		{Policy: "rooms", Room: "lobby", Count: 2, Limit: 2, Since: ct(0)},
 	}
 	if got := s.Active(at(10)); !reflect.DeepEqual(got, want) {
 		t.Errorf("Active = %+v, want %+v", got, want)
@@ -318,7 +328,7 @@ func TestScopesGroupsAndRooms(t *testing.T) {
 
 func TestJSONShapes(t *testing.T) {
 	s := mustSet(t, DefaultPolicies())
-	b, _ := json.Marshal(s.Check(time.Date(2026, 11, 30, 7, 0, 0, 123_456_789, time.UTC), "lobby", "alice", "hi", true))
+	b, _ := json.Marshal(s.Check(time.Date(2026, 11, 30, 7, 0, 0, 123_456_789, time.UTC).UnixMilli(), "lobby", "alice", "hi", true))
 	want := `{"allowed":true,"as_of":"2026-11-30T07:00:00.123Z","room":"lobby","user":"alice","decisions":[` +
 		`{"policy":"user_room_flood","scope":"user_in_room","algorithm":"sliding_window","mode":"enforce","allowed":true,"count":0,"limit":10,"remaining":10,"retry_after_ms":0},` +
 		`{"policy":"user_flood","scope":"user","algorithm":"sliding_window","mode":"enforce","allowed":true,"count":0,"limit":30,"remaining":30,"retry_after_ms":0},` +
@@ -326,15 +336,15 @@ func TestJSONShapes(t *testing.T) {
 	if string(b) != want {
 		t.Errorf("Result JSON\n got %s\nwant %s", b, want)
 	}
-	b, _ = json.Marshal(Alert{Policy: "p", Room: "r", User: "u", Count: 11, Limit: 10, At: time.UnixMilli(0)})
+	b, _ = json.Marshal(Alert{Policy: "p", Room: "r", User: "u", Count: 11, Limit: 10, At: 0})
 	if want := `{"policy":"p","room":"r","user":"u","count":11,"limit":10,"at":"1970-01-01T00:00:00.000Z"}`; string(b) != want {
 		t.Errorf("Alert JSON %s", b)
 	}
-	b, _ = json.Marshal(Active{Policy: "p", Room: "r", Count: 11, Limit: 10, Since: time.UnixMilli(1)})
+	b, _ = json.Marshal(Active{Policy: "p", Room: "r", Count: 11, Limit: 10, Since: 1})
 	if want := `{"policy":"p","room":"r","user":"","count":11,"limit":10,"since":"1970-01-01T00:00:00.001Z"}`; string(b) != want {
 		t.Errorf("Active JSON %s", b)
 	}
-	b, _ = json.Marshal(mustSet(t, nil).Check(time.UnixMilli(0), "r", "u", "", false))
+	b, _ = json.Marshal(mustSet(t, nil).Check(0, "r", "u", "", false))
 	if !strings.Contains(string(b), `"decisions":[]`) {
 		t.Errorf("no policies: %s", b)
 	}
@@ -414,10 +424,10 @@ func TestSetMatchesStandalone(t *testing.T) {
 			s.Sweep(at(now))
 		}
 		if r.IntN(2) == 0 {
-			s.Observe(at(now), room, user, text, false)
+			s.Observe(chat.Event{TS: at(now), Room: room, User: user, Text: text})
 			for _, p := range ps {
 				if sees(p, room) {
-					limiter(p, keyFor(p, room, user, text)).Hit(at(now))
+					limiter(p, keyFor(p, room, user, text)).Hit(tm(at(now)))
 				}
 			}
 			continue
@@ -428,7 +438,7 @@ func TestSetMatchesStandalone(t *testing.T) {
 			if !sees(p, room) {
 				continue
 			}
-			v := limiter(p, keyFor(p, room, user, text)).Decide(at(now))
+			v := limiter(p, keyFor(p, room, user, text)).Decide(tm(at(now)))
 			d := res.Decisions[i]
 			i++
 			if d.Policy != p.Name || d.Allowed != v.Allowed || d.Count != v.Count || d.Limit != v.Limit || d.Remaining != v.Remaining || d.RetryAfterMs != v.RetryAfter.Milliseconds() {
@@ -462,7 +472,7 @@ func TestCheckIsReadOnly(t *testing.T) {
 			a.Check(at(now+r.Int64N(20_000)-5000), fmt.Sprint("r", r.IntN(4)), fmt.Sprint("u", r.IntN(8)), text, r.IntN(2) == 0)
 		}
 		late := now - r.Int64N(500)
-		if x, y := a.Observe(at(late), room, user, text, false), b.Observe(at(late), room, user, text, false); !reflect.DeepEqual(x, y) {
+		if x, y := a.Observe(chat.Event{TS: at(late), Room: room, User: user, Text: text}), b.Observe(chat.Event{TS: at(late), Room: room, User: user, Text: text}); !reflect.DeepEqual(x, y) {
 			t.Fatalf("step %d: alerts %+v vs %+v", step, x, y)
 		}
 		if x, y := a.Check(at(now), room, user, text, true), b.Check(at(now), room, user, text, true); !reflect.DeepEqual(x, y) {
@@ -482,24 +492,31 @@ func TestObserveBatchIsObserveInALoop(t *testing.T) {
 	one, batch := mustSet(t, ps, WithMaxKeys(50)), mustSet(t, ps, WithMaxKeys(50))
 	r := rand.New(rand.NewPCG(7, 8))
 	now := int64(0)
-	var hits []Hit
+	var evs []chat.Event
+	var replay []bool // the caller drops the alerts of replayed events
 	var want, got []Alert
 	for range 200 {
-		hits = hits[:0]
+		evs, replay = evs[:0], replay[:0]
 		for range r.IntN(3 * batchChunk) {
 			now += r.Int64N(40)
-			hits = append(hits, Hit{
-				At:     at(now - r.Int64N(300)),
-				Room:   fmt.Sprint("r", r.IntN(4)),
-				User:   fmt.Sprint("u", r.IntN(30)),
-				Text:   []string{"", "a", "A ", "b", " "}[r.IntN(5)],
-				Replay: r.IntN(4) == 0,
+			evs = append(evs, chat.Event{
+				TS:   at(now - r.Int64N(300)),
+				Room: fmt.Sprint("r", r.IntN(4)),
+				User: fmt.Sprint("u", r.IntN(30)),
+				Text: []string{"", "a", "A ", "b", " "}[r.IntN(5)],
 			})
+			replay = append(replay, r.IntN(4) == 0)
 		}
-		for _, h := range hits {
-			want = append(want, one.Observe(h.At, h.Room, h.User, h.Text, h.Replay)...)
+		for i, e := range evs {
+			if a := one.Observe(e); !replay[i] {
+				want = append(want, a...)
+			}
 		}
-		batch.ObserveBatch(hits, func(a Alert) { got = append(got, a) })
+		batch.ObserveBatch(evs, func(i int, a Alert) {
+			if !replay[i] {
+				got = append(got, a)
+			}
+		})
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("alerts\n got %+v\nwant %+v", got, want)
 		}
@@ -519,7 +536,7 @@ func TestObserveBatchIsObserveInALoop(t *testing.T) {
 		t.Errorf("stats\n got %+v\nwant %+v", x, y)
 	}
 	batch.ObserveBatch(nil, nil)
-	batch.ObserveBatch(hits, nil)
+	batch.ObserveBatch(evs, nil)
 }
 
 func TestObserveDoesNotAllocate(t *testing.T) {
@@ -529,22 +546,22 @@ func TestObserveDoesNotAllocate(t *testing.T) {
 	s := mustSet(t, append(DefaultPolicies(), allPolicies()...))
 	room, user := []byte("lobby"), []byte("alice")
 	text := "the same text, again"
-	s.Observe(at(0), string(room), string(user), text, false)
+	s.Observe(chat.Event{TS: at(0), Room: string(room), User: string(user), Text: text})
 	now := int64(0)
 	allocs := testing.AllocsPerRun(1000, func() {
 		now += 3
-		s.Observe(at(now), unsafeString(room), unsafeString(user), text, false)
+		s.Observe(chat.Event{TS: at(now), Room: unsafeString(room), User: unsafeString(user), Text: text})
 	})
 	if allocs != 0 {
 		t.Errorf("Observe on tracked keys: %v allocations, want 0", allocs)
 	}
-	hits := make([]Hit, 3*batchChunk)
+	evs := make([]chat.Event, 3*batchChunk)
 	allocs = testing.AllocsPerRun(1000, func() {
 		now += 3
-		for i := range hits {
-			hits[i] = Hit{At: at(now), Room: unsafeString(room), User: unsafeString(user), Text: text}
+		for i := range evs {
+			evs[i] = chat.Event{TS: at(now), Room: unsafeString(room), User: unsafeString(user), Text: text}
 		}
-		s.ObserveBatch(hits, func(Alert) {})
+		s.ObserveBatch(evs, func(int, Alert) {})
 	})
 	if allocs != 0 {
 		t.Errorf("ObserveBatch on tracked keys: %v allocations, want 0", allocs)
@@ -558,7 +575,7 @@ func TestKeysAreCloned(t *testing.T) {
 		s := mustSet(t, DefaultPolicies())
 		buf := []byte(room)
 		for i := range 11 {
-			s.Observe(at(int64(i)), unsafeString(buf), "zoe", "", false)
+			s.Observe(chat.Event{TS: at(int64(i)), Room: unsafeString(buf), User: "zoe"})
 		}
 		copy(buf, "room-B")
 		if act := s.Active(at(20)); len(act) != 1 || act[0].Room != room || act[0].User != "zoe" {
@@ -580,7 +597,7 @@ func TestKeysStayBounded(t *testing.T) {
 		n = 20_000
 	}
 	for i := range n {
-		s.Observe(at(0), fmt.Sprint("room", i), fmt.Sprint("user", i), "x", false)
+		s.Observe(chat.Event{TS: at(0), Room: fmt.Sprint("room", i), User: fmt.Sprint("user", i), Text: "x"})
 	}
 	for _, st := range s.Stats() {
 		if st.Keys > 1000 {
@@ -594,7 +611,7 @@ func TestKeysStayBounded(t *testing.T) {
 	// the last window or so are live.
 	s = mustSet(t, allPolicies(), WithMaxKeys(1000))
 	for i := range n {
-		s.Observe(at(int64(i)*100), fmt.Sprint("room", i), fmt.Sprint("user", i), "x", false)
+		s.Observe(chat.Event{TS: at(int64(i) * 100), Room: fmt.Sprint("room", i), User: fmt.Sprint("user", i), Text: "x"})
 	}
 	for _, st := range s.Stats() {
 		if st.Keys > 30 || st.Evicted != 0 {
@@ -609,9 +626,9 @@ func TestKeysStayBounded(t *testing.T) {
 func TestSweepCompacts(t *testing.T) {
 	s := mustSet(t, allPolicies()[:1])
 	for i := range 5000 {
-		s.Observe(at(0), "r", fmt.Sprint("u", i), "", false)
+		s.Observe(chat.Event{TS: at(0), Room: "r", User: fmt.Sprint("u", i)})
 	}
-	s.Observe(at(1000), "r", "keep", "", false)
+	s.Observe(chat.Event{TS: at(1000), Room: "r", User: "keep"})
 	if n := s.Sweep(at(2500)); n != 5000 {
 		t.Errorf("Sweep forgot %d keys, want 5000", n)
 	}
@@ -623,7 +640,7 @@ func TestSweepCompacts(t *testing.T) {
 		t.Errorf("kept key lost its count: %+v", d)
 	}
 	for i := range 3000 { // the slabs grow again from the compacted state
-		s.Observe(at(2600), "r", fmt.Sprint("v", i), "", false)
+		s.Observe(chat.Event{TS: at(2600), Room: "r", User: fmt.Sprint("v", i)})
 	}
 	if st := s.Stats()[0]; st.Keys != 3001 {
 		t.Errorf("keys %d", st.Keys)
@@ -653,13 +670,13 @@ func TestConcurrentUse(t *testing.T) {
 				case 3, 4, 5:
 					s.Check(now, room, user, "hi", true)
 				case 6:
-					hits := make([]Hit, r.IntN(2*batchChunk))
-					for k := range hits {
-						hits[k] = Hit{At: now, Room: fmt.Sprint("r", r.IntN(20)), User: fmt.Sprint("u", r.IntN(300)), Text: "hi"}
+					evs := make([]chat.Event, r.IntN(2*batchChunk))
+					for k := range evs {
+						evs[k] = chat.Event{TS: now, Room: fmt.Sprint("r", r.IntN(20)), User: fmt.Sprint("u", r.IntN(300)), Text: "hi"}
 					}
-					s.ObserveBatch(hits, func(Alert) { s.Check(now, room, user, "", false) })
+					s.ObserveBatch(evs, func(int, Alert) { s.Check(now, room, user, "", false) })
 				default:
-					s.Observe(now, room, user, "hi", false)
+					s.Observe(chat.Event{TS: now, Room: room, User: user, Text: "hi"})
 				}
 			}
 		}()
@@ -680,7 +697,7 @@ func TestConcurrentUse(t *testing.T) {
 func TestDecisionCounters(t *testing.T) {
 	s := mustSet(t, DefaultPolicies())
 	for range 10 {
-		s.Observe(at(0), "r", "u", "same", false)
+		s.Observe(chat.Event{TS: at(0), Room: "r", User: "u", Text: "same"})
 	}
 	s.Check(at(0), "r", "u", "same", true)
 	s.Check(at(0), "r", "u", "", false)
@@ -715,7 +732,7 @@ func TestNewSetRejects(t *testing.T) {
 func TestCapEvictsLeastRecentlyObserved(t *testing.T) {
 	s := mustSet(t, []Policy{{Name: "fw", Scope: ScopeUser, Algorithm: AlgFixedWindow, Limit: 5, Window: time.Hour}}, WithMaxKeys(3))
 	for _, u := range []string{"a", "b", "c", "a", "d"} {
-		s.Observe(at(0), "r", u, "", false)
+		s.Observe(chat.Event{TS: at(0), Room: "r", User: u})
 	}
 	counts := map[string]int64{}
 	for _, u := range []string{"a", "b", "c", "d"} {

@@ -1,11 +1,21 @@
 package throttle
 
 import (
+	"cmp"
 	"math"
 	"time"
 
 	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/rolling"
+)
+
+// AlgSlidingWindow names SlidingWindow in a Policy.
+const AlgSlidingWindow Algorithm = "sliding_window"
+
+// The resolution of a sliding window.
+const (
+	DefaultResolution = time.Second // when none is given
+	MaxBuckets        = 3600        // window/resolution: 4 bytes each per key
 )
 
 // SlidingWindow counts a key's hits exactly, in buckets of a fixed
@@ -45,12 +55,16 @@ type SlidingWindow struct {
 }
 
 // NewSlidingWindow returns a SlidingWindow allowing limit hits per window,
-// counted in buckets of resolution. It panics unless limit >= 1 and window is
-// a positive whole multiple of resolution (whole milliseconds, at most
-// 3600 buckets).
+// counted in buckets of resolution; resolution 0 means DefaultResolution.
+// It panics unless 1 <= limit <= MaxLimit and window is a positive whole
+// multiple of resolution (whole milliseconds, at most MaxWindow and
+// MaxBuckets buckets).
 func NewSlidingWindow(limit int, window, resolution time.Duration) *SlidingWindow {
-	k := mustKernel(Policy{Algorithm: AlgSlidingWindow, Limit: limit, Window: window, Resolution: resolution}).(slidingKernel)
-	return &SlidingWindow{k: k, s: k.fresh(), ring: make([]uint32, k.n)}
+	k, err := newSlidingKernel(settings{limit: limit, window: window, resolution: resolution})
+	if err != nil {
+		panic("throttle: NewSlidingWindow: " + err.Error())
+	}
+	return &SlidingWindow{k: k, s: k.fresh(), ring: make([]uint32, k.stride())}
 }
 
 // Decide reports whether one more hit would be allowed at now. It changes
@@ -69,6 +83,40 @@ type slidingKernel struct {
 	n     int64 // buckets in the window
 	res   int64 // width of a bucket, ms
 }
+
+// newSlidingKernel checks the settings of a sliding window and returns its
+// kernel.
+func newSlidingKernel(s settings) (slidingKernel, *FieldError) {
+	limit, w, err := checkLimitWindow(s, MaxLimit)
+	if err != nil {
+		return slidingKernel{}, err
+	}
+	res := cmp.Or(s.resolution, DefaultResolution)
+	if err := validDuration("resolution", res, s.window); err != nil {
+		return slidingKernel{}, err
+	}
+	// When the two do not fit, the one that was set is to blame.
+	field := "window"
+	if s.resolution != 0 {
+		field = "resolution"
+	}
+	if s.window%res != 0 {
+		return slidingKernel{}, fieldErr(field, "window %v is not a whole multiple of resolution %v", s.window, res)
+	}
+	if n := s.window / res; n > MaxBuckets {
+		return slidingKernel{}, fieldErr(field, "window %v at resolution %v is %d buckets, more than %d: use a larger resolution", s.window, res, n, MaxBuckets)
+	}
+	r := res.Milliseconds()
+	return slidingKernel{limit: limit, n: w / r, res: r}, nil
+}
+
+// slidingAlg is the row of SlidingWindow in the table of algorithms.
+var slidingAlg = algorithm{name: AlgSlidingWindow, resolution: true, kernel: kernelsOf(newSlidingKernel)}
+
+func (k slidingKernel) stride() int { return int(k.n) }
+
+// slot is the ring slot of the bucket of at.
+func (k slidingKernel) slot(at int64) int { return int(floorMod(rolling.FloorDiv(at, k.res), k.n)) }
 
 type slidingState struct {
 	total int64 // sum of the ring: the hits of buckets [last-n+1, last]

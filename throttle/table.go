@@ -1,13 +1,11 @@
 package throttle
 
 import (
-	"encoding/binary"
 	"strings"
 	"sync"
 	"unsafe"
 
 	"github.com/chatpulse/chatpulse/chat"
-	"github.com/chatpulse/chatpulse/rolling"
 )
 
 // store is the keyed state of one policy, whatever its algorithm. Strings
@@ -128,23 +126,10 @@ const (
 	hasNames  = 1
 )
 
-// A pair is the key of a hashed table.
-type pair struct{ name, text uint64 }
-
-// names are the room and user of a key, as keyOf gives them.
-type names struct{ room, user string }
-
 const none = -1
 
-// Which of a message's names make a key.
-const (
-	keyGroup uint8 = iota
-	keyUser
-	keyRoom
-	keyRoomUser
-)
-
-func newTable[S, E any, K kernel[S, E]](k K, scope Scope, hashed bool, stride, max int) *table[S, E, K] {
+func newTable[S, E any, K kernel[S, E]](k K, scope Scope, hashed bool, max int) *table[S, E, K] {
+	stride := k.stride()
 	return &table[S, E, K]{
 		k: k, scope: scope, hashed: hashed, stride: stride, max: max,
 		keyPart:   map[Scope]uint8{ScopeUser: keyUser, ScopeRoom: keyRoom, ScopeUserInRoom: keyRoomUser}[scope],
@@ -153,155 +138,6 @@ func newTable[S, E any, K kernel[S, E]](k K, scope Scope, hashed bool, stride, m
 		head:      none, tail: none, free: none,
 		zero: make([]E, stride),
 	}
-}
-
-// appendKey encodes the name of a user_in_room key: the room prefixed with
-// its length, so that no two (room, user) pairs share a name, then the user.
-func appendKey(b []byte, room, user string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(room)))
-	b = append(b, room...)
-	return append(b, user...)
-}
-
-// isKey reports whether name is appendKey(room, user), without building it.
-func isKey(name, room, user string) bool {
-	var pre [binary.MaxVarintLen64]byte
-	w := binary.PutUvarint(pre[:], uint64(len(room)))
-	return len(name) == w+len(room)+len(user) && name[:w] == string(pre[:w]) &&
-		name[w:w+len(room)] == room && name[w+len(room):] == user
-}
-
-// splitKey is the inverse of appendKey, and of the names of the other
-// scopes. Room or user is "" where the scope does not have it.
-func splitKey(key string, scope Scope) (room, user string) {
-	switch scope {
-	case ScopeUser:
-		return "", key
-	case ScopeRoom:
-		return key, ""
-	case ScopeUserInRoom:
-		n, w := binary.Uvarint([]byte(key[:min(len(key), binary.MaxVarintLen64)]))
-		return key[w : w+int(n)], key[w+int(n):]
-	}
-	return "", ""
-}
-
-// A key is a message's key in one table, and its hash in the index: the
-// message's names for a plain table (they may alias the caller's buffers:
-// insert copies what it keeps), the pair of hashes for a hashed one.
-type key struct {
-	room, user string
-	pair       pair
-	hash       uint64
-}
-
-// keyOf sets k to the key of m.
-func (t *table[S, E, K]) keyOf(m *msg, k *key) {
-	var h uint64
-	switch t.keyPart {
-	case keyUser:
-		h = m.userHash
-	case keyRoom:
-		h = m.roomHash
-	case keyRoomUser:
-		h = roomUserHash(m.roomHash, m.userHash)
-	default:
-		h = t.groupHash
-	}
-	if t.hashed {
-		*k = key{pair: pair{h, m.text}, hash: pairHash(h, m.text)}
-		return
-	}
-	*k = key{room: m.room, user: m.user, hash: h}
-}
-
-// setKey stores k in e, at place i.
-func (t *table[S, E, K]) setKey(e *entry[S], i int32, k *key) {
-	if t.hashed {
-		binary.LittleEndian.PutUint64(e.key[:8], k.pair.name)
-		binary.LittleEndian.PutUint64(e.key[8:16], k.pair.text)
-		return
-	}
-	var n int
-	switch t.keyPart {
-	case keyUser:
-		n = len(k.user)
-	case keyRoom:
-		n = len(k.room)
-	case keyRoomUser:
-		n = binary.PutUvarint(e.key[:], uint64(len(k.room))) // the length prefix: 10 bytes at most
-		n += len(k.room) + len(k.user)
-	}
-	if n > keyInline {
-		if t.long == nil {
-			t.long = make([]string, len(t.states), cap(t.states))
-		}
-		e.klen = longName
-		t.long[i] = t.longName(k)
-		return
-	}
-	e.klen = uint8(n)
-	switch t.keyPart {
-	case keyUser:
-		copy(e.key[:], k.user)
-	case keyRoom:
-		copy(e.key[:], k.room)
-	case keyRoomUser:
-		w := n - len(k.room) - len(k.user)
-		copy(e.key[w+copy(e.key[w:], k.room):], k.user)
-	}
-}
-
-// longName returns the name of k, to keep.
-func (t *table[S, E, K]) longName(k *key) string {
-	switch t.keyPart {
-	case keyUser:
-		return strings.Clone(k.user)
-	case keyRoom:
-		return strings.Clone(k.room)
-	}
-	b := appendKey(make([]byte, 0, binary.MaxVarintLen64+len(k.room)+len(k.user)), k.room, k.user)
-	return unsafe.String(unsafe.SliceData(b), len(b)) // b is not written again
-}
-
-// nameAt is the name of the key at place i of a plain table. It may alias
-// the entry: it is valid only until the entry changes.
-func (t *table[S, E, K]) nameAt(i int32) string {
-	e := &t.states[i]
-	if e.klen == longName {
-		return t.long[i]
-	}
-	return unsafe.String(&e.key[0], int(e.klen))
-}
-
-// is reports whether place i holds k.
-func (t *table[S, E, K]) is(i int32, k *key) bool {
-	e := &t.states[i]
-	if t.hashed {
-		return binary.LittleEndian.Uint64(e.key[:8]) == k.pair.name && binary.LittleEndian.Uint64(e.key[8:16]) == k.pair.text
-	}
-	switch t.keyPart {
-	case keyUser:
-		return t.nameAt(i) == k.user
-	case keyRoom:
-		return t.nameAt(i) == k.room
-	case keyRoomUser:
-		return isKey(t.nameAt(i), k.room, k.user)
-	}
-	return true // a group has one key
-}
-
-// hashOf is the index hash of the key at place i, as keyOf computed it.
-func (t *table[S, E, K]) hashOf(i int32) uint64 {
-	if t.hashed {
-		e := &t.states[i]
-		return pairHash(binary.LittleEndian.Uint64(e.key[:8]), binary.LittleEndian.Uint64(e.key[8:16]))
-	}
-	if t.keyPart == keyRoomUser {
-		room, user := splitKey(t.nameAt(i), ScopeUserInRoom)
-		return roomUserHash(nameHash(room), nameHash(user))
-	}
-	return nameHash(t.nameAt(i))
 }
 
 // find returns the place of k, or none.
@@ -330,6 +166,12 @@ func (t *table[S, E, K]) observe(m msg, mark bool) (crossed bool, count, limit i
 	defer t.mu.Unlock()
 	return t.hit(&k, &m, mark)
 }
+
+// batchChunk is how many messages observeAll (ObserveBatch) records under one taking of a
+// policy's lock: enough that the locking costs next to nothing and that
+// the cache misses of many keys overlap, few enough that a concurrent
+// Check waits some tens of microseconds at most.
+const batchChunk = 64
 
 func (t *table[S, E, K]) observeAll(ms []msg, sel []int32, mark bool, out *[]crossing) {
 	var keys [batchChunk]key
@@ -381,7 +223,6 @@ func (t *table[S, E, K]) prefetch(ms []msg, sel []int32, keys *[batchChunk]key) 
 		}
 		sink += x.slots[t.hashOf(i)>>x.shift]
 	}
-	sliding, isSliding := any(t.k).(slidingKernel)
 	for n, j := range sel {
 		i := places[n]
 		if i == none {
@@ -389,11 +230,7 @@ func (t *table[S, E, K]) prefetch(ms []msg, sel []int32, keys *[batchChunk]key) 
 		}
 		sink += uint64(t.states[i].klen)
 		if ext := t.extOf(i); len(ext) > 0 {
-			slot := 0
-			if isSliding {
-				slot = int(floorMod(rolling.FloorDiv(ms[j].at, sliding.res), sliding.n))
-			}
-			sink += uint64(*(*byte)(unsafe.Pointer(&ext[slot])))
+			sink += uint64(*(*byte)(unsafe.Pointer(&ext[t.k.slot(ms[j].at)])))
 		}
 	}
 	t.sink = sink
@@ -459,100 +296,6 @@ func (t *table[S, E, K]) active(now int64, fn func(room, user string, v Verdict,
 	}
 }
 
-// insert adds k, fresh, and returns its place, evicting first.
-func (t *table[S, E, K]) insert(k *key, at int64) int32 {
-	for range 2 {
-		if t.tail == none || !t.k.atRest(&t.states[t.tail].st, t.extOf(t.tail), at) {
-			break
-		}
-		t.remove(t.tail)
-		t.expired++
-	}
-	if t.n >= t.max {
-		t.remove(t.tail)
-		t.evicted++
-	}
-	i := t.free
-	if i != none {
-		t.free = t.links[i].next
-		copy(t.extOf(i), t.zero)
-	} else {
-		i = int32(len(t.states))
-		t.states = append(grow(t.states, 1), entry[S]{})
-		t.links = append(grow(t.links, 1), link{})
-		if t.long != nil {
-			t.long = append(grow(t.long, 1), "")
-		}
-		t.ext = append(grow(t.ext, t.stride), t.zero...)
-	}
-	e := &t.states[i]
-	*e = entry[S]{since: chat.Never, st: t.k.fresh()}
-	t.setKey(e, i, k)
-	t.links[i] = link{prev: none, next: t.head}
-	if t.head != none {
-		t.links[t.head].prev = i
-	} else {
-		t.tail = i
-	}
-	t.head = i
-	t.index.insert(k.hash, i)
-	t.n++
-	return i
-}
-
-// grow makes room for n more in a slab, doubling its capacity when full:
-// append alone would add only a quarter once the slab is large, and so copy
-// it four times as much while a table fills up.
-func grow[T any](s []T, n int) []T {
-	if cap(s)-len(s) >= n {
-		return s
-	}
-	return append(make([]T, 0, max(2*cap(s), len(s)+n, 16)), s...)
-}
-
-// touch moves place i to the head of the list.
-func (t *table[S, E, K]) touch(i int32) {
-	if t.head == i {
-		return
-	}
-	l := &t.links[i]
-	t.links[l.prev].next = l.next
-	if l.next != none {
-		t.links[l.next].prev = l.prev
-	} else {
-		t.tail = l.prev
-	}
-	l.prev, l.next = none, t.head
-	t.links[t.head].prev = i
-	t.head = i
-}
-
-// remove forgets the key at place i and puts i on the free list.
-func (t *table[S, E, K]) remove(i int32) {
-	t.index.remove(t.hashOf(i), i)
-	e := &t.states[i]
-	if t.hashed && e.klen == hasNames {
-		delete(t.names, i)
-	}
-	l := t.links[i]
-	if l.prev != none {
-		t.links[l.prev].next = l.next
-	} else {
-		t.head = l.next
-	}
-	if l.next != none {
-		t.links[l.next].prev = l.prev
-	} else {
-		t.tail = l.prev
-	}
-	if e.klen == longName {
-		t.long[i] = ""
-	}
-	t.links[i] = link{prev: none, next: t.free}
-	t.free = i
-	t.n--
-}
-
 // sweep forgets every key at rest at now, and gives memory back when most
 // of the slabs are free.
 func (t *table[S, E, K]) sweep(now int64) int {
@@ -574,64 +317,8 @@ func (t *table[S, E, K]) sweep(now int64) int {
 	return gone
 }
 
-// compact copies the live keys into new, right-sized slabs and index,
-// keeping their order.
-func (t *table[S, E, K]) compact() {
-	states := make([]entry[S], 0, 2*t.n)
-	links := make([]link, 0, 2*t.n)
-	var long []string
-	if t.long != nil {
-		long = make([]string, 0, 2*t.n)
-	}
-	ext := make([]E, 0, 2*t.n*t.stride)
-	idx := newIndex(2 * t.n)
-	var marked map[int32]names
-	if len(t.names) > 0 {
-		marked = make(map[int32]names, len(t.names))
-	}
-	for i := t.head; i != none; i = t.links[i].next {
-		j := int32(len(states))
-		states = append(states, t.states[i])
-		links = append(links, link{prev: j - 1, next: j + 1})
-		if t.long != nil {
-			long = append(long, t.long[i])
-		}
-		ext = append(ext, t.extOf(i)...)
-		idx.insert(t.hashOf(i), j)
-		if nm, ok := t.names[i]; ok {
-			marked[j] = nm
-		}
-	}
-	t.head, t.tail, t.free = none, none, none
-	if n := int32(len(states)); n > 0 {
-		links[n-1].next = none
-		t.head, t.tail = 0, n-1
-	}
-	t.states, t.links, t.long, t.ext, t.index, t.names = states, links, long, ext, idx, marked
-}
-
 func (t *table[S, E, K]) stats() (keys int, evicted, expired uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.n, t.evicted, t.expired
-}
-
-// newStore returns the store of a valid policy with defaults filled in.
-func newStore(p Policy, max int) store {
-	hashed := p.Algorithm == AlgRepeat
-	switch k := newKernel(p).(type) {
-	case slidingKernel:
-		return newTable[slidingState, uint32](k, p.Scope, hashed, int(k.n), max)
-	case counterKernel:
-		return newTable[counterState, struct{}](k, p.Scope, hashed, 0, max)
-	case fixedKernel:
-		return newTable[fixedState, struct{}](k, p.Scope, hashed, 0, max)
-	case bucketKernel:
-		return newTable[bucketState, struct{}](k, p.Scope, hashed, 0, max)
-	case gcraKernel:
-		return newTable[gcraState, struct{}](k, p.Scope, hashed, 0, max)
-	case repeatKernel:
-		return newTable[repeatState, int64](k, p.Scope, hashed, int(k.limit-1), max)
-	}
-	panic("throttle: unknown kernel")
 }

@@ -6,6 +6,9 @@ import (
 	"github.com/chatpulse/chatpulse/chat"
 )
 
+// AlgTokenBucket names TokenBucket in a Policy.
+const AlgTokenBucket Algorithm = "token_bucket"
+
 // TokenBucket lets a key spend tokens from a bucket that holds at most burst
 // of them, initially full, and refills at limit tokens per window. Each hit
 // takes one token; a hit that finds no whole token is denied. Short bursts of
@@ -37,10 +40,14 @@ type TokenBucket struct {
 }
 
 // NewTokenBucket returns a full TokenBucket of burst tokens refilled at limit
-// tokens per window; burst 0 means limit. It panics unless limit >= 1,
-// burst >= 0 and window is a positive whole number of milliseconds.
+// tokens per window; burst 0 means limit. It panics unless
+// 1 <= limit <= MaxLimit, 0 <= burst <= MaxLimit and window is a positive
+// whole number of milliseconds, at most MaxWindow.
 func NewTokenBucket(limit int, window time.Duration, burst int) *TokenBucket {
-	k := mustKernel(Policy{Algorithm: AlgTokenBucket, Limit: limit, Window: window, Burst: burst}).(bucketKernel)
+	k, err := newBucketKernel(settings{limit: limit, window: window, burst: burst})
+	if err != nil {
+		panic("throttle: NewTokenBucket: " + err.Error())
+	}
 	return &TokenBucket{k: k, s: k.fresh()}
 }
 
@@ -54,12 +61,26 @@ func (b *TokenBucket) Hit(at time.Time) Verdict {
 }
 
 type bucketKernel struct {
+	noExt
 	limit    int64 // units gained per ms
 	burst    int64
 	w        int64 // units in one token: the window in ms
 	capacity int64 // burst·w
 	fill     int64 // ms to fill an empty bucket: ceil(capacity/limit)
 }
+
+// newBucketKernel checks the settings of a token bucket and returns its
+// kernel.
+func newBucketKernel(s settings) (bucketKernel, *FieldError) {
+	limit, w, burst, err := checkBucket(s)
+	if err != nil {
+		return bucketKernel{}, err
+	}
+	return bucketKernel{limit: limit, burst: burst, w: w, capacity: burst * w, fill: ceilDiv(burst*w, limit)}, nil
+}
+
+// bucketAlg is the row of TokenBucket in the table of algorithms.
+var bucketAlg = algorithm{name: AlgTokenBucket, burst: true, kernel: kernelsOf(newBucketKernel)}
 
 type bucketState struct {
 	level int64 // units in the bucket at last

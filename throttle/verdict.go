@@ -37,6 +37,11 @@ type Limiter interface {
 // policy; the ring of SlidingWindow, the times of Repeat). Times are Unix
 // milliseconds.
 type kernel[S, E any] interface {
+	// stride is the length of ext.
+	stride() int
+	// slot is the index of the element of ext that a hit at `at` reads
+	// first (0 when there is no telling): what ObserveBatch loads early.
+	slot(at int64) int
 	// fresh is the state of a key that has seen nothing; its ext is zero.
 	fresh() S
 	// decide is pure: it must not change s or ext.
@@ -48,6 +53,13 @@ type kernel[S, E any] interface {
 	// so forgetting the key changes no answer.
 	atRest(s *S, ext []E, now int64) bool
 }
+
+// noExt is the stride and slot of a kernel whose state has no variable
+// part.
+type noExt struct{}
+
+func (noExt) stride() int      { return 0 }
+func (noExt) slot(_ int64) int { return 0 }
 
 // decideThenHit is the Hit of every standalone algorithm: the verdict just
 // before the hit, then the hit recorded.

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chatpulse/chatpulse/chat"
 )
 
 const goodPolicies = `# moderation policies
@@ -67,7 +69,7 @@ func TestParsePoliciesGood(t *testing.T) {
 	s := mustSet(t, ps)
 	for room, want := range map[string]bool{"help?": true, "helpX": false, "support-": true, "lobby": false} {
 		found := false
-		for _, d := range s.Check(time.UnixMilli(0), room, "u", "", false).Decisions {
+		for _, d := range s.Check(0, room, "u", "", false).Decisions {
 			found = found || d.Policy == "support_desk"
 		}
 		if found != want {
@@ -187,9 +189,9 @@ func FuzzParsePolicies(f *testing.F) {
 		if err != nil {
 			t.Fatalf("accepted policies do not build a Set: %v", err)
 		}
-		now := time.UnixMilli(1_764_489_600_000)
+		now := int64(1_764_489_600_000)
 		for i := range 6 {
-			s.Observe(now.Add(time.Duration(i)*time.Millisecond), "support-eu", "u", "t", false)
+			s.Observe(chat.Event{TS: now + int64(i), Room: "support-eu", User: "u", Text: "t"})
 		}
 		s.Check(now, "support-eu", "u", "t", true)
 		s.Active(now)

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/chat"
@@ -111,7 +110,7 @@ func (s *Server) check(req checkRequest) throttle.Result {
 	if req.Text != nil {
 		text = *req.Text
 	}
-	return s.thr.Check(time.UnixMilli(s.nowMs()), req.Room, req.User, text, req.Text != nil)
+	return s.thr.Check(s.nowMs(), req.Room, req.User, text, req.Text != nil)
 }
 
 // activeView is the body of GET /api/v1/throttle/active.
@@ -123,7 +122,7 @@ type activeView struct {
 // throttleActive is GET /api/v1/throttle/active.
 func (s *Server) throttleActive(r *http.Request) (any, error) {
 	now := s.nowMs()
-	v := activeView{AsOf: chat.Time(now), Active: s.thr.Active(time.UnixMilli(now))}
+	v := activeView{AsOf: chat.Time(now), Active: s.thr.Active(now)}
 	if v.Active == nil {
 		v.Active = []throttle.Active{}
 	}

@@ -41,11 +41,10 @@ type Views interface {
 }
 
 // Throttle answers the throttle check and the active keys of contract
-// sections 3 and 5; *throttle.Set is one. Web calls each once (check and
-// throttleActive), converting its Unix milliseconds there.
+// sections 3 and 5, at now in Unix milliseconds; *throttle.Set is one.
 type Throttle interface {
-	Check(now time.Time, room, user, text string, hasText bool) throttle.Result
-	Active(now time.Time) []throttle.Active
+	Check(now int64, room, user, text string, hasText bool) throttle.Result
+	Active(now int64) []throttle.Active
 }
 
 var (

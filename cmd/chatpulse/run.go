@@ -271,8 +271,8 @@ func (m *Main) janitor() {
 		case <-m.stop:
 			return
 		case <-t.C:
-			now := m.Now()
-			m.agg.Advance(now.UnixMilli())
+			now := m.Now().UnixMilli()
+			m.agg.Advance(now)
 			m.thr.Sweep(now)
 		}
 	}
