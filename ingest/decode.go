@@ -115,7 +115,7 @@ func Decode(data []byte, now, maxSkewMs int64) (Event, error) {
 	if len(data) > MaxPayload {
 		return Event{}, &Error{ReasonTooLarge, fmt.Sprintf("payload is %d bytes, more than the limit of %d", len(data), MaxPayload)}
 	}
-	d := decoder{data: data}
+	d := decoder{scanner: scanner{data: data}}
 	ev, ts, hasTS, err := d.object()
 	if err != nil {
 		return Event{}, err

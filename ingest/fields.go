@@ -20,8 +20,7 @@ const (
 // scan goes on, because a malformed payload must be reported as malformed
 // wherever its fault lies.
 type decoder struct {
-	data    []byte
-	i       int    // next byte to read
+	scanner
 	invalid *Error // the first invalid field, if any
 }
 

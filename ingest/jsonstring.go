@@ -30,10 +30,10 @@ var plain = func() (t [256]bool) {
 
 // str scans the JSON string whose opening quote is data[i] and returns it
 // with the index after its closing quote.
-func (d *decoder) str(i int) (s str, next int, err *Error) {
-	data := d.data
+func (sc *scanner) str(i int) (s str, next int, err *Error) {
+	data := sc.data
 	if i >= len(data) || data[i] != '"' {
-		return s, i, d.unexpected(i, "looking for an object key")
+		return s, i, sc.unexpected(i, "looking for an object key")
 	}
 	i++
 	s.start = i
@@ -50,7 +50,7 @@ func (d *decoder) str(i int) (s str, next int, err *Error) {
 			i++
 		}
 		if i >= len(data) {
-			return s, i, d.syntax(i, "unexpected end of input in string")
+			return s, i, sc.syntax(i, "unexpected end of input in string")
 		}
 		switch c := data[i]; {
 		case c == '"':
@@ -59,7 +59,7 @@ func (d *decoder) str(i int) (s str, next int, err *Error) {
 		case c == '\\':
 			s.esc = true
 			if i+1 >= len(data) {
-				return s, i, d.syntax(i+1, "unexpected end of input in string escape")
+				return s, i, sc.syntax(i+1, "unexpected end of input in string escape")
 			}
 			switch data[i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
@@ -67,18 +67,18 @@ func (d *decoder) str(i int) (s str, next int, err *Error) {
 			case 'u':
 				for j := i + 2; j < i+6; j++ {
 					if j >= len(data) {
-						return s, j, d.syntax(j, "unexpected end of input in \\u escape")
+						return s, j, sc.syntax(j, "unexpected end of input in \\u escape")
 					}
 					if unhex(data[j]) < 0 {
-						return s, j, d.unexpected(j, "in \\u escape")
+						return s, j, sc.unexpected(j, "in \\u escape")
 					}
 				}
 				i += 6
 			default:
-				return s, i, d.unexpected(i+1, "in string escape")
+				return s, i, sc.unexpected(i+1, "in string escape")
 			}
 		case c < 0x20:
-			return s, i, d.syntax(i, fmt.Sprintf("control character 0x%02x in string", c))
+			return s, i, sc.syntax(i, fmt.Sprintf("control character 0x%02x in string", c))
 		default:
 			s.other = true
 			i++
@@ -102,8 +102,8 @@ func special(w uint64) bool {
 // no change, otherwise a new string unescaped as encoding/json does, with
 // U+FFFD for each invalid UTF-8 byte and unpaired surrogate escape. bad
 // reports whether there was any.
-func (d *decoder) value(s str) (v string, bad bool) {
-	raw := d.data[s.start:s.end]
+func (sc *scanner) value(s str) (v string, bad bool) {
+	raw := sc.data[s.start:s.end]
 	if !s.esc && (!s.other || utf8.Valid(raw)) {
 		return alias(raw), false
 	}
