@@ -25,21 +25,21 @@ const (
 	MaxTS = 253402300799999
 )
 
-// Event is one decoded chat event.
+// Event is one decoded chat event: the chat.Event that the aggregator and
+// the throttle policies take, and what else Decode learned of it.
 //
 // Room, User and Text alias the payload (no copy) when they hold no
 // escapes, so the payload must not be modified while the Event is in use,
 // and callers that keep one of them beyond that (a map key, say) must copy
 // it, e.g. with strings.Clone.
+//
+// TS is the event's ts, or now when ts is absent or null. Text is the text
+// field when it is a JSON string, "" otherwise; invalid UTF-8 and unpaired
+// surrogate escapes in it are replaced by U+FFFD, as encoding/json does, so
+// Text is always valid UTF-8.
 type Event struct {
-	Room, User string
-	// TS is in Unix milliseconds: the event's ts, or now when ts is absent
-	// or null.
-	TS int64
-	// Text is the text field when it is a JSON string, "" otherwise.
-	// Invalid UTF-8 and unpaired surrogate escapes in it are replaced by
-	// U+FFFD, as encoding/json does, so Text is always valid UTF-8.
-	Text    string
+	chat.Event
+	// HasText is true when text is a JSON string, "" included.
 	HasText bool
 	// Counted is true when type is absent, null or "message". False: another
 	// type (join, edit, ""...), accepted and ignored by the counters.

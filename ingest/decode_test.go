@@ -55,7 +55,7 @@ func bad(name, in string, rsn Reason, msg string) decodeCase {
 
 // ev is the event most cases expect: room a, user b, no ts, counted.
 func ev(mod func(*Event)) Event {
-	e := Event{Room: "a", User: "b", TS: testNow, Counted: true}
+	e := Event{Event: chat.Event{Room: "a", User: "b", TS: testNow}, Counted: true}
 	if mod != nil {
 		mod(&e)
 	}
@@ -70,7 +70,7 @@ var long = strings.Repeat("x", 100)
 var decodeCases = []decodeCase{
 	// Accepted.
 	ok("contract example", `{"id": "m-184467", "room": "lobby", "user": "alice", "ts": "2026-11-30T07:00:00.123Z", "text": "hi"}`,
-		Event{Room: "lobby", User: "alice", TS: ms("2026-11-30T07:00:00.123Z"), Text: "hi", HasText: true, Counted: true}),
+		Event{Event: chat.Event{Room: "lobby", User: "alice", TS: ms("2026-11-30T07:00:00.123Z"), Text: "hi"}, HasText: true, Counted: true}),
 	ok("minimal", `{"room":"a","user":"b"}`, ev(nil)),
 	ok("whitespace everywhere", " \r\n\t{ \"room\" :\t\"a\" ,\n\"user\"\r:\"b\" , \"text\" : \"t\" }\n ",
 		ev(func(e *Event) { e.Text, e.HasText = "t", true })),
