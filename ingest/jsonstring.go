@@ -17,8 +17,9 @@ type str struct {
 }
 
 // plain marks the bytes a string may hold that need no second look:
-// printable ASCII except '"' and '\\'. DEL is left out so that room and
-// user learn of it from the scan.
+// printable ASCII except '"' and '\\'. DEL needs none either, but goes
+// with the bytes above it, as in special: that only costs a string that
+// holds one a utf8.Valid in value.
 var plain = func() (t [256]bool) {
 	for c := 0x20; c < 0x7f; c++ {
 		t[c] = true
