@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -31,26 +32,76 @@ const MaxNameLen = 128
 // in the error: a name is valid UTF-8, 1..MaxNameLen bytes, without control
 // characters (C0, DEL, C1), and the first of these it breaks is reported.
 func CheckName(field, v string) error {
-	plain := len(v) // the length of the plain printable ASCII prefix
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c < 0x20 || c >= 0x7f {
-			plain = i
-			break
+	ctl := rune(-1) // the first control character
+	if !printable(v) {
+		// One pass finds the first invalid byte and the first control
+		// character; they are reported in the rule's order.
+		for i, r := range v {
+			if r >= 0x20 && r < 0x7f || r > 0x9f && r != utf8.RuneError {
+				continue // not C0, DEL or C1 (U+0000..U+001F, U+007F..U+009F)
+			}
+			// An invalid byte decodes as U+FFFD, but is not its UTF-8.
+			if r == utf8.RuneError && !strings.HasPrefix(v[i:], "\uFFFD") {
+				return fmt.Errorf("%s: must be valid UTF-8", field)
+			}
+			if ctl < 0 && unicode.IsControl(r) {
+				ctl = r
+			}
 		}
-	}
-	rest := v[plain:]
-	if !utf8.ValidString(rest) {
-		return fmt.Errorf("%s: must be valid UTF-8", field)
 	}
 	if len(v) == 0 || len(v) > MaxNameLen {
 		return fmt.Errorf("%s: must be 1..%d bytes, got %d", field, MaxNameLen, len(v))
 	}
-	for _, r := range rest {
-		if unicode.IsControl(r) {
-			return fmt.Errorf("%s: must not contain control characters, got %U", field, r)
-		}
+	if ctl >= 0 {
+		return fmt.Errorf("%s: must not contain control characters, got %U", field, ctl)
 	}
 	return nil
+}
+
+// printable reports whether v is all printable ASCII (0x20..0x7e), which
+// most names are. CheckName runs on ingest's hot path, twice for every
+// event, so printable tests 8 bytes at a time and does not loop over the
+// bytes of a short name: it reads v in words, the last one overlapping the
+// one before, and a name of 4 to 7 bytes as two overlapping halves.
+func printable(v string) bool {
+	n := len(v)
+	switch {
+	case n >= 8:
+		for i := 0; i < n-8; i += 8 {
+			if !printable8(word(v[i:])) {
+				return false
+			}
+		}
+		return printable8(word(v[n-8:]))
+	case n >= 4:
+		return printable8(half(v) | half(v[n-4:])<<32)
+	}
+	for i := 0; i < n; i++ {
+		if v[i]-0x20 >= 0x7f-0x20 { // wraps around below 0x20
+			return false
+		}
+	}
+	return true
+}
+
+// printable8 reports whether each byte of w is printable ASCII.
+func printable8(w uint64) bool {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	// Bytes of 0x7f and up set their high bit in w or in w+lo; the lowest
+	// byte below 0x20 sets its own in w-lo*0x20. Other bytes set none: every
+	// carry or borrow starts at one of those.
+	return (w|(w+lo)|(w-lo*0x20))&hi == 0
+}
+
+// word is the first 8 bytes of s, little-endian; half the first 4.
+func word(s string) uint64 {
+	_ = s[7]
+	return half(s) | half(s[4:])<<32
+}
+
+func half(s string) uint64 {
+	_ = s[3]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24
 }
 
 // Never is the time of a clock that has seen nothing yet: before every

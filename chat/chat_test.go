@@ -2,6 +2,7 @@ package chat
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"unicode"
@@ -53,6 +54,10 @@ func TestCheckName(t *testing.T) {
 		"\xff":                            "room: must be valid UTF-8",
 		"\xed\xa0\x80":                    "room: must be valid UTF-8", // a lone surrogate
 		"\xff" + strings.Repeat("a", 200): "room: must be valid UTF-8",
+		"\ufffd":                          "",
+		"a\x00\u0085\xff":                 "room: must be valid UTF-8",
+		strings.Repeat("é", 65) + "\x01":  "room: must be 1..128 bytes, got 131",
+		"\ufffd\u0085\x00":                "room: must not contain control characters, got U+0085",
 	} {
 		got := ""
 		if err := CheckName("room", name); err != nil {
@@ -64,15 +69,49 @@ func TestCheckName(t *testing.T) {
 	}
 }
 
-// FuzzCheckName holds CheckName to the rule written plainly.
+// Every byte value, at every place of names of every length up to three
+// words, is judged as the rule says: CheckName reads a name in words and
+// halves that overlap, and each byte must be looked at by one of them.
+func TestCheckNameEveryByte(t *testing.T) {
+	for n := 1; n <= 24; n++ {
+		for pos := range n {
+			for c := range 256 {
+				b := []byte(strings.Repeat("a", n))
+				b[pos] = byte(c)
+				s := string(b)
+				ok := c >= 0x20 && c < 0x7f
+				if err := CheckName("user", s); (err == nil) != ok {
+					t.Fatalf("CheckName(%q) = %v, want ok=%v", s, err, ok)
+				}
+			}
+		}
+	}
+}
+
+// FuzzCheckName holds CheckName to the rule written plainly, and its
+// error to the first part of the rule that s breaks.
 func FuzzCheckName(f *testing.F) {
-	for _, s := range []string{"lobby", "", "a\x00", "\xff", "größe", "\u0085", strings.Repeat("x", 129)} {
+	for _, s := range []string{"lobby", "", "a\x00", "\xff", "größe", "\u0085", strings.Repeat("x", 129), "\ufffd\x01\xff"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		ok := utf8.ValidString(s) && len(s) >= 1 && len(s) <= MaxNameLen && strings.IndexFunc(s, unicode.IsControl) < 0
-		if err := CheckName("user", s); (err == nil) != ok {
+		err := CheckName("user", s)
+		if (err == nil) != ok {
 			t.Fatalf("CheckName(%q) = %v, want ok=%v", s, err, ok)
+		}
+		want := "<nil>"
+		switch ctl := strings.IndexFunc(s, unicode.IsControl); {
+		case !utf8.ValidString(s):
+			want = "user: must be valid UTF-8"
+		case len(s) < 1 || len(s) > MaxNameLen:
+			want = fmt.Sprintf("user: must be 1..%d bytes, got %d", MaxNameLen, len(s))
+		case ctl >= 0:
+			r, _ := utf8.DecodeRuneInString(s[ctl:])
+			want = fmt.Sprintf("user: must not contain control characters, got %U", r)
+		}
+		if fmt.Sprint(err) != want {
+			t.Fatalf("CheckName(%q) = %v, want %s", s, err, want)
 		}
 	})
 }

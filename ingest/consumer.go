@@ -178,7 +178,7 @@ func (c *Consumer) handle(batch []Msg, j *job) {
 		}
 		c.decoded = append(c.decoded, ev)
 		c.from = append(c.from, i)
-		c.evs = append(c.evs, chat.Event{Room: ev.Room, User: ev.User, TS: ev.TS})
+		c.evs = append(c.evs, ev.Event)
 	}
 	c.late = c.agg.Observe(nowMs, c.evs, c.late[:0])
 	late := c.late
