@@ -189,7 +189,7 @@ func (c *Consumer) handle(batch []Msg, j *job) {
 			c.reject(m, &Error{Reason: ReasonLate, Msg: fmt.Sprintf("ts %s: older than every window", chat.Time(ev.TS))})
 			continue
 		}
-		j.evs = append(j.evs, chat.Event{Room: ev.Room, User: ev.User, TS: ev.TS, Text: ev.Text})
+		j.evs = append(j.evs, ev.Event)
 		j.replay = append(j.replay, m.Replay)
 	}
 }
