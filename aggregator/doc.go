@@ -1,0 +1,18 @@
+// Package aggregator keeps the live views of chat traffic: per window, the
+// overall count and series, the messages of every active room and user,
+// distinct users per room and overall, and the top talkers and rooms. It
+// owns all of that state behind one lock and answers the contract's views
+// (section 3) at any as_of.
+//
+// Every window holds two sparse keyed counters (rolling.Keyed), one for
+// (room, user) pairs and one for rooms (whose cells are also the room's
+// series), and a dense counter for the total. A user's count is the sum of
+// its pairs', kept as they rise and fall. An event is one add to each
+// counter and one push into each of three lazily-deleted heaps (topk): the
+// room's talkers, the top rooms and the top users. Expiry runs through
+// rolling's callbacks, which is where counts and distinct counts fall and
+// where a pair, room or user with nothing left in any window is forgotten.
+// So memory is bounded by what the windows hold.
+//
+// It never reads the wall clock: callers pass now (Unix milliseconds).
+package aggregator

@@ -1,0 +1,188 @@
+package aggregator
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/topk"
+)
+
+// The reads: every view of contract section 3, each under the lock and
+// at the as_of T = max(now, newest accepted event time).
+
+// window finds a window by name; "" is the first.
+func (a *Aggregator) window(name string) (*window, error) {
+	if name == "" {
+		return a.ws[0], nil
+	}
+	for _, w := range a.ws {
+		if w.Name == name {
+			return w, nil
+		}
+	}
+	return nil, fmt.Errorf("%w %q; configured: %s", ErrUnknownWindow, name, strings.Join(a.WindowNames(), ", "))
+}
+
+// WindowNames lists the configured windows, the default first.
+func (a *Aggregator) WindowNames() []string {
+	names := make([]string, len(a.ws))
+	for i, w := range a.ws {
+		names[i] = w.Name
+	}
+	return names
+}
+
+// Windows is the windows view.
+func (a *Aggregator) Windows() Windows {
+	v := Windows{Windows: make([]WindowInfo, len(a.ws))}
+	for i, w := range a.ws {
+		v.Windows[i] = WindowInfo{Name: w.Name, Seconds: w.Size.Seconds(), ResolutionSeconds: w.Res.Seconds()}
+	}
+	return v
+}
+
+// read brings the window named win up to date for a view at now, and
+// returns it with the as_of T and its bucket. The caller holds the lock.
+func (a *Aggregator) read(win string, now int64) (w *window, t, b int64, err error) {
+	w, err = a.window(win)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	t = a.tick(now)
+	b = w.bucket(t)
+	w.advance(b)
+	return w, t, b, nil
+}
+
+func (w *window) rate(messages int64) float64 { return float64(messages) / w.Size.Seconds() }
+
+func talkers(items []*topk.Item) []Talker {
+	out := make([]Talker, len(items))
+	for i, it := range items {
+		out[i] = Talker{User: it.Name, Messages: *it.Count}
+	}
+	return out
+}
+
+// Overview is the overview of a window, with its k top users and rooms.
+func (a *Aggregator) Overview(win string, k int, now int64) (Overview, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	w, t, b, err := a.read(win, now)
+	if err != nil {
+		return Overview{}, err
+	}
+	var items [MaxK]*topk.Item
+	v := Overview{
+		Window:        w.Name,
+		AsOf:          chat.Time(t),
+		Messages:      w.total.Count(b),
+		DistinctUsers: w.users,
+		ActiveRooms:   w.rooms.Keys(),
+		TopUsers:      talkers(w.topUsers.Top(k, items[:0])),
+		Series:        w.total.Series(b, make([]int64, 0, w.n)),
+	}
+	v.Rate = w.rate(v.Messages)
+	v.TopTalker = topTalker(v.TopUsers)
+	top := w.topRooms.Top(k, items[:0])
+	v.TopRooms = make([]RoomCount, len(top))
+	for i, it := range top {
+		v.TopRooms[i] = RoomCount{Room: it.Name, Messages: *it.Count}
+	}
+	return v, nil
+}
+
+// Rooms lists up to limit active rooms of a window, busiest first.
+func (a *Aggregator) Rooms(win string, limit int, now int64) (Rooms, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	w, t, _, err := a.read(win, now)
+	if err != nil {
+		return Rooms{}, err
+	}
+	top := w.topRooms.Top(limit, nil)
+	v := Rooms{Window: w.Name, AsOf: chat.Time(t), Rooms: make([]RoomSummary, len(top))}
+	var one [1]*topk.Item
+	for i, it := range top {
+		rw := &a.rooms[it.Name].w[w.i]
+		s := RoomSummary{Room: it.Name, Messages: *it.Count, Rate: w.rate(*it.Count), DistinctUsers: rw.distinct}
+		if tt := rw.talkers.Top(1, one[:0]); len(tt) > 0 {
+			s.TopTalker = &Talker{User: tt[0].Name, Messages: *tt[0].Count}
+		}
+		v.Rooms[i] = s
+	}
+	return v, nil
+}
+
+// Room is one room's view of a window; a room without messages in it
+// answers zeros.
+func (a *Aggregator) Room(name, win string, k int, now int64) (Room, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	w, t, _, err := a.read(win, now)
+	if err != nil {
+		return Room{}, err
+	}
+	v := Room{Room: name, Window: w.Name, AsOf: chat.Time(t), TopUsers: []Talker{}}
+	series := make([]int64, 0, w.n)
+	r := a.rooms[name]
+	if r == nil || r.w[w.i].tally.Count == 0 {
+		v.Series = append(series, make([]int64, w.n)...)
+		return v, nil
+	}
+	rw := &r.w[w.i]
+	var items [MaxK]*topk.Item
+	v.Messages = rw.tally.Count
+	v.Rate = w.rate(v.Messages)
+	v.DistinctUsers = rw.distinct
+	v.TopUsers = talkers(rw.talkers.Top(k, items[:0]))
+	v.TopTalker = topTalker(v.TopUsers)
+	v.Series = w.rooms.Series(rw, series)
+	return v, nil
+}
+
+// User is one user's view of a window: its messages and the rooms they were
+// in, busiest first.
+func (a *Aggregator) User(name, win string, now int64) (User, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	w, t, _, err := a.read(win, now)
+	if err != nil {
+		return User{}, err
+	}
+	v := User{User: name, Window: w.Name, AsOf: chat.Time(t), Rooms: []RoomCount{}}
+	u := a.users[name]
+	if u == nil {
+		return v, nil
+	}
+	v.Messages = u.w[w.i].count
+	for _, p := range u.pairs {
+		if c := p.w[w.i].tally.Count; c > 0 {
+			v.Rooms = append(v.Rooms, RoomCount{Room: p.room.name, Messages: c})
+		}
+	}
+	slices.SortFunc(v.Rooms, func(x, y RoomCount) int {
+		if c := cmp.Compare(y.Messages, x.Messages); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Room, y.Room)
+	})
+	return v, nil
+}
+
+// Stats are the numbers behind the aggregator's metrics.
+type Stats struct {
+	Rooms, Users int      // tracked: with messages in some window
+	Pairs        int      // tracked (room, user) pairs
+	Late         []uint64 // per window, events it skipped as too old
+}
+
+// Stats reads the counters for metrics.
+func (a *Aggregator) Stats() Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return Stats{Rooms: len(a.rooms), Users: len(a.users), Pairs: len(a.pairs), Late: slices.Clone(a.late)}
+}
