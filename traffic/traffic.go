@@ -13,6 +13,8 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"time"
+
+	"github.com/chatpulse/chatpulse/chat"
 )
 
 // Config of a generator.
@@ -168,7 +170,7 @@ func (g *Generator) event(ts int64, room, user, text string) []byte {
 	b = append(b, `","user":"`...)
 	b = append(b, user...)
 	b = append(b, `","ts":"`...)
-	b = time.UnixMilli(ts).UTC().AppendFormat(b, "2006-01-02T15:04:05.000Z07:00")
+	b = chat.Time(ts).AppendFormat(b)
 	b = append(b, `","text":"`...)
 	b = append(b, text...)
 	b = append(b, `"}`...)
