@@ -23,10 +23,37 @@ type Msg struct {
 	Subject  string
 	Data     []byte
 	Header   map[string][]string
-	Received int64 // Unix ms it reached NATS, if known (JetStream), else 0
-	Replay   bool  // read while catching up: no alerts, no dead letters
-	CaughtUp bool  // the last message of the replay
+	Received int64  // Unix ms it reached NATS, if known (JetStream), else 0
+	Seq      uint64 // its stream sequence, if known (JetStream), else 0
+	Replay   bool   // handled before (by an earlier run): no alerts, no dead letters
+	CaughtUp bool   // the last message of the replay
+	Sink     *Sink  // where it is counted; nil: the consumer's own sink
 }
+
+// A Sink is where events are counted: an aggregator and the throttle
+// policies that go with it. A consumer has one of its own; in a group,
+// each partition's stage is a sink, and each message names its own.
+type Sink struct {
+	Agg *aggregator.Aggregator
+	Thr *throttle.Set // nil: no policies
+	// Quiet marks a second reading of events that another sink reports:
+	// its rejections are neither counted nor dead-lettered, and its
+	// messages are not in the metrics.
+	Quiet bool
+	// Match, if set, says whether a decoded event belongs here: whether
+	// the subject it came on names its room and user. One that does not
+	// is rejected as subject_mismatch.
+	Match func(m *Msg, ev *chat.Event) bool
+	// OnCaughtUp, if set, is called, on the consumer's goroutine, once the
+	// message marked CaughtUp has been handled.
+	OnCaughtUp func()
+
+	seq atomic.Uint64 // stream sequence of the newest message handled
+}
+
+// Seq is the stream sequence of the newest message the sink has handled
+// (its throttle policies included).
+func (s *Sink) Seq() uint64 { return s.seq.Load() }
 
 // A Source delivers messages. Next waits until at least one has arrived or
 // delivery has stopped, then appends to buf what has arrived, up to
@@ -52,34 +79,32 @@ type Config struct {
 	OnAlert func(throttle.Alert)
 }
 
-// Consumer reads events from a Source into the aggregator and the throttle
-// set.
+// Consumer reads events from a Source into sinks.
 type Consumer struct {
-	cfg Config
-	agg *aggregator.Aggregator
-	thr *throttle.Set
-	m   *metrics
+	cfg  Config
+	sink *Sink // for messages that name none
+	m    *metrics
 
 	ready   atomic.Bool
 	handled atomic.Uint64 // messages handled, of every kind
 	done    chan struct{} // closed when the loop has handled everything
 
 	// scratch of handle, owned by the loop
-	evs     []chat.Event
-	decoded []Event
-	from    []int
-	late    []int
+	evs  []chat.Event
+	from []int
+	late []int
 }
 
-// New returns a consumer; Start starts it.
-func New(agg *aggregator.Aggregator, thr *throttle.Set, reg prometheus.Registerer, cfg Config) *Consumer {
+// New returns a consumer that counts in sink what names no other; Start
+// starts it.
+func New(sink *Sink, reg prometheus.Registerer, cfg Config) *Consumer {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Consumer{cfg: cfg, agg: agg, thr: thr, m: newMetrics(reg), done: make(chan struct{})}
+	return &Consumer{cfg: cfg, sink: sink, m: newMetrics(reg), done: make(chan struct{})}
 }
 
 // Ready reports whether the consumer has caught up with its source: it has
@@ -140,84 +165,149 @@ func (c *Consumer) loop(src Source) {
 }
 
 // job is a batch's work for the throttle goroutine: the events the
-// aggregator counted, and the batch's numbers, reported once it is done.
+// aggregators counted, in runs of one sink each, and the batch's numbers,
+// reported once it is done.
 type job struct {
 	evs                         []chat.Event
 	replay                      []bool
+	runs                        []run
 	messages, received, ignored int
-	caughtUp                    bool
+}
+
+// run is the part of a batch that went to one sink: its events are
+// evs[start:end] of the job.
+type run struct {
+	sink       *Sink
+	start, end int
+	seq        uint64 // the newest stream sequence among its messages
+	caughtUp   bool
 }
 
 // handle decodes a batch, counts what is good, dead-letters the rest, and
-// fills j with what the throttle policies must see.
+// fills j with what the throttle policies must see. Consecutive messages
+// for one sink are handled as one run, under one taking of its locks.
 func (c *Consumer) handle(batch []Msg, j *job) {
-	now := c.cfg.Now()
-	nowMs := now.UnixMilli()
+	nowMs := c.cfg.Now().UnixMilli()
+	*j = job{evs: j.evs[:0], replay: j.replay[:0], runs: j.runs[:0], messages: len(batch)}
+	for start := 0; start < len(batch); {
+		s := c.sinkOf(&batch[start])
+		end := start + 1
+		for end < len(batch) && c.sinkOf(&batch[end]) == s {
+			end++
+		}
+		c.handleRun(batch[start:end], s, nowMs, j)
+		start = end
+	}
+}
+
+func (c *Consumer) sinkOf(m *Msg) *Sink {
+	if m.Sink != nil {
+		return m.Sink
+	}
+	return c.sink
+}
+
+// handleRun handles messages for one sink.
+func (c *Consumer) handleRun(msgs []Msg, s *Sink, nowMs int64, j *job) {
 	skew := c.cfg.MaxSkew.Milliseconds()
-	c.evs, c.decoded, c.from = c.evs[:0], c.decoded[:0], c.from[:0]
-	*j = job{evs: j.evs[:0], replay: j.replay[:0], messages: len(batch)}
-	for i := range batch {
-		m := &batch[i]
-		j.caughtUp = j.caughtUp || m.CaughtUp
+	r := run{sink: s, start: len(j.evs)}
+	c.evs, c.from = c.evs[:0], c.from[:0]
+	for i := range msgs {
+		m := &msgs[i]
+		r.caughtUp = r.caughtUp || m.CaughtUp
+		r.seq = max(r.seq, m.Seq)
 		if c.cfg.Own != "" && strings.HasPrefix(m.Subject, c.cfg.Own) {
 			continue // never our own subjects, whatever the filter says
 		}
-		j.received++
+		if !s.Quiet {
+			j.received++
+		}
 		received := nowMs
 		if m.Received != 0 {
 			received = m.Received
 		}
 		ev, err := Decode(m.Data, received, skew)
-		if err != nil {
-			c.reject(m, err.(*Error))
-			continue
+		switch {
+		case err != nil:
+			c.reject(m, s, err.(*Error))
+		case !ev.Counted:
+			if !s.Quiet {
+				j.ignored++
+			}
+		case s.Match != nil && !s.Match(m, &ev.Event):
+			c.reject(m, s, &Error{Reason: ReasonSubjectMismatch, Msg: fmt.Sprintf("subject %s does not name the event's room %q and user %q", m.Subject, clip(ev.Room), clip(ev.User))})
+		default:
+			c.evs = append(c.evs, ev.Event)
+			c.from = append(c.from, i)
 		}
-		if !ev.Counted {
-			j.ignored++
-			continue
-		}
-		c.decoded = append(c.decoded, ev)
-		c.from = append(c.from, i)
-		c.evs = append(c.evs, ev.Event)
 	}
-	c.late = c.agg.Observe(nowMs, c.evs, c.late[:0])
+	c.late = s.Agg.Observe(nowMs, c.evs, c.late[:0])
 	late := c.late
-	for k := range c.decoded {
-		ev, m := &c.decoded[k], &batch[c.from[k]]
+	for k, ev := range c.evs {
+		m := &msgs[c.from[k]]
 		if len(late) > 0 && late[0] == k {
 			late = late[1:]
-			c.reject(m, &Error{Reason: ReasonLate, Msg: fmt.Sprintf("ts %s: older than every window", chat.Time(ev.TS))})
+			c.reject(m, s, &Error{Reason: ReasonLate, Msg: fmt.Sprintf("ts %s: older than every window", chat.Time(ev.TS))})
 			continue
 		}
-		j.evs = append(j.evs, ev.Event)
+		j.evs = append(j.evs, ev)
 		j.replay = append(j.replay, m.Replay)
 	}
+	r.end = len(j.evs)
+	j.runs = append(j.runs, r)
 }
 
-// throttle feeds a job's events to the policies, then reports the batch.
-// Until then the batch does not show in the metrics or in Handled, so that
-// whoever waits for a message to be received sees its throttle state too.
+// throttle feeds a job's events to the policies of their sinks, then
+// reports the batch. Until then the batch does not show in the metrics or
+// in Handled, so that whoever waits for a message to be received sees its
+// throttle state too.
 func (c *Consumer) throttle(j *job) {
-	c.thr.ObserveBatch(j.evs, func(i int, a throttle.Alert) {
-		if !j.replay[i] && c.cfg.OnAlert != nil { // a replayed event's alert went out when it was live
-			c.cfg.OnAlert(a)
+	accepted := 0
+	for _, r := range j.runs {
+		evs := j.evs[r.start:r.end]
+		if r.sink.Thr != nil {
+			replay := j.replay[r.start:r.end]
+			r.sink.Thr.ObserveBatch(evs, func(i int, a throttle.Alert) {
+				if !replay[i] && c.cfg.OnAlert != nil { // a replayed event's alert went out when it was live
+					c.cfg.OnAlert(a)
+				}
+			})
 		}
-	})
+		if !r.sink.Quiet {
+			accepted += len(evs)
+		}
+		if r.seq != 0 {
+			r.sink.seq.Store(r.seq)
+		}
+		if r.caughtUp {
+			c.caughtUp(r.sink)
+		}
+	}
 	c.m.received.Add(float64(j.received))
 	c.m.ignored.Add(float64(j.ignored))
-	c.m.accepted.Add(float64(len(j.evs)))
+	c.m.accepted.Add(float64(accepted))
 	c.handled.Add(uint64(j.messages))
-	if j.caughtUp && !c.ready.Load() {
+	clear(j.evs) // let the payloads go
+}
+
+// caughtUp notes that a sink's replay has been handled.
+func (c *Consumer) caughtUp(s *Sink) {
+	if s.OnCaughtUp != nil {
+		s.OnCaughtUp()
+	}
+	if s == c.sink && !c.ready.Load() {
 		c.ready.Store(true)
 		c.cfg.Log.Info("replay caught up")
 	}
-	clear(j.evs) // let the payloads go
 }
 
 // reject counts a rejected message and hands it to OnReject, to be
 // dead-lettered. Replayed messages were dead-lettered when they first
-// arrived, and are not again.
-func (c *Consumer) reject(m *Msg, err *Error) {
+// arrived, and are not again; a quiet sink's are another sink's to report.
+func (c *Consumer) reject(m *Msg, s *Sink, err *Error) {
+	if s.Quiet {
+		return
+	}
 	c.m.rejected[err.Reason].Inc()
 	if !m.Replay && c.cfg.OnReject != nil {
 		c.cfg.OnReject(m, err)

@@ -61,12 +61,16 @@ const (
 	ReasonTooLarge  Reason = "too_large" // more than MaxPayload bytes
 	ReasonLate      Reason = "late"      // older than every window: decided by the aggregator, never by Decode
 	ReasonFuture    Reason = "future"    // ts more than the allowed skew ahead of now
+	// ReasonSubjectMismatch: in a group, the subject does not name the
+	// payload's room and user (contract section 8); decided by the sink,
+	// never by Decode.
+	ReasonSubjectMismatch Reason = "subject_mismatch"
 )
 
 // Reasons returns every rejection reason, so that each labelled metric
 // series can be exported at 0 from the start.
 func Reasons() []Reason {
-	return []Reason{ReasonMalformed, ReasonInvalid, ReasonTooLarge, ReasonLate, ReasonFuture}
+	return []Reason{ReasonMalformed, ReasonInvalid, ReasonTooLarge, ReasonLate, ReasonFuture, ReasonSubjectMismatch}
 }
 
 // Error is a rejected event. Msg is one human-readable line naming the

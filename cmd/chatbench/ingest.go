@@ -292,7 +292,7 @@ func phaseChatpulse(url string, n int, useJS bool, stream string, warm bool, pub
 	if err != nil {
 		return phase{}, err
 	}
-	c := ingest.New(agg, thr, prometheus.NewRegistry(), ingest.Config{
+	c := ingest.New(&ingest.Sink{Agg: agg, Thr: thr}, prometheus.NewRegistry(), ingest.Config{
 		Own: bus.OwnPrefix, MaxSkew: 5 * time.Second, Log: quiet,
 		OnReject: b.DeadLetter,
 	})

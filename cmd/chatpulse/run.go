@@ -101,7 +101,7 @@ func (m *Main) build() error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(newStatsCollector(m.agg, m.thr, func() uint64 { return m.bus.Dropped() }))
 
-	m.consumer = ingest.New(m.agg, m.thr, reg, ingest.Config{
+	m.consumer = ingest.New(&ingest.Sink{Agg: m.agg, Thr: m.thr}, reg, ingest.Config{
 		Own:      bus.OwnPrefix,
 		MaxSkew:  c.MaxSkew,
 		Now:      m.Now,
