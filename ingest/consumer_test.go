@@ -1,0 +1,93 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/rolling"
+	"github.com/chatpulse/chatpulse/throttle"
+)
+
+// slice is a Source over messages given up front, delivered a few at a
+// time.
+type slice struct{ msgs []Msg }
+
+func (s *slice) Next(buf []Msg) ([]Msg, bool) {
+	n := min(3, len(s.msgs), cap(buf)-len(buf))
+	buf = append(buf, s.msgs[:n]...)
+	s.msgs = s.msgs[n:]
+	return buf, len(s.msgs) > 0
+}
+
+func newSink(t *testing.T, quiet bool) *Sink {
+	ws, _ := rolling.ParseWindows("1m")
+	agg, err := aggregator.New(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	thr, _ := throttle.NewSet(throttle.DefaultPolicies())
+	return &Sink{Agg: agg, Thr: thr, Quiet: quiet}
+}
+
+// Messages go to the sink they name; a quiet sink counts but reports
+// nothing; Match rejects what does not belong; every sink learns its
+// newest sequence and when its replay is done.
+func TestSinks(t *testing.T) {
+	now := time.UnixMilli(1_764_000_000_000)
+	def, loud, quiet := newSink(t, false), newSink(t, false), newSink(t, true)
+	loud.Match = func(m *Msg, ev *chat.Event) bool { return m.Subject == "chat."+ev.Room+"."+ev.User }
+	quiet.Match = loud.Match
+	var caught []string
+	loud.OnCaughtUp = func() { caught = append(caught, "loud") }
+	quiet.OnCaughtUp = func() { caught = append(caught, "quiet") }
+	ev := func(room, user string) []byte {
+		return fmt.Appendf(nil, `{"room":%q,"user":%q,"ts":%d}`, room, user, now.UnixMilli())
+	}
+	msgs := []Msg{
+		{Subject: "chat.a.u", Data: ev("a", "u"), Seq: 1},
+		{Subject: "chat.a.u", Data: ev("a", "u"), Seq: 2, Sink: loud, Replay: true},
+		{Subject: "chat.a.u", Data: ev("a", "u"), Seq: 2, Sink: quiet, Replay: true},
+		{Subject: "chat.a.u", Data: ev("a", "u"), Seq: 3, Sink: loud, CaughtUp: true, Replay: true},
+		{Subject: "chat.a.u", Data: ev("a", "u"), Seq: 3, Sink: quiet, CaughtUp: true, Replay: true},
+		{Subject: "chat.b.u", Data: ev("a", "u"), Seq: 4, Sink: loud},  // mismatch
+		{Subject: "chat.b.u", Data: ev("a", "u"), Seq: 4, Sink: quiet}, // mismatch, quietly
+		{Subject: "chat.x.y", Data: []byte("not json"), Seq: 5, Sink: quiet},
+		{Subject: "chatpulse.alerts.x", Data: ev("a", "u"), Seq: 6, Sink: loud},
+	}
+	var rejected []Reason
+	c := New(def, prometheus.NewRegistry(), Config{
+		Own: "chatpulse.", Now: func() time.Time { return now }, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnReject: func(m *Msg, e *Error) { rejected = append(rejected, e.Reason) },
+	})
+	c.Start(&slice{msgs}, false)
+	if err := c.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	count := func(s *Sink) int64 {
+		v, _ := s.Agg.Overview("", 1, now.UnixMilli())
+		return v.Messages
+	}
+	if count(def) != 1 || count(loud) != 2 || count(quiet) != 2 {
+		t.Errorf("counts: default %d, loud %d, quiet %d; want 1, 2, 2", count(def), count(loud), count(quiet))
+	}
+	if fmt.Sprint(rejected) != "[subject_mismatch]" {
+		t.Errorf("dead letters: %v, want the loud sink's mismatch only", rejected)
+	}
+	if fmt.Sprint(caught) != "[loud quiet]" {
+		t.Errorf("caught up: %v", caught)
+	}
+	if def.Seq() != 1 || loud.Seq() != 6 || quiet.Seq() != 5 {
+		t.Errorf("seqs: %d %d %d", def.Seq(), loud.Seq(), quiet.Seq())
+	}
+	if c.Handled() != uint64(len(msgs)) {
+		t.Errorf("handled %d of %d", c.Handled(), len(msgs))
+	}
+}
