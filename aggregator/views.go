@@ -28,27 +28,19 @@ type Windows struct {
 	Windows []WindowInfo `json:"windows"`
 }
 
-// Coverage says whether a view merged from a group's partitions counts all
-// of them (contract section 8). The aggregator's own views carry none: it
-// holds all it counts.
-type Coverage struct {
-	Complete          bool `json:"complete"`
-	MissingPartitions int  `json:"missing_partitions"`
-}
-
 // Overview is GET /api/v1/overview.
 type Overview struct {
-	Window        string      `json:"window"`
-	AsOf          chat.Time   `json:"as_of"`
-	Messages      int64       `json:"messages"`
-	Rate          float64     `json:"rate"`
-	DistinctUsers int         `json:"distinct_users"`
-	ActiveRooms   int         `json:"active_rooms"`
-	TopTalker     *Talker     `json:"top_talker"`
-	TopUsers      []Talker    `json:"top_users"`
-	TopRooms      []RoomCount `json:"top_rooms"`
-	Series        []int64     `json:"series"`
-	*Coverage
+	Window         string      `json:"window"`
+	AsOf           chat.Time   `json:"as_of"`
+	Messages       int64       `json:"messages"`
+	Rate           float64     `json:"rate"`
+	DistinctUsers  int         `json:"distinct_users"`
+	ActiveRooms    int         `json:"active_rooms"`
+	TopTalker      *Talker     `json:"top_talker"`
+	TopUsers       []Talker    `json:"top_users"`
+	TopRooms       []RoomCount `json:"top_rooms"`
+	Series         []int64     `json:"series"`
+	*chat.Coverage             // only views merged from a group carry it
 }
 
 // RoomSummary is one row of the rooms list.
@@ -62,34 +54,34 @@ type RoomSummary struct {
 
 // Rooms is GET /api/v1/rooms: active rooms, busiest first.
 type Rooms struct {
-	Window string        `json:"window"`
-	AsOf   chat.Time     `json:"as_of"`
-	Rooms  []RoomSummary `json:"rooms"`
-	*Coverage
+	Window         string        `json:"window"`
+	AsOf           chat.Time     `json:"as_of"`
+	Rooms          []RoomSummary `json:"rooms"`
+	*chat.Coverage               // only views merged from a group carry it
 }
 
 // Room is GET /api/v1/rooms/{room}.
 type Room struct {
-	Room          string    `json:"room"`
-	Window        string    `json:"window"`
-	AsOf          chat.Time `json:"as_of"`
-	Messages      int64     `json:"messages"`
-	Rate          float64   `json:"rate"`
-	DistinctUsers int       `json:"distinct_users"`
-	TopTalker     *Talker   `json:"top_talker"`
-	TopUsers      []Talker  `json:"top_users"`
-	Series        []int64   `json:"series"`
-	*Coverage
+	Room           string    `json:"room"`
+	Window         string    `json:"window"`
+	AsOf           chat.Time `json:"as_of"`
+	Messages       int64     `json:"messages"`
+	Rate           float64   `json:"rate"`
+	DistinctUsers  int       `json:"distinct_users"`
+	TopTalker      *Talker   `json:"top_talker"`
+	TopUsers       []Talker  `json:"top_users"`
+	Series         []int64   `json:"series"`
+	*chat.Coverage           // only views merged from a group carry it
 }
 
 // User is GET /api/v1/users/{user}.
 type User struct {
-	User     string      `json:"user"`
-	Window   string      `json:"window"`
-	AsOf     chat.Time   `json:"as_of"`
-	Messages int64       `json:"messages"`
-	Rooms    []RoomCount `json:"rooms"`
-	*Coverage
+	User           string      `json:"user"`
+	Window         string      `json:"window"`
+	AsOf           chat.Time   `json:"as_of"`
+	Messages       int64       `json:"messages"`
+	Rooms          []RoomCount `json:"rooms"`
+	*chat.Coverage             // only views merged from a group carry it
 }
 
 // topTalker is the first of the top users, or nil.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Options say which NATS server to use.
@@ -34,6 +35,7 @@ type Bus struct {
 	log *slog.Logger
 	ns  *server.Server // nil with an external server
 	nc  *nats.Conn
+	js  jetstream.JetStream
 	url string // the external server's URL, credentials hidden
 
 	events  atomic.Pointer[nats.Subscription] // the core subscription to events, if any
@@ -76,6 +78,7 @@ func Open(o Options) (*Bus, error) {
 			return nil, fmt.Errorf("connect to NATS at %s: %w", b.url, err)
 		}
 		b.nc = nc
+		b.js, _ = jetstream.New(nc) // only bad options fail
 		return b, nil
 	}
 	port := o.Port
@@ -105,6 +108,7 @@ func Open(o Options) (*Bus, error) {
 		return nil, fmt.Errorf("connect to the embedded NATS server: %w", err)
 	}
 	b.ns, b.nc = ns, nc
+	b.js, _ = jetstream.New(nc)
 	return b, nil
 }
 
@@ -115,6 +119,11 @@ func (b *Bus) PublishURL() string {
 	}
 	return b.url
 }
+
+// Conn and JetStream are the connection, for what reaches beyond this
+// package (a group's leases and questions).
+func (b *Bus) Conn() *nats.Conn               { return b.nc }
+func (b *Bus) JetStream() jetstream.JetStream { return b.js }
 
 // Publish sends data on subject, as any chat server would.
 func (b *Bus) Publish(subject string, data []byte) error { return b.nc.Publish(subject, data) }

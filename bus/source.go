@@ -66,6 +66,12 @@ func newSource[M any](ch <-chan M, conv func(M) ingest.Msg, stop func()) *Source
 	return s
 }
 
+// NewSource is a Source over a channel that others fill (a group member's
+// feeds); stop stops them.
+func NewSource(ch <-chan ingest.Msg, stop func()) *Source {
+	return newSource(ch, func(m ingest.Msg) ingest.Msg { return m }, stop)
+}
+
 // Subscribe reads subject with a plain core NATS subscription: no replay,
 // and what arrives while chatpulse is far behind is dropped by the client
 // (and counted: Dropped).

@@ -13,10 +13,11 @@ import (
 
 // StreamConfig says which JetStream stream to read, and from when.
 type StreamConfig struct {
-	Stream  string // created if missing, capturing Subject for MaxAge
-	Subject string // the one filter subject of the consumer
-	MaxAge  time.Duration
-	From    time.Time // where the replay starts
+	Stream   string // created if missing, capturing Subject for MaxAge
+	Subject  string // the one filter subject of the consumer
+	MaxAge   time.Duration
+	Replicas int       // of the streams chatpulse creates (0: 1)
+	From     time.Time // where the replay starts
 }
 
 // Stream makes sure the chat and dead-letter streams exist, then reads
@@ -26,13 +27,10 @@ type StreamConfig struct {
 // replay. An event's Received is the time the stream took it, the same on
 // a replay as when it was live.
 func (b *Bus) Stream(ctx context.Context, c StreamConfig) (src *Source, replaying bool, err error) {
-	js, err := jetstream.New(b.nc)
-	if err != nil {
+	if err := b.EnsureStreams(ctx, c, 0); err != nil {
 		return nil, false, err
 	}
-	if err := ensureStreams(ctx, js, c.Stream, c.Subject, c.MaxAge, b); err != nil {
-		return nil, false, err
-	}
+	js := b.js
 	from := c.From
 	cons, err := js.OrderedConsumer(ctx, c.Stream, jetstream.OrderedConsumerConfig{
 		// One filter subject: with several, DeliverByStartTime skips
@@ -69,7 +67,7 @@ func (b *Bus) Stream(ctx context.Context, c StreamConfig) (src *Source, replayin
 	if err != nil {
 		return nil, false, fmt.Errorf("stream %s: consume: %w", c.Stream, err)
 	}
-	return newSource(ch, func(m ingest.Msg) ingest.Msg { return m }, func() {
+	return NewSource(ch, func() {
 		cc.Drain()
 		select {
 		case <-cc.Closed():
@@ -79,38 +77,56 @@ func (b *Bus) Stream(ctx context.Context, c StreamConfig) (src *Source, replayin
 	}), info.NumPending > 0, nil
 }
 
-// ensureStreams creates the chat stream (subjects = subject, at least
-// maxAge of history, file storage) and the dead-letter stream if they are
-// missing. An existing chat stream is used as it is; one that keeps less
-// than maxAge is reported.
-func ensureStreams(ctx context.Context, js jetstream.JetStream, stream, subject string, maxAge time.Duration, b *Bus) error {
-	s, err := js.Stream(ctx, stream)
+// EnsureStreams creates the chat stream (subjects = c.Subject, at least
+// c.MaxAge of history, file storage) and the dead-letter stream if they
+// are missing. With partitions (group mode) the chat stream files events
+// by partition (PartitionTransform), and an existing one that does not is
+// made to. An existing chat stream is otherwise used as it is; one that
+// keeps less than c.MaxAge is reported.
+func (b *Bus) EnsureStreams(ctx context.Context, c StreamConfig, partitions int) error {
+	js := b.js
+	var transform *jetstream.SubjectTransformConfig
+	if partitions > 0 {
+		src, dest, err := PartitionTransform(c.Subject, partitions)
+		if err != nil {
+			return err
+		}
+		transform = &jetstream.SubjectTransformConfig{Source: src, Destination: dest}
+	}
+	replicas := max(c.Replicas, 1)
+	s, err := js.Stream(ctx, c.Stream)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
-		if overlapsOwn(subject) {
-			return fmt.Errorf("stream %s: subject %q would also capture chatpulse's own %s> subjects; use a narrower one such as chat.>", stream, subject, OwnPrefix)
+		if overlapsOwn(c.Subject) {
+			return fmt.Errorf("stream %s: subject %q would also capture chatpulse's own %s> subjects; use a narrower one such as chat.>", c.Stream, c.Subject, OwnPrefix)
 		}
 		_, err = js.CreateStream(ctx, jetstream.StreamConfig{
-			Name: stream, Subjects: []string{subject}, MaxAge: maxAge,
-			Storage: jetstream.FileStorage, Discard: jetstream.DiscardOld,
+			Name: c.Stream, Subjects: []string{c.Subject}, MaxAge: c.MaxAge, SubjectTransform: transform,
+			Storage: jetstream.FileStorage, Discard: jetstream.DiscardOld, Replicas: replicas,
 		})
 		if err != nil {
-			return fmt.Errorf("create stream %s: %w", stream, err)
+			return fmt.Errorf("create stream %s: %w", c.Stream, err)
 		}
-		b.log.Info("created stream", "stream", stream, "subject", subject, "max_age", maxAge)
+		b.log.Info("created stream", "stream", c.Stream, "subject", c.Subject, "max_age", c.MaxAge, "replicas", replicas, "partitions", partitions)
 	case err != nil:
-		return fmt.Errorf("stream %s: %w", stream, err)
+		return fmt.Errorf("stream %s: %w", c.Stream, err)
 	default:
-		if age := s.CachedInfo().Config.MaxAge; age != 0 && age < maxAge {
+		cfg := s.CachedInfo().Config
+		if age := cfg.MaxAge; age != 0 && age < c.MaxAge {
 			b.log.Warn("stream keeps less history than the largest window: a restart cannot rebuild it fully",
-				"stream", stream, "max_age", age, "needed", maxAge)
+				"stream", c.Stream, "max_age", age, "needed", c.MaxAge)
+		}
+		if transform != nil {
+			if err := b.partition(ctx, cfg, transform); err != nil {
+				return err
+			}
 		}
 	}
 	_, err = js.Stream(ctx, DeadLetterStream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		_, err = js.CreateStream(ctx, jetstream.StreamConfig{
 			Name: DeadLetterStream, Subjects: []string{DeadLetterPrefix + ">"}, MaxAge: DeadLetterMaxAge,
-			Storage: jetstream.FileStorage, Discard: jetstream.DiscardOld,
+			Storage: jetstream.FileStorage, Discard: jetstream.DiscardOld, Replicas: replicas,
 		})
 	}
 	if err != nil {
@@ -118,3 +134,25 @@ func ensureStreams(ctx context.Context, js jetstream.JetStream, stream, subject 
 	}
 	return nil
 }
+
+// partition makes an existing stream file events by partition. What it
+// stored before stays under its own subjects, where a group reads it as
+// history it does not count (see PartitionTransform).
+func (b *Bus) partition(ctx context.Context, cfg jetstream.StreamConfig, want *jetstream.SubjectTransformConfig) error {
+	switch have := cfg.SubjectTransform; {
+	case have != nil && *have == *want:
+		return nil
+	case have != nil:
+		return fmt.Errorf("%w: stream %s files events as %s, this group needs %s (another --partitions, or another group on this stream?)",
+			ErrPartitioned, cfg.Name, have.Destination, want.Destination)
+	}
+	cfg.SubjectTransform = want
+	if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("stream %s: file events by partition: %w", cfg.Name, err)
+	}
+	b.log.Warn("stream now files events by partition; events it stored before are not counted by the group", "stream", cfg.Name)
+	return nil
+}
+
+// ErrPartitioned is a stream partitioned otherwise than a group needs.
+var ErrPartitioned = errors.New("stream partitioned otherwise")

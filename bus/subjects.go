@@ -1,6 +1,8 @@
 package bus
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -28,6 +30,48 @@ const (
 	ServiceVersion = "0.1.0"
 	CheckSubject   = "chatpulse.throttle.check"
 )
+
+// PartitionPrefix starts the subject under which a group's chat stream
+// files each event of --subject's chat.<room>.<user> form:
+// _CP.<room partition>.<user partition>.<room>.<user>.
+const PartitionPrefix = "_CP."
+
+// PartitionTransform is the subject transform that files the events of
+// subject (which must end in ".>") by partition: chat.<room>.<user> becomes
+// _CP.<r>.<u>.<room>.<user>, r and u being FNV-1a of the room and user
+// tokens mod partitions, as NATS computes {{partition(n,i)}}. An event on
+// any other subject under subject is stored as it came.
+func PartitionTransform(subject string, partitions int) (src, dest string, err error) {
+	prefix, ok := strings.CutSuffix(subject, ">")
+	if !ok || !strings.HasSuffix(prefix, ".") || strings.ContainsAny(prefix, "*") {
+		return "", "", fmt.Errorf("--subject %q: a group needs one ending in .> with no other wildcard, such as chat.>", subject)
+	}
+	n := strconv.Itoa(partitions)
+	return prefix + "*.*", PartitionPrefix + "{{partition(" + n + ",1)}}.{{partition(" + n + ",2)}}.{{wildcard(1)}}.{{wildcard(2)}}", nil
+}
+
+// RoomPartition and UserPartition are the filter subjects of one
+// partition's events, by room and by user.
+func RoomPartition(p int) string { return PartitionPrefix + strconv.Itoa(p) + ".*.*.*" }
+func UserPartition(p int) string { return PartitionPrefix + "*." + strconv.Itoa(p) + ".*.*" }
+
+// AllPartitions is the filter subject of every partitioned event.
+const AllPartitions = PartitionPrefix + ">"
+
+// Group subjects and buckets.
+const (
+	// GroupSettings is the key-value bucket of each group's settings.
+	GroupSettings = "CHATPULSE_GROUPS"
+)
+
+// GroupLeases is the key-value bucket of a group's members and partition
+// owners; GroupProgress, of how far each partition has been handled.
+func GroupLeases(group string) string   { return "CHATPULSE_GROUP_" + group }
+func GroupProgress(group string) string { return "CHATPULSE_GROUP_" + group + "_PROGRESS" }
+
+// GroupQuery is where a member of a group answers the others' questions
+// (token: the member's name as a subject token).
+func GroupQuery(group, token string) string { return OwnPrefix + "group." + group + ".query." + token }
 
 // overlapsOwn reports whether a subject filter matches some chatpulse.>
 // subject.

@@ -141,3 +141,11 @@ func (t *Time) UnmarshalJSON(b []byte) error {
 	*t = Time(v.UnixMilli())
 	return nil
 }
+
+// Coverage says whether an answer merged from a group's partitions counts
+// all of them (contract section 8). Answers of one instance that holds
+// everything carry none.
+type Coverage struct {
+	Complete          bool `json:"complete"`
+	MissingPartitions int  `json:"missing_partitions"`
+}

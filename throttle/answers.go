@@ -13,6 +13,8 @@ type Result struct {
 	// Decisions has one per policy that sees the room, in policy order.
 	// Check never leaves it nil, so it marshals as [] when there are none.
 	Decisions []Decision `json:"decisions"`
+	// Only an answer merged from a group's partitions carries it.
+	*chat.Coverage
 }
 
 // A Decision is one policy's part of a Result. Count, Limit, Remaining

@@ -1,0 +1,99 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chatpulse/chatpulse/ingest"
+)
+
+// FeedConfig says what one feed reads: the messages of one filter subject
+// of a stream, from a sequence or a time, each marked for a sink.
+type FeedConfig struct {
+	Stream string
+	Filter string
+	// FromSeq is the first stream sequence to read; 0: from FromTime.
+	FromSeq  uint64
+	FromTime time.Time
+	// Messages up to ReplayThrough were handled before, by whoever held
+	// the sink's partition: they are marked Replay.
+	ReplayThrough uint64
+	Sink          *ingest.Sink
+}
+
+// A Feed is one ordered consumer writing into a channel that several feeds
+// share (a group member's one ingest pipeline).
+type Feed struct {
+	cc      jetstream.ConsumeContext
+	pending atomic.Uint64 // messages of the filter not yet delivered, as of the last delivered
+}
+
+// Feed starts reading f into out. caughtUp says there was nothing to read
+// when it started; otherwise the message that finds nothing more pending
+// is marked CaughtUp.
+func (b *Bus) Feed(ctx context.Context, f FeedConfig, out chan<- ingest.Msg) (feed *Feed, caughtUp bool, err error) {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{f.Filter}}
+	if f.FromSeq > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, f.FromSeq
+	} else {
+		from := f.FromTime
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &from
+	}
+	cons, err := b.js.OrderedConsumer(ctx, f.Stream, cfg)
+	if err != nil {
+		return nil, false, fmt.Errorf("stream %s: consumer of %s: %w", f.Stream, f.Filter, err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("stream %s: consumer of %s: %w", f.Stream, f.Filter, err)
+	}
+	feed = &Feed{}
+	feed.pending.Store(info.NumPending)
+	caughtUp = info.NumPending == 0
+	done := caughtUp // owned by the callback from here on
+	feed.cc, err = cons.Consume(func(m jetstream.Msg) {
+		in := ingest.Msg{Subject: m.Subject(), Data: m.Data(), Header: m.Headers(), Sink: f.Sink}
+		if md, err := m.Metadata(); err == nil {
+			in.Received = md.Timestamp.UnixMilli()
+			in.Seq = md.Sequence.Stream
+			in.Replay = in.Seq <= f.ReplayThrough
+			in.CaughtUp = !done && md.NumPending == 0
+			done = done || in.CaughtUp
+			feed.pending.Store(md.NumPending)
+		}
+		out <- in
+	}, jetstream.PullMaxMessages(jsBuffer), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		b.log.Warn("jetstream consumer", "stream", f.Stream, "filter", f.Filter, "err", err)
+	}))
+	if err != nil {
+		return nil, false, fmt.Errorf("stream %s: consume %s: %w", f.Stream, f.Filter, err)
+	}
+	return feed, caughtUp, nil
+}
+
+// Pending is how many messages of the feed's filter the stream held that
+// it had not delivered yet, when it last delivered one.
+func (f *Feed) Pending() uint64 { return f.pending.Load() }
+
+// Stop stops the feed at once, dropping what it fetched and did not
+// deliver; it returns once it delivers no more.
+func (f *Feed) Stop() {
+	f.cc.Stop()
+	select {
+	case <-f.cc.Closed():
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// LastSeq is the stream's newest sequence.
+func (b *Bus) LastSeq(ctx context.Context, stream string) (uint64, error) {
+	s, err := b.js.Stream(ctx, stream)
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: %w", stream, err)
+	}
+	return s.CachedInfo().State.LastSeq, nil
+}
