@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +26,7 @@ const (
 type memberInfo struct {
 	Instance string `json:"instance"`
 	HTTP     string `json:"http"`
+	Lag      uint64 `json:"lag"` // messages its partitions have yet to read
 }
 
 // ownerInfo is the value of a partition's key.
@@ -35,15 +37,17 @@ type ownerInfo struct {
 }
 
 // A hand is what the lease loop does with the partitions it wins and loses:
-// start one (it will call ready when caught up), stop one (synchronously:
-// when stop returns nothing of it is counted or answered any more).
+// start one (it calls ready with the same claim when caught up), stop one
+// (synchronously: when stop returns nothing of it is counted or answered
+// any more).
 type hand interface {
-	start(p int)
+	start(p int, claim uint64)
 	stop(p int)
 }
 
 // held is a partition this member holds the lease of.
 type held struct {
+	claim      uint64    // revision of the write that claimed it
 	rev        uint64    // revision of our last write of its key
 	validUntil time.Time // we answer as its owner until then
 	ready      bool      // caught up, and said so in the key
@@ -53,6 +57,7 @@ type held struct {
 // table is what the lease loop knows, published for readers as one
 // immutable value.
 type table struct {
+	synced  bool // the loop has seen every key there was when it began
 	members map[string]memberInfo
 	owners  map[int]ownerInfo
 	mine    map[int]time.Time // partitions held, and until when we may answer for them
@@ -83,8 +88,11 @@ type leases struct {
 	hand       hand
 	log        *slog.Logger
 
-	readyc chan int              // partitions that caught up, from hand
-	pub    atomic.Pointer[table] // what readers see
+	lag     func() uint64         // for the member key; nil: 0
+	readyMu sync.Mutex            // guards caught
+	caught  map[int]uint64        // partitions that caught up, and their claims, from hand
+	readyc  chan struct{}         // something is in caught
+	pub     atomic.Pointer[table] // what readers see
 
 	// Owned by run.
 	synced  bool // the watch has delivered every key there was
@@ -95,14 +103,23 @@ type leases struct {
 
 func newLeases(kv jetstream.KeyValue, self memberInfo, partitions int, ttl time.Duration, h hand, log *slog.Logger) *leases {
 	l := &leases{kv: kv, self: self, partitions: partitions, ttl: ttl, hand: h, log: log,
-		readyc:  make(chan int, partitions),
+		caught: map[int]uint64{}, readyc: make(chan struct{}, 1),
 		members: map[string]memberInfo{}, owners: map[int]ownerInfo{}, mine: map[int]*held{}}
 	l.publish()
 	return l
 }
 
-// ready tells the loop that partition p has caught up.
-func (l *leases) ready(p int) { l.readyc <- p }
+// ready tells the loop that partition p, as claimed by claim, has caught
+// up. It never blocks.
+func (l *leases) ready(p int, claim uint64) {
+	l.readyMu.Lock()
+	l.caught[p] = claim
+	l.readyMu.Unlock()
+	select {
+	case l.readyc <- struct{}{}:
+	default:
+	}
+}
 
 // table is the latest published table.
 func (l *leases) table() *table { return l.pub.Load() }
@@ -170,10 +187,15 @@ func (l *leases) run(ctx context.Context) error {
 					more = false
 				}
 			}
-		case p := <-l.readyc:
-			if h := l.mine[p]; h != nil {
-				h.readyAsked = true
+		case <-l.readyc:
+			l.readyMu.Lock()
+			for p, claim := range l.caught {
+				if h := l.mine[p]; h != nil && h.claim == claim {
+					h.readyAsked = true
+				}
 			}
+			clear(l.caught)
+			l.readyMu.Unlock()
 		case <-tick.C:
 			l.renew(ctx)
 		}
@@ -227,6 +249,9 @@ func (l *leases) apply(e jetstream.KeyValueEntry) {
 // A partition whose key was changed by someone else, or that we could not
 // renew in time, is lost: stopped at once.
 func (l *leases) renew(ctx context.Context) {
+	if l.lag != nil {
+		l.self.Lag = l.lag()
+	}
 	value, _ := json.Marshal(l.self)
 	if _, err := l.kv.Put(ctx, memberKey+l.self.Instance, value); err != nil {
 		l.log.Warn("group: member key not renewed", "err", err)
@@ -283,10 +308,10 @@ func (l *leases) balance(ctx context.Context) {
 			if err != nil {
 				continue // someone was quicker; the watch will say who
 			}
-			l.mine[p] = &held{rev: rev, validUntil: l.until(sent)}
+			l.mine[p] = &held{claim: rev, rev: rev, validUntil: l.until(sent)}
 			l.owners[p] = ownerInfo{Instance: l.self.Instance, rev: rev}
 			l.log.Info("group: partition claimed", "partition", p)
-			l.hand.start(p)
+			l.hand.start(p, rev)
 		case h != nil && h.readyAsked && !h.ready:
 			sent := time.Now()
 			if rev, err := l.writeOwner(ctx, p, true, h.rev); err == nil {
@@ -333,7 +358,7 @@ func (l *leases) leave() {
 
 // publish makes the loop's state visible to readers.
 func (l *leases) publish() {
-	t := &table{members: maps.Clone(l.members), owners: maps.Clone(l.owners), mine: make(map[int]time.Time, len(l.mine))}
+	t := &table{synced: l.synced, members: maps.Clone(l.members), owners: maps.Clone(l.owners), mine: make(map[int]time.Time, len(l.mine))}
 	for p, h := range l.mine {
 		t.mine[p] = h.validUntil
 	}

@@ -48,7 +48,7 @@ type fakeHand struct {
 	l    *leases
 }
 
-func (h *fakeHand) start(p int) {
+func (h *fakeHand) start(p int, claim uint64) {
 	tr := h.tr
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
@@ -63,7 +63,7 @@ func (h *fakeHand) start(p int) {
 	}
 	tr.active[p] = h.name
 	tr.starts++
-	go h.l.ready(p) // caught up at once
+	h.l.ready(p, claim) // caught up at once
 }
 
 func (h *fakeHand) stop(p int) {
@@ -210,13 +210,13 @@ func TestPartitionsAgree(t *testing.T) {
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	ctx := context.Background()
-	if err := agree(ctx, js, "g", settings{Partitions: 64}, 1); err != nil {
+	if err := agree(ctx, js, "g", settings{Partitions: 64, Windows: "1m"}, 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := agree(ctx, js, "g", settings{Partitions: 64}, 1); err != nil {
+	if err := agree(ctx, js, "g", settings{Partitions: 64, Windows: "1m"}, 1); err != nil {
 		t.Fatal(err)
 	}
-	err := agree(ctx, js, "g", settings{Partitions: 32}, 1)
+	err := agree(ctx, js, "g", settings{Partitions: 32, Windows: "1m"}, 1)
 	if !errors.Is(err, ErrPartitions) || err.Error() != fmt.Sprintf("%v: --partitions 32, but group g uses 64", ErrPartitions) {
 		t.Fatalf("err = %v", err)
 	}

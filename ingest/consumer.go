@@ -34,8 +34,8 @@ type Msg struct {
 // policies that go with it. A consumer has one of its own; in a group,
 // each partition's stage is a sink, and each message names its own.
 type Sink struct {
-	Agg *aggregator.Aggregator
-	Thr *throttle.Set // nil: no policies
+	Agg *aggregator.Aggregator // nil: nothing to count (nor anything late)
+	Thr *throttle.Set          // nil: no policies
 	// Quiet marks a second reading of events that another sink reports:
 	// its rejections are neither counted nor dead-lettered, and its
 	// messages are not in the metrics.
@@ -241,7 +241,10 @@ func (c *Consumer) handleRun(msgs []Msg, s *Sink, nowMs int64, j *job) {
 			c.from = append(c.from, i)
 		}
 	}
-	c.late = s.Agg.Observe(nowMs, c.evs, c.late[:0])
+	c.late = c.late[:0]
+	if s.Agg != nil {
+		c.late = s.Agg.Observe(nowMs, c.evs, c.late)
+	}
 	late := c.late
 	for k, ev := range c.evs {
 		m := &msgs[c.from[k]]

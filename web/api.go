@@ -117,12 +117,24 @@ func (s *Server) check(req checkRequest) throttle.Result {
 type activeView struct {
 	AsOf   chat.Time         `json:"as_of"`
 	Active []throttle.Active `json:"active"`
+	*chat.Coverage
+}
+
+// coveredActive is a Throttle that also says how much of a group its
+// active keys cover.
+type coveredActive interface {
+	ActiveCovered(now int64) ([]throttle.Active, *chat.Coverage)
 }
 
 // throttleActive is GET /api/v1/throttle/active.
 func (s *Server) throttleActive(r *http.Request) (any, error) {
 	now := s.nowMs()
-	v := activeView{AsOf: chat.Time(now), Active: s.thr.Active(now)}
+	v := activeView{AsOf: chat.Time(now)}
+	if c, ok := s.thr.(coveredActive); ok {
+		v.Active, v.Coverage = c.ActiveCovered(now)
+	} else {
+		v.Active = s.thr.Active(now)
+	}
 	if v.Active == nil {
 		v.Active = []throttle.Active{}
 	}
@@ -197,3 +209,12 @@ type badRequest struct{ msg string }
 func (e *badRequest) Error() string { return e.msg }
 
 func badf(format string, args ...any) error { return &badRequest{fmt.Sprintf(format, args...)} }
+
+// group is GET /api/v1/group: the group's members, or 404 when standalone.
+func (s *Server) group(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Group == nil {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "not in a group: this instance runs standalone (see --group)"})
+		return
+	}
+	writeJSON(w, http.StatusOK, s.opts.Group())
+}

@@ -25,6 +25,8 @@ type Options struct {
 	Log            *slog.Logger
 	PushInterval   time.Duration // websocket pushes
 	AllowedOrigins []string      // besides the same origin, for /ws
+	// Group answers GET /api/v1/group; nil (standalone) answers 404.
+	Group func() any
 }
 
 // Views answers the views of contract section 3, at now in Unix
@@ -113,6 +115,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /api/v1/users/{user}", s.api(s.user))
 	s.mux.HandleFunc("POST /api/v1/throttle/check", s.api(s.throttleCheck))
 	s.mux.HandleFunc("GET /api/v1/throttle/active", s.api(s.throttleActive))
+	s.mux.HandleFunc("GET /api/v1/group", s.group)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -26,6 +27,11 @@ type Config struct {
 	PushInterval   time.Duration
 	AllowedOrigins []string
 	Demo           bool
+	// Group mode (contract section 8).
+	Group      string
+	Partitions int
+	Replicas   int
+	Instance   string
 }
 
 // UsageError is a problem with how chatpulse was started (a flag, an
@@ -63,6 +69,11 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 	fs.DurationVar(&c.PushInterval, "push-interval", time.Second, "how often websocket views are pushed")
 	fs.StringVar(&origins, "allowed-origins", "", "comma-separated origins also allowed to open /ws")
 	fs.BoolVar(&c.Demo, "demo", false, "also publish synthetic chat traffic")
+	host, _ := os.Hostname()
+	fs.StringVar(&c.Group, "group", "", "share the work with the other instances of this group (needs JetStream); empty: standalone")
+	fs.IntVar(&c.Partitions, "partitions", 64, "partitions per key (room, user) in a group; fixed for the life of the group")
+	fs.IntVar(&c.Replicas, "replicas", 1, "JetStream replicas of every stream and bucket chatpulse creates (3 on a 3-node cluster)")
+	fs.StringVar(&c.Instance, "instance", host, "this instance's name, unique within its group")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: chatpulse [flags]\n\nEvery flag can also be set with CHATPULSE_<FLAG> (upper case, dashes as underscores).\n\n")
 		fs.PrintDefaults()
@@ -106,6 +117,14 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 		return usagef("--subject: empty")
 	case c.JetStream && c.Stream == "":
 		return usagef("--stream: empty")
+	case c.Group != "" && !c.JetStream:
+		return usagef("--group %s: a group needs JetStream; drop --jetstream=false", c.Group)
+	case c.Partitions < 1 || c.Partitions > 1024:
+		return usagef("--partitions: 1 to 1024, got %d", c.Partitions)
+	case c.Replicas < 1 || c.Replicas > 5:
+		return usagef("--replicas: 1 to 5, got %d", c.Replicas)
+	case c.Group != "" && c.Instance == "":
+		return usagef("--instance: empty (and no host name to default to)")
 	}
 	for _, o := range strings.Split(origins, ",") {
 		if o = strings.TrimSpace(o); o != "" {

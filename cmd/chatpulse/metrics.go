@@ -11,8 +11,7 @@ import (
 // read once per scrape. Every labelled series known up front (each window,
 // each policy and result) is there from the start, at 0.
 type statsCollector struct {
-	agg     *aggregator.Aggregator
-	thr     *throttle.Set
+	stats   stats
 	dropped func() uint64
 	windows []string
 	labels  []throttle.DecisionLabel
@@ -20,9 +19,23 @@ type statsCollector struct {
 	rooms, users, pairs, late, decisions, keys, evicted, drops *prometheus.Desc
 }
 
-func newStatsCollector(agg *aggregator.Aggregator, thr *throttle.Set, dropped func() uint64) *statsCollector {
+// stats are the numbers behind the metrics: one aggregator and throttle
+// set's (standalone), or the partitions' a group member holds.
+type stats interface {
+	Stats() aggregator.Stats
+	ThrottleStats() []throttle.PolicyStats
+}
+
+type standalone struct {
+	*aggregator.Aggregator
+	thr *throttle.Set
+}
+
+func (s standalone) ThrottleStats() []throttle.PolicyStats { return s.thr.Stats() }
+
+func newStatsCollector(st stats, windows []string, labels []throttle.DecisionLabel, dropped func() uint64) *statsCollector {
 	return &statsCollector{
-		agg: agg, thr: thr, dropped: dropped, windows: agg.WindowNames(), labels: thr.DecisionLabels(),
+		stats: st, dropped: dropped, windows: windows, labels: labels,
 		rooms:     prometheus.NewDesc("chatpulse_tracked_rooms", "Rooms with messages in some window.", nil, nil),
 		users:     prometheus.NewDesc("chatpulse_tracked_users", "Users with messages in some window.", nil, nil),
 		pairs:     prometheus.NewDesc("chatpulse_tracked_room_users", "(room, user) pairs with messages in some window.", nil, nil),
@@ -41,7 +54,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.agg.Stats()
+	st := c.stats.Stats()
 	ch <- prometheus.MustNewConstMetric(c.rooms, prometheus.GaugeValue, float64(st.Rooms))
 	ch <- prometheus.MustNewConstMetric(c.users, prometheus.GaugeValue, float64(st.Users))
 	ch <- prometheus.MustNewConstMetric(c.pairs, prometheus.GaugeValue, float64(st.Pairs))
@@ -50,7 +63,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.late, prometheus.CounterValue, float64(st.Late[i]), w)
 	}
 	byPolicy := map[string]throttle.PolicyStats{}
-	for _, ps := range c.thr.Stats() {
+	for _, ps := range c.stats.ThrottleStats() {
 		byPolicy[ps.Policy] = ps
 		ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(ps.Keys), ps.Policy)
 		ch <- prometheus.MustNewConstMetric(c.evicted, prometheus.CounterValue, float64(ps.Evicted), ps.Policy)

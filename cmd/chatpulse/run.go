@@ -19,7 +19,9 @@ import (
 
 	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/bus"
+	"github.com/chatpulse/chatpulse/group"
 	"github.com/chatpulse/chatpulse/ingest"
+	"github.com/chatpulse/chatpulse/rolling"
 	"github.com/chatpulse/chatpulse/throttle"
 	"github.com/chatpulse/chatpulse/traffic"
 	"github.com/chatpulse/chatpulse/web"
@@ -32,8 +34,9 @@ type Main struct {
 	Stderr io.Writer
 	Now    func() time.Time
 
-	agg       *aggregator.Aggregator
-	thr       *throttle.Set
+	agg       *aggregator.Aggregator // standalone
+	thr       *throttle.Set          // standalone
+	member    *group.Member          // in a group
 	consumer  *ingest.Consumer
 	web       *web.Server
 	bus       *bus.Bus
@@ -75,7 +78,8 @@ func (m *Main) Run(ctx context.Context) error {
 }
 
 // build makes the parts that hold state and wires them together; nothing
-// runs yet.
+// runs yet. Standalone, that is one aggregator and one throttle set fed by
+// one consumer; in a group, a member that holds partitions of them.
 func (m *Main) build() error {
 	c := &m.Config
 	if len(c.Windows) == 0 {
@@ -89,40 +93,66 @@ func (m *Main) build() error {
 		}
 		policies = p
 	}
-	var err error
-	if m.thr, err = throttle.NewSet(policies); err != nil {
+	thr, err := throttle.NewSet(policies)
+	if err != nil {
 		return &UsageError{fmt.Errorf("--policies: %w", err)}
 	}
-	if m.agg, err = aggregator.New(c.Windows); err != nil {
-		return &UsageError{err}
-	}
-
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(newStatsCollector(m.agg, m.thr, func() uint64 { return m.bus.Dropped() }))
-
-	m.consumer = ingest.New(&ingest.Sink{Agg: m.agg, Thr: m.thr}, reg, ingest.Config{
-		Own:      bus.OwnPrefix,
-		MaxSkew:  c.MaxSkew,
-		Now:      m.Now,
-		Log:      m.Log,
-		OnReject: func(msg *ingest.Msg, err *ingest.Error) { m.bus.DeadLetter(msg, err) },
-		OnAlert:  m.alert,
-	})
-	m.web = web.New(m.agg, m.thr, web.Options{
+	opts := web.Options{
 		Now:            m.Now,
 		Gatherer:       reg,
 		Registerer:     reg,
 		Log:            m.Log,
 		PushInterval:   c.PushInterval,
 		AllowedOrigins: c.AllowedOrigins,
-		Ready:          m.consumer.Ready,
-	})
+	}
+	deadLetter := func(msg *ingest.Msg, err *ingest.Error) { m.bus.DeadLetter(msg, err) }
+	var stats stats
+	if c.Group != "" {
+		m.member, err = group.New(group.Config{
+			Group: c.Group, Instance: c.Instance, Partitions: c.Partitions, Replicas: c.Replicas,
+			Stream: c.Stream, Subject: c.Subject, Windows: c.Windows, MaxSkew: c.MaxSkew, Policies: policies,
+			Now: m.Now, Log: m.Log,
+		}, reg, deadLetter, func(a throttle.Alert) { m.bus.Alert(a) }) // dashboards hear it back from NATS
+		if err != nil {
+			return &UsageError{err}
+		}
+		stats = m.member
+		opts.Ready = m.member.Ready
+		opts.Group = func() any { return m.member.Status() }
+		m.web = web.New(m.member, m.member, opts)
+	} else {
+		m.thr = thr
+		if m.agg, err = aggregator.New(c.Windows); err != nil {
+			return &UsageError{err}
+		}
+		stats = standalone{m.agg, m.thr}
+		m.consumer = ingest.New(&ingest.Sink{Agg: m.agg, Thr: m.thr}, reg, ingest.Config{
+			Own:      bus.OwnPrefix,
+			MaxSkew:  c.MaxSkew,
+			Now:      m.Now,
+			Log:      m.Log,
+			OnReject: deadLetter,
+			OnAlert:  m.alert,
+		})
+		opts.Ready = m.consumer.Ready
+		m.web = web.New(m.agg, m.thr, opts)
+	}
+	reg.MustRegister(newStatsCollector(stats, names(c.Windows), thr.DecisionLabels(), func() uint64 { return m.bus.Dropped() }))
 	return nil
 }
 
+func names(ws []rolling.Window) []string {
+	out := make([]string, len(ws))
+	for i, w := range ws {
+		out[i] = w.Name
+	}
+	return out
+}
+
 // attach takes the HTTP address and connects to NATS (starting the
-// embedded server), subscribing to the events.
+// embedded server), subscribing to the events, or joining the group.
 func (m *Main) attach(ctx context.Context) (net.Listener, error) {
 	c := &m.Config
 	// The HTTP address first: a taken one is the commonest mistake.
@@ -135,26 +165,31 @@ func (m *Main) attach(ctx context.Context) (net.Listener, error) {
 		ln.Close()
 		return nil, err
 	}
-	replaying := false
-	if c.JetStream {
+	switch {
+	case m.member != nil:
+		err = m.member.Join(ctx, m.bus, m.HTTPURL())
+		if errors.Is(err, group.ErrConfig) {
+			err = &UsageError{err}
+		}
+	case c.JetStream:
 		largest := largest(c)
-		m.source, replaying, err = m.bus.Stream(ctx, bus.StreamConfig{
-			Stream:  c.Stream,
-			Subject: c.Subject,
-			MaxAge:  largest + c.MaxSkew + streamMaxAgeMargin,
+		m.source, m.replaying, err = m.bus.Stream(ctx, bus.StreamConfig{
+			Stream:   c.Stream,
+			Subject:  c.Subject,
+			MaxAge:   largest + c.MaxSkew + streamMaxAgeMargin,
+			Replicas: c.Replicas,
 			// One largest window (plus the skew a ts may have over its
 			// publish time) before now: everything any window can still
 			// hold.
 			From: m.Now().Add(-largest - c.MaxSkew),
 		})
-	} else {
+	default:
 		m.source, err = m.bus.Subscribe(c.Subject)
 	}
 	if err != nil {
 		ln.Close()
 		return nil, err
 	}
-	m.replaying = replaying
 	return ln, nil
 }
 
@@ -178,7 +213,16 @@ func (m *Main) open(ln net.Listener) error {
 	})
 	m.goRun(func() { m.web.Run(m.stop) })
 	m.goRun(m.janitor)
-	m.consumer.Start(m.source, m.replaying)
+	if m.member != nil {
+		if _, err := m.bus.SubscribeAlerts(m.web.Alert); err != nil {
+			return fmt.Errorf("alerts: %w", err)
+		}
+		if err := m.member.Run(context.Background()); err != nil {
+			return err
+		}
+	} else {
+		m.consumer.Start(m.source, m.replaying)
+	}
 	m.consuming = true
 
 	m.Log.Info("chatpulse is running",
@@ -272,6 +316,10 @@ func (m *Main) janitor() {
 			return
 		case <-t.C:
 			now := m.Now().UnixMilli()
+			if m.member != nil {
+				m.member.Sweep(now)
+				continue
+			}
 			m.agg.Advance(now)
 			m.thr.Sweep(now)
 		}
@@ -319,11 +367,14 @@ func (m *Main) Close() error {
 	defer cancel()
 	close(m.stop)
 	var errs []error
-	if m.source != nil {
+	switch {
+	case m.member != nil && m.consuming:
+		errs = append(errs, m.member.Close(ctx))
+	case m.source != nil:
 		m.source.Stop()
-	}
-	if m.consuming {
-		errs = append(errs, m.consumer.Wait(ctx))
+		if m.consuming {
+			errs = append(errs, m.consumer.Wait(ctx))
+		}
 	}
 	if m.svc != nil {
 		errs = append(errs, m.svc.Stop())

@@ -1,0 +1,247 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/bus"
+	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/ingest"
+	"github.com/chatpulse/chatpulse/rolling"
+	"github.com/chatpulse/chatpulse/throttle"
+)
+
+// DefaultLease is how long a member's keys live after its last write: a
+// member that dies has its partitions taken over within about this, plus
+// their replay.
+const DefaultLease = 4 * time.Second
+
+// Config is one member's configuration.
+type Config struct {
+	Group      string
+	Instance   string
+	Partitions int
+	Replicas   int
+	Stream     string
+	Subject    string
+	Windows    []rolling.Window
+	MaxSkew    time.Duration
+	Policies   []throttle.Policy
+	Lease      time.Duration // 0: DefaultLease
+	Now        func() time.Time
+	Log        *slog.Logger
+}
+
+// ErrConfig is a configuration that cannot work (the caller exits with
+// status 2): a name that is not allowed, a --partitions other than the
+// group's, an instance name a live member already has.
+var ErrConfig = errors.New("group configuration")
+
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+var instancePattern = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$`)
+
+// A Member is this instance's part in a group: the partitions it holds,
+// the pipeline that counts their events, and the answers it gives.
+type Member struct {
+	cfg     Config
+	bus     *bus.Bus
+	log     *slog.Logger
+	largest time.Duration
+	byScope map[throttle.Scope][]throttle.Policy
+	order   map[string]int         // policy name -> its place in the policies
+	windows *aggregator.Aggregator // answers Windows; counts nothing
+
+	leases   *leases
+	progress *progress
+	consumer *ingest.Consumer
+	in       chan ingest.Msg // every feed's messages, to the one pipeline
+	source   *bus.Source
+	query    *nats.Subscription
+	metrics  *metrics
+
+	mu    sync.RWMutex // guards parts and retired
+	parts map[int]*partition
+	// Counters of partitions this member no longer holds, so that what it
+	// exports never goes down.
+	retired map[string]throttle.PolicyStats
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New makes a member from its configuration; nothing touches the network
+// until Join.
+func New(cfg Config, reg prometheus.Registerer, onReject func(*ingest.Msg, *ingest.Error), onAlert func(throttle.Alert)) (*Member, error) {
+	if cfg.Lease == 0 {
+		cfg.Lease = DefaultLease
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	switch {
+	case !namePattern.MatchString(cfg.Group):
+		return nil, fmt.Errorf("%w: --group %q: 1 to 64 letters, digits, '_' or '-'", ErrConfig, cfg.Group)
+	case !instancePattern.MatchString(cfg.Instance):
+		return nil, fmt.Errorf("%w: --instance %q: 1 to 128 letters, digits, '_', '-' or '.', not starting with '.'", ErrConfig, cfg.Instance)
+	case cfg.Partitions < 1 || cfg.Partitions > 1024:
+		return nil, fmt.Errorf("%w: --partitions %d: 1 to 1024", ErrConfig, cfg.Partitions)
+	}
+	m := &Member{cfg: cfg, log: cfg.Log, byScope: map[throttle.Scope][]throttle.Policy{}, order: map[string]int{},
+		in: make(chan ingest.Msg, 4096), parts: map[int]*partition{}, retired: map[string]throttle.PolicyStats{}, done: make(chan struct{})}
+	var err error
+	if m.windows, err = aggregator.New(cfg.Windows); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	for _, w := range cfg.Windows {
+		m.largest = max(m.largest, w.Size)
+	}
+	for i, p := range cfg.Policies {
+		scope := p.Scope
+		if scope == throttle.ScopeUserInRoom {
+			scope = throttle.ScopeRoom // a room's owner sees all its users
+		}
+		m.byScope[scope] = append(m.byScope[scope], p)
+		m.order[p.Name] = i
+	}
+	for _, ps := range m.byScope {
+		if _, err := throttle.NewSet(ps); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+	}
+	m.source = bus.NewSource(m.in, func() {})
+	m.consumer = ingest.New(&ingest.Sink{}, reg, ingest.Config{
+		Own: bus.OwnPrefix, MaxSkew: cfg.MaxSkew, Now: cfg.Now, Log: cfg.Log, OnReject: onReject, OnAlert: onAlert,
+	})
+	m.metrics = newMetrics(m, reg)
+	return m, nil
+}
+
+// Join joins the group over b: it checks the configuration against the
+// group's, makes the partitioned stream and the group's buckets, and takes
+// this member's name; httpURL is where the others say it serves. Nothing
+// is read or answered until Run.
+func (m *Member) Join(ctx context.Context, b *bus.Bus, httpURL string) error {
+	cfg := m.cfg
+	m.bus = b
+	js := b.JetStream()
+	if err := agree(ctx, js, cfg.Group, settings{Partitions: cfg.Partitions, Windows: windowNames(cfg.Windows)}, cfg.Replicas); err != nil {
+		if errors.Is(err, ErrPartitions) {
+			return fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+		return err
+	}
+	if err := b.EnsureStreams(ctx, bus.StreamConfig{Stream: cfg.Stream, Subject: cfg.Subject, Replicas: cfg.Replicas,
+		MaxAge: m.largest + cfg.MaxSkew + 10*time.Minute}, cfg.Partitions); err != nil {
+		if errors.Is(err, bus.ErrPartitioned) {
+			return fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+		return err
+	}
+	kv, err := openLeases(ctx, js, cfg.Group, cfg.Replicas, cfg.Lease)
+	if err != nil {
+		return err
+	}
+	if m.progress, err = openProgress(ctx, js, cfg.Group, cfg.Replicas); err != nil {
+		return err
+	}
+	m.leases = newLeases(kv, memberInfo{Instance: cfg.Instance, HTTP: httpURL}, cfg.Partitions, cfg.Lease, m, cfg.Log)
+	m.leases.lag = m.lag
+	if err := m.leases.join(ctx); err != nil {
+		if errors.Is(err, errDuplicate) {
+			return fmt.Errorf("%w: --instance %s: %v (group %s)", ErrConfig, cfg.Instance, err, cfg.Group)
+		}
+		return err
+	}
+	return nil
+}
+
+func windowNames(ws []rolling.Window) string {
+	s := ""
+	for i, w := range ws {
+		if i > 0 {
+			s += ","
+		}
+		s += w.Name + ":" + w.Res.String()
+	}
+	return s
+}
+
+// Run starts answering the group's questions, counting and taking
+// partitions, until ctx is done or Close.
+func (m *Member) Run(ctx context.Context) error {
+	sub, err := m.bus.Conn().Subscribe(bus.GroupQuery(m.cfg.Group, chat.Token(m.cfg.Instance)), m.serve)
+	if err != nil {
+		return fmt.Errorf("group %s: questions: %w", m.cfg.Group, err)
+	}
+	m.query = sub
+	m.consumer.Start(m.source, false)
+	ctx, m.cancel = context.WithCancel(ctx)
+	go func() {
+		defer close(m.done)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); m.recordProgress(ctx) }()
+		if err := m.leases.run(ctx); err != nil {
+			m.log.Error("group: leases", "err", err)
+		}
+		wg.Wait()
+	}()
+	return nil
+}
+
+// Close gives up every partition (the others take them over at once),
+// stops answering and waits for the pipeline to finish.
+func (m *Member) Close(ctx context.Context) error {
+	if m.cancel == nil {
+		return nil
+	}
+	m.cancel()
+	<-m.done // the lease loop released every partition, so every feed stopped
+	if m.query != nil {
+		m.query.Unsubscribe()
+	}
+	m.source.Stop()
+	return m.consumer.Wait(ctx)
+}
+
+// Sweep brings the aggregators of every partition this member holds up to
+// now and forgets the throttle keys at rest, freeing what expired when no
+// traffic or reads come by.
+func (m *Member) Sweep(now int64) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for _, pt := range m.parts {
+		for _, s := range pt.stages {
+			if s.sink.Agg != nil {
+				s.sink.Agg.Advance(now)
+			}
+			if s.sink.Thr != nil {
+				s.sink.Thr.Sweep(now)
+			}
+		}
+	}
+}
+
+// Ready reports whether every partition this member holds has caught up.
+func (m *Member) Ready() bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for _, pt := range m.parts {
+		if !pt.ready() {
+			return false
+		}
+	}
+	return m.leases.table().synced
+}

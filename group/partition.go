@@ -1,0 +1,201 @@
+package group
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/bus"
+	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/ingest"
+	"github.com/chatpulse/chatpulse/throttle"
+)
+
+// The stages of a partition: what reads its events, and which policies
+// each feeds. Partition 0 also reads what the others cannot: the events
+// stored under other subjects (stray) and, when there are group-scoped
+// policies, every event for them (all).
+const (
+	stageRoom  = "room"
+	stageUser  = "user"
+	stageStray = "stray"
+	stageAll   = "all"
+)
+
+// stage is one reading of a partition's events: a sink and the feed that
+// fills it.
+type stage struct {
+	name  string
+	sink  *ingest.Sink
+	feed  *bus.Feed
+	ready atomic.Bool
+}
+
+// partition is what this member runs for a partition it holds.
+type partition struct {
+	p       int
+	rev     uint64 // the claim it belongs to
+	stages  []*stage
+	through map[string]uint64 // per stage, what the previous holder handled; set before opened is closed
+	cancel  context.CancelFunc
+	opened  chan struct{} // closed once its feeds are started, or given up
+}
+
+func (pt *partition) stage(name string) *stage {
+	for _, s := range pt.stages {
+		if s.name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// ready reports whether every stage has caught up.
+func (pt *partition) ready() bool {
+	for _, s := range pt.stages {
+		if !s.ready.Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// newPartition makes partition p's stages: empty aggregators and policies.
+func (m *Member) newPartition(p int, rev uint64) *partition {
+	pt := &partition{p: p, rev: rev, opened: make(chan struct{})}
+	add := func(name string, agg bool, quiet bool, policies []throttle.Policy, match func(*ingest.Msg, *chat.Event) bool) {
+		s := &stage{name: name, sink: &ingest.Sink{Quiet: quiet, Match: match}}
+		if agg {
+			s.sink.Agg, _ = aggregator.New(m.cfg.Windows) // checked in Open
+		}
+		if len(policies) > 0 {
+			s.sink.Thr, _ = throttle.NewSet(policies) // checked in Open
+		}
+		s.sink.OnCaughtUp = func() { m.caughtUp(pt, s) }
+		pt.stages = append(pt.stages, s)
+	}
+	// The room stage reports what it rejects; the user stage reads the
+	// same events again, quietly.
+	add(stageRoom, true, false, m.byScope[throttle.ScopeRoom], matchSubject)
+	add(stageUser, true, true, m.byScope[throttle.ScopeUser], matchSubject)
+	if p == 0 {
+		add(stageStray, false, false, nil, func(*ingest.Msg, *chat.Event) bool { return false })
+		if len(m.byScope[throttle.ScopeGroup]) > 0 {
+			add(stageAll, false, true, m.byScope[throttle.ScopeGroup], matchSubject)
+		}
+	}
+	return pt
+}
+
+// filter is the subject a stage of partition p reads.
+func (m *Member) filter(p int, name string) string {
+	switch name {
+	case stageRoom:
+		return bus.RoomPartition(p)
+	case stageUser:
+		return bus.UserPartition(p)
+	case stageStray:
+		return m.cfg.Subject
+	}
+	return bus.AllPartitions
+}
+
+// matchSubject reports whether a partitioned event's subject,
+// _CP.<r>.<u>.<room>.<user>, names the room and user of its payload: the
+// partitions it was filed under are those of its names, so it is counted
+// by the right owners, and by no others.
+func matchSubject(m *ingest.Msg, ev *chat.Event) bool {
+	rest, ok := strings.CutPrefix(m.Subject, bus.PartitionPrefix)
+	for i := 0; ok && i < 2; i++ { // skip the two partition tokens
+		_, rest, ok = strings.Cut(rest, ".")
+	}
+	room, user, ok2 := strings.Cut(rest, ".")
+	return ok && ok2 && chat.IsToken(room, ev.Room) && chat.IsToken(user, ev.User)
+}
+
+// start opens partition p's feeds, on a goroutine of its own (opening
+// takes round trips the lease loop must not wait for). Each stage replays
+// from one largest window back; what the previous holder had handled
+// (its progress) is marked Replay: no alerts or dead letters again.
+func (m *Member) start(p int, rev uint64) {
+	pt := m.newPartition(p, rev)
+	ctx, cancel := context.WithCancel(context.Background())
+	pt.cancel = cancel
+	m.mu.Lock()
+	m.parts[p] = pt
+	m.mu.Unlock()
+	go func() {
+		defer close(pt.opened)
+		through := m.replayThrough(ctx, p)
+		pt.through = through
+		from := m.cfg.Now().Add(-m.largest - m.cfg.MaxSkew)
+		for _, s := range pt.stages {
+			for ctx.Err() == nil {
+				feed, caughtUp, err := m.bus.Feed(ctx, bus.FeedConfig{
+					Stream: m.cfg.Stream, Filter: m.filter(p, s.name), FromTime: from,
+					ReplayThrough: through[s.name], Sink: s.sink,
+				}, m.in)
+				if err == nil {
+					s.feed = feed
+					if caughtUp {
+						m.caughtUp(pt, s)
+					}
+					break
+				}
+				m.log.Warn("group: partition feed not started; retrying", "partition", p, "stage", s.name, "err", err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+		}
+	}()
+}
+
+// caughtUp marks a stage as caught up, and the partition as ready once all
+// of its stages are.
+func (m *Member) caughtUp(pt *partition, s *stage) {
+	s.ready.Store(true)
+	if pt.ready() {
+		m.leases.ready(pt.p, pt.rev)
+	}
+}
+
+// stop stops partition p: once it returns, nothing of it is counted or
+// answered any more (what its feeds delivered and the pipeline has not
+// handled yet goes to sinks nobody reads).
+func (m *Member) stop(p int) {
+	m.mu.Lock()
+	pt := m.parts[p]
+	delete(m.parts, p)
+	m.mu.Unlock()
+	if pt == nil {
+		return
+	}
+	pt.cancel()
+	<-pt.opened
+	for _, s := range pt.stages {
+		if s.feed != nil {
+			s.feed.Stop()
+		}
+		if s.sink.Thr != nil {
+			m.retire(s.sink.Thr.Stats())
+		}
+	}
+}
+
+// replayThrough is, per stage, the newest stream sequence that the
+// partition's previous holder had handled; with no previous holder, the
+// stream's newest: what came before this group counted is history.
+func (m *Member) replayThrough(ctx context.Context, p int) map[string]uint64 {
+	if through, ok := m.progress.get(ctx, p); ok {
+		return through
+	}
+	last, err := m.bus.LastSeq(ctx, m.cfg.Stream)
+	if err != nil {
+		m.log.Warn("group: stream's last sequence unknown; replaying from the start as live", "err", err)
+	}
+	return map[string]uint64{stageRoom: last, stageUser: last, stageStray: last, stageAll: last}
+}

@@ -1,0 +1,184 @@
+package group
+
+import (
+	"cmp"
+	"encoding/json"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/throttle"
+)
+
+// A question is what one member asks another (or itself) about the
+// partitions it owns: a partial view, the decisions of a throttle check,
+// the active keys.
+type question struct {
+	Op      string `json:"op"` // overview, rooms, room, user, check, active
+	Window  string `json:"window,omitempty"`
+	K       int    `json:"k,omitempty"`     // overview, room
+	Limit   int    `json:"limit,omitempty"` // rooms
+	Room    string `json:"room,omitempty"`  // room, check
+	User    string `json:"user,omitempty"`  // user, check
+	Text    string `json:"text,omitempty"`  // check
+	HasText bool   `json:"has_text,omitempty"`
+	Stage   string `json:"stage,omitempty"` // check: whose policies
+	Now     int64  `json:"now"`
+	Parts   []int  `json:"parts"`
+}
+
+// An answer covers the parts of the question that its member owns and has
+// caught up (Parts), read at as_of AsOf.
+type answer struct {
+	Parts     []int                `json:"parts"`
+	AsOf      int64                `json:"as_of"`
+	Overview  *aggregator.Overview `json:"overview,omitempty"`
+	Rooms     *aggregator.Rooms    `json:"rooms,omitempty"`
+	Room      *aggregator.Room     `json:"room,omitempty"`
+	User      *aggregator.User     `json:"user,omitempty"`
+	Decisions []throttle.Decision  `json:"decisions,omitempty"`
+	Active    []throttle.Active    `json:"active,omitempty"`
+	Error     string               `json:"error,omitempty"`
+}
+
+// serve answers a question from another member.
+func (m *Member) serve(msg *nats.Msg) {
+	var q question
+	var a answer
+	if err := json.Unmarshal(msg.Data, &q); err != nil {
+		a.Error = "bad question: " + err.Error()
+	} else {
+		a = m.answer(q)
+	}
+	data, _ := json.Marshal(a)
+	msg.Respond(data)
+}
+
+// owned returns the partitions of q this member may answer for now.
+func (m *Member) owned(parts []int) []*partition {
+	now := time.Now()
+	t := m.leases.table()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var out []*partition
+	for _, p := range parts {
+		if pt := m.parts[p]; pt != nil && pt.ready() && t.owns(p, now) {
+			out = append(out, pt)
+		}
+	}
+	return out
+}
+
+// answer answers q for the partitions of it this member holds. Every
+// partial view is read at one as_of: the latest of the partitions' clocks
+// and q.Now.
+func (m *Member) answer(q question) answer {
+	pts := m.owned(q.Parts)
+	a := answer{Parts: make([]int, 0, len(pts)), AsOf: q.Now}
+	for _, pt := range pts {
+		a.Parts = append(a.Parts, pt.p)
+	}
+	if len(pts) == 0 {
+		return a
+	}
+	fail := func(err error) answer { return answer{Error: err.Error()} }
+	switch q.Op {
+	case "overview":
+		var rooms, users []aggregator.Overview
+		read := func(t int64) error {
+			rooms, users = rooms[:0], users[:0]
+			for _, pt := range pts {
+				r, err := pt.stage(stageRoom).sink.Agg.Overview(q.Window, q.K, t)
+				if err != nil {
+					return err
+				}
+				u, _ := pt.stage(stageUser).sink.Agg.Overview(q.Window, q.K, t)
+				rooms, users = append(rooms, r), append(users, u)
+			}
+			return nil
+		}
+		if err := read(q.Now); err != nil {
+			return fail(err)
+		}
+		if t := latest(rooms, users); t > q.Now {
+			read(t)
+		}
+		v := mergeOverview(rooms, users, q.K, m.seconds(q.Window))
+		a.Overview, a.AsOf = &v, int64(v.AsOf)
+	case "rooms":
+		var parts []aggregator.Rooms
+		for again, t := true, q.Now; again; {
+			parts, again = parts[:0], false
+			for _, pt := range pts {
+				r, err := pt.stage(stageRoom).sink.Agg.Rooms(q.Window, q.Limit, t)
+				if err != nil {
+					return fail(err)
+				}
+				if int64(r.AsOf) > t {
+					t, again = int64(r.AsOf), true
+				}
+				parts = append(parts, r)
+			}
+		}
+		v := mergeRooms(parts, q.Limit)
+		a.Rooms, a.AsOf = &v, int64(v.AsOf)
+	case "room":
+		v, err := pts[0].stage(stageRoom).sink.Agg.Room(q.Room, q.Window, q.K, q.Now)
+		if err != nil {
+			return fail(err)
+		}
+		a.Room, a.AsOf = &v, int64(v.AsOf)
+	case "user":
+		v, err := pts[0].stage(stageUser).sink.Agg.User(q.User, q.Window, q.Now)
+		if err != nil {
+			return fail(err)
+		}
+		a.User, a.AsOf = &v, int64(v.AsOf)
+	case "check":
+		if s := pts[0].stage(q.Stage); s != nil && s.sink.Thr != nil {
+			a.Decisions = s.sink.Thr.Check(q.Now, q.Room, q.User, q.Text, q.HasText).Decisions
+		}
+	case "active":
+		for _, pt := range pts {
+			for _, s := range pt.stages {
+				if s.sink.Thr != nil {
+					a.Active = append(a.Active, s.sink.Thr.Active(q.Now)...)
+				}
+			}
+		}
+	}
+	return a
+}
+
+// latest is the latest as_of of the overviews.
+func latest(sets ...[]aggregator.Overview) int64 {
+	t := int64(0)
+	for _, s := range sets {
+		for _, o := range s {
+			t = max(t, int64(o.AsOf))
+		}
+	}
+	return t
+}
+
+// seconds is the length of a window (the default if win is "").
+func (m *Member) seconds(win string) float64 {
+	for i, w := range m.cfg.Windows {
+		if w.Name == win || win == "" && i == 0 {
+			return w.Size.Seconds()
+		}
+	}
+	return 1
+}
+
+// sortActive puts active keys in the order one Set gives them: by policy
+// (in the policies' order), then room, then user.
+func (m *Member) sortActive(as []throttle.Active) {
+	slices.SortFunc(as, func(a, b throttle.Active) int {
+		return cmp.Or(cmp.Compare(m.order[a.Policy], m.order[b.Policy]),
+			strings.Compare(a.Room, b.Room), strings.Compare(a.User, b.User), cmp.Compare(a.Since, b.Since))
+	})
+}

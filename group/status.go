@@ -1,0 +1,238 @@
+package group
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/throttle"
+)
+
+// Status is GET /api/v1/group (contract section 8).
+type Status struct {
+	Group      string         `json:"group"`
+	Partitions int            `json:"partitions"`
+	Complete   bool           `json:"complete"`
+	Members    []MemberStatus `json:"members"`
+}
+
+// MemberStatus is one live member: how many partitions it owns now, and how
+// many messages its partitions have yet to read.
+type MemberStatus struct {
+	Instance string `json:"instance"`
+	HTTP     string `json:"http"`
+	Owns     int    `json:"owns"`
+	Lag      uint64 `json:"lag"`
+}
+
+// Status says who is in the group and what each owns.
+func (m *Member) Status() Status {
+	t := m.leases.table()
+	s := Status{Group: m.cfg.Group, Partitions: m.cfg.Partitions, Complete: m.complete(t), Members: []MemberStatus{}}
+	for _, name := range slices.Sorted(maps.Keys(t.members)) {
+		info := t.members[name]
+		ms := MemberStatus{Instance: name, HTTP: info.HTTP, Lag: info.Lag}
+		for _, o := range t.owners {
+			if o.Instance == name {
+				ms.Owns++
+			}
+		}
+		s.Members = append(s.Members, ms)
+	}
+	return s
+}
+
+// complete reports whether every partition has a live, caught-up owner.
+func (m *Member) complete(t *table) bool {
+	for p := range m.cfg.Partitions {
+		o, ok := t.owners[p]
+		if _, live := t.members[o.Instance]; !ok || !o.Ready || !live {
+			return false
+		}
+	}
+	return true
+}
+
+// lag is how many messages this member's partitions have yet to read.
+func (m *Member) lag() uint64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var n uint64
+	for _, pt := range m.parts {
+		if !isOpen(pt) { // its feeds are still being set
+			continue
+		}
+		for _, s := range pt.stages {
+			if s.feed != nil {
+				n += s.feed.Pending()
+			}
+		}
+	}
+	return n
+}
+
+// isOpen reports whether a partition's feeds are all started.
+func isOpen(pt *partition) bool {
+	select {
+	case <-pt.opened:
+		return true
+	default:
+		return false
+	}
+}
+
+// recordProgress writes, every second, how far each partition this member
+// holds has been handled, for whoever holds it next.
+func (m *Member) recordProgress(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	last := map[int]map[string]uint64{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		m.mu.RLock()
+		now := map[int]map[string]uint64{}
+		for p, pt := range m.parts {
+			if !isOpen(pt) {
+				continue
+			}
+			seqs := map[string]uint64{}
+			for _, s := range pt.stages {
+				seqs[s.name] = max(s.sink.Seq(), pt.through[s.name])
+			}
+			now[p] = seqs
+		}
+		m.mu.RUnlock()
+		for p, seqs := range now {
+			if maps.Equal(seqs, last[p]) {
+				continue
+			}
+			if err := m.progress.put(ctx, p, seqs); err != nil {
+				m.log.Warn("group: progress not recorded", "partition", p, "err", err)
+				continue
+			}
+			last[p] = seqs
+		}
+	}
+}
+
+// Stats adds up the aggregators' numbers over the partitions this member
+// holds: rooms from the room stages, users from the user stages.
+func (m *Member) Stats() aggregator.Stats {
+	st := aggregator.Stats{Late: make([]uint64, len(m.cfg.Windows))}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for _, pt := range m.parts {
+		r := pt.stage(stageRoom).sink.Agg.Stats()
+		u := pt.stage(stageUser).sink.Agg.Stats()
+		st.Rooms += r.Rooms
+		st.Pairs += r.Pairs
+		st.Users += u.Users
+		for i, n := range r.Late {
+			st.Late[i] += n
+		}
+	}
+	return st
+}
+
+// ThrottleStats adds up each policy's numbers over the partitions this
+// member holds and those it held before; decisions are this member's own
+// answers to checks.
+func (m *Member) ThrottleStats() []throttle.PolicyStats {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]throttle.PolicyStats, len(m.cfg.Policies))
+	for i, p := range m.cfg.Policies {
+		out[i] = m.retired[p.Name]
+		out[i].Policy = p.Name
+		out[i].Allowed, out[i].Denied, out[i].ShadowDenied = m.metrics.decisions(p.Name)
+	}
+	for _, pt := range m.parts {
+		for _, s := range pt.stages {
+			if s.sink.Thr == nil {
+				continue
+			}
+			for _, ps := range s.sink.Thr.Stats() {
+				o := &out[m.order[ps.Policy]]
+				o.Keys += ps.Keys
+				o.Evicted += ps.Evicted
+				o.Expired += ps.Expired
+			}
+		}
+	}
+	return out
+}
+
+// retire keeps the counters of a stage's policies that is going away.
+func (m *Member) retire(stats []throttle.PolicyStats) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, ps := range stats {
+		r := m.retired[ps.Policy]
+		r.Evicted += ps.Evicted
+		r.Expired += ps.Expired
+		m.retired[ps.Policy] = r
+	}
+}
+
+// metrics are the group's gauges (contract section 8) and the throttle
+// decisions of this member's answers.
+type metrics struct {
+	mu    sync.Mutex
+	count map[string]*[3]uint64 // allowed, denied, shadow_denied, per policy
+}
+
+func newMetrics(m *Member, reg prometheus.Registerer) *metrics {
+	gauge := func(name, help string, f func() float64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+	}
+	gauge("chatpulse_group_members", "Live members of the group.", func() float64 { return float64(len(m.leases.table().members)) })
+	gauge("chatpulse_group_partitions_owned", "Partitions this member owns.", func() float64 { return float64(len(m.leases.table().mine)) })
+	gauge("chatpulse_group_lag_messages", "Messages this member's partitions have yet to read.", func() float64 { return float64(m.lag()) })
+	gauge("chatpulse_group_complete", "1 when every partition has a live, caught-up owner.", func() float64 {
+		if m.complete(m.leases.table()) {
+			return 1
+		}
+		return 0
+	})
+	mt := &metrics{count: map[string]*[3]uint64{}}
+	for _, p := range m.cfg.Policies {
+		mt.count[p.Name] = new([3]uint64)
+	}
+	return mt
+}
+
+func (mt *metrics) decided(d throttle.Decision) {
+	c := mt.count[d.Policy]
+	if c == nil {
+		return
+	}
+	mt.mu.Lock()
+	defer mt.mu.Unlock()
+	switch {
+	case d.Allowed:
+		c[0]++
+	case d.Mode == throttle.ModeEnforce:
+		c[1]++
+	default:
+		c[2]++
+	}
+}
+
+func (mt *metrics) decisions(policy string) (allowed, denied, shadowDenied uint64) {
+	c := mt.count[policy]
+	if c == nil {
+		return 0, 0, 0
+	}
+	mt.mu.Lock()
+	defer mt.mu.Unlock()
+	return c[0], c[1], c[2]
+}

@@ -1,0 +1,260 @@
+package group
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/bus"
+	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/throttle"
+)
+
+// askTimeout is how long a member waits for another's answer before it
+// counts that member's partitions as missing.
+const askTimeout = 2 * time.Second
+
+// ask puts q to the owners of its partitions, each about the partitions
+// it owns (itself without a round trip), and returns their answers and
+// how many partitions none answered for: those without a caught-up owner,
+// and those whose owner did not answer.
+func (m *Member) ask(q question) ([]answer, int) {
+	t := m.leases.table()
+	byOwner := map[string][]int{}
+	for _, p := range q.Parts {
+		if o, ok := t.owners[p]; ok && o.Ready {
+			byOwner[o.Instance] = append(byOwner[o.Instance], p)
+		}
+	}
+	var (
+		mu      sync.Mutex
+		wg      sync.WaitGroup
+		answers []answer
+	)
+	for owner, parts := range byOwner {
+		q := q
+		q.Parts = parts
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := m.request(owner, q)
+			mu.Lock()
+			answers = append(answers, a)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	missing := len(q.Parts)
+	for _, a := range answers {
+		missing -= len(a.Parts)
+	}
+	return answers, missing
+}
+
+// request puts q to one member.
+func (m *Member) request(owner string, q question) answer {
+	if owner == m.cfg.Instance {
+		return m.answer(q)
+	}
+	data, _ := json.Marshal(q)
+	ctx, cancel := context.WithTimeout(context.Background(), askTimeout)
+	defer cancel()
+	msg, err := m.bus.Conn().RequestWithContext(ctx, bus.GroupQuery(m.cfg.Group, chat.Token(owner)), data)
+	if err != nil {
+		m.log.Debug("group: no answer", "member", owner, "err", err)
+		return answer{}
+	}
+	var a answer
+	if err := json.Unmarshal(msg.Data, &a); err != nil || a.Error != "" {
+		m.log.Warn("group: bad answer", "member", owner, "err", err, "error", a.Error)
+		return answer{}
+	}
+	return a
+}
+
+// everything is the list of all partitions.
+func (m *Member) everything() []int {
+	ps := make([]int, m.cfg.Partitions)
+	for p := range ps {
+		ps[p] = p
+	}
+	return ps
+}
+
+func coverage(missing int) *chat.Coverage {
+	return &chat.Coverage{Complete: missing == 0, MissingPartitions: missing}
+}
+
+// askAll asks q of every partition, at one as_of: if the owners read at
+// different ones (one's clock was ahead of the others'), those behind are
+// asked again at the latest.
+func (m *Member) askAll(q question) ([]answer, int) {
+	q.Parts = m.everything()
+	answers, missing := m.ask(q)
+	t := q.Now
+	for _, a := range answers {
+		if len(a.Parts) > 0 {
+			t = max(t, a.AsOf)
+		}
+	}
+	var again []int
+	for _, a := range answers {
+		if len(a.Parts) > 0 && a.AsOf < t {
+			again = append(again, a.Parts...)
+		}
+	}
+	if len(again) == 0 {
+		return answers, missing
+	}
+	q.Now = t
+	return m.ask(q)
+}
+
+// WindowNames and Windows answer from the configuration, which every
+// member shares.
+func (m *Member) WindowNames() []string       { return m.windows.WindowNames() }
+func (m *Member) Windows() aggregator.Windows { return m.windows.Windows() }
+
+// Overview is the group's overview.
+func (m *Member) Overview(win string, k int, now int64) (aggregator.Overview, error) {
+	empty, err := m.windows.Overview(win, k, now) // checks the window; zeros
+	if err != nil {
+		return empty, err
+	}
+	answers, missing := m.askAll(question{Op: "overview", Window: empty.Window, K: k, Now: now})
+	parts := []aggregator.Overview{empty}
+	for _, a := range answers {
+		if a.Overview != nil && len(a.Parts) > 0 {
+			parts = append(parts, *a.Overview)
+		}
+	}
+	v := mergeOverview(parts, parts, k, m.seconds(empty.Window))
+	v.Coverage = coverage(missing)
+	return v, nil
+}
+
+// Rooms is the group's rooms list.
+func (m *Member) Rooms(win string, limit int, now int64) (aggregator.Rooms, error) {
+	empty, err := m.windows.Rooms(win, limit, now)
+	if err != nil {
+		return empty, err
+	}
+	answers, missing := m.askAll(question{Op: "rooms", Window: empty.Window, Limit: limit, Now: now})
+	parts := []aggregator.Rooms{empty}
+	for _, a := range answers {
+		if a.Rooms != nil && len(a.Parts) > 0 {
+			parts = append(parts, *a.Rooms)
+		}
+	}
+	v := mergeRooms(parts, limit)
+	v.Coverage = coverage(missing)
+	return v, nil
+}
+
+// Room is one room's view, from the owner of its partition.
+func (m *Member) Room(name, win string, k int, now int64) (aggregator.Room, error) {
+	v, err := m.windows.Room(name, win, k, now) // zeros, if nobody answers
+	if err != nil {
+		return v, err
+	}
+	p := Partition(chat.Token(name), m.cfg.Partitions)
+	answers, missing := m.ask(question{Op: "room", Room: name, Window: v.Window, K: k, Now: now, Parts: []int{p}})
+	for _, a := range answers {
+		if a.Room != nil && len(a.Parts) > 0 {
+			v = *a.Room
+		}
+	}
+	v.Coverage = coverage(missing)
+	return v, nil
+}
+
+// User is one user's view, from the owner of its partition.
+func (m *Member) User(name, win string, now int64) (aggregator.User, error) {
+	v, err := m.windows.User(name, win, now)
+	if err != nil {
+		return v, err
+	}
+	p := Partition(chat.Token(name), m.cfg.Partitions)
+	answers, missing := m.ask(question{Op: "user", User: name, Window: v.Window, Now: now, Parts: []int{p}})
+	for _, a := range answers {
+		if a.User != nil && len(a.Parts) > 0 {
+			v = *a.User
+		}
+	}
+	v.Coverage = coverage(missing)
+	return v, nil
+}
+
+// Check is a throttle check: each policy is decided by the owner of the
+// key's partition (a room's for room and user_in_room scopes, a user's
+// for user scope, partition 0's for group scope), and the decisions are
+// put back in the policies' order.
+func (m *Member) Check(now int64, room, user, text string, hasText bool) throttle.Result {
+	res := throttle.Result{Allowed: true, AsOf: chat.Time(now), Room: room, User: user, Decisions: []throttle.Decision{}}
+	var asks []question
+	base := question{Op: "check", Room: room, User: user, Text: text, HasText: hasText, Now: now}
+	if len(m.byScope[throttle.ScopeRoom]) > 0 {
+		q := base
+		q.Stage, q.Parts = stageRoom, []int{Partition(chat.Token(room), m.cfg.Partitions)}
+		asks = append(asks, q)
+	}
+	if len(m.byScope[throttle.ScopeUser]) > 0 {
+		q := base
+		q.Stage, q.Parts = stageUser, []int{Partition(chat.Token(user), m.cfg.Partitions)}
+		asks = append(asks, q)
+	}
+	if len(m.byScope[throttle.ScopeGroup]) > 0 {
+		q := base
+		q.Stage, q.Parts = stageAll, []int{0}
+		asks = append(asks, q)
+	}
+	var (
+		mu      sync.Mutex
+		wg      sync.WaitGroup
+		missing int
+	)
+	for _, q := range asks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers, miss := m.ask(q)
+			mu.Lock()
+			defer mu.Unlock()
+			missing += miss
+			for _, a := range answers {
+				res.Decisions = append(res.Decisions, a.Decisions...)
+			}
+		}()
+	}
+	wg.Wait()
+	slices.SortFunc(res.Decisions, func(a, b throttle.Decision) int { return cmp.Compare(m.order[a.Policy], m.order[b.Policy]) })
+	for _, d := range res.Decisions {
+		m.metrics.decided(d)
+		if !d.Allowed && d.Mode == throttle.ModeEnforce {
+			res.Allowed = false
+		}
+	}
+	res.Coverage = coverage(missing)
+	return res
+}
+
+// Active lists the keys over an enforcing policy in the whole group.
+func (m *Member) Active(now int64) []throttle.Active {
+	as, _ := m.ActiveCovered(now)
+	return as
+}
+
+// ActiveCovered is Active and how much of the group it covers.
+func (m *Member) ActiveCovered(now int64) ([]throttle.Active, *chat.Coverage) {
+	answers, missing := m.ask(question{Op: "active", Now: now, Parts: m.everything()})
+	out := []throttle.Active{}
+	for _, a := range answers {
+		out = append(out, a.Active...)
+	}
+	m.sortActive(out)
+	return out, coverage(missing)
+}
