@@ -25,8 +25,9 @@ import (
 // merging top-k lists exact here (where merging the top-k of counts split
 // across shards is not).
 //
-// Every partial must have been read at the same as_of: the caller asks
-// again, at the latest, those that answered earlier.
+// Every partial that counts anything must have been read at the same
+// as_of: the caller asks again, at the latest, those that answered
+// earlier. (A partial of nothing, all zeros, may be older.)
 
 // mergeOverview merges overviews: rooms' parts from rooms, users' parts
 // from users (the same slice, when each partial already merged both), of a
@@ -35,8 +36,9 @@ func mergeOverview(rooms, users []aggregator.Overview, k int, seconds float64) a
 	var v aggregator.Overview
 	for i, o := range rooms {
 		if i == 0 {
-			v.Window, v.AsOf, v.Series = o.Window, o.AsOf, make([]int64, len(o.Series))
+			v.Window, v.Series = o.Window, make([]int64, len(o.Series))
 		}
+		v.AsOf = max(v.AsOf, o.AsOf)
 		v.Messages += o.Messages
 		v.ActiveRooms += o.ActiveRooms
 		for b, n := range o.Series {
@@ -69,8 +71,9 @@ func mergeRooms(parts []aggregator.Rooms, limit int) aggregator.Rooms {
 	var v aggregator.Rooms
 	for i, r := range parts {
 		if i == 0 {
-			v.Window, v.AsOf = r.Window, r.AsOf
+			v.Window = r.Window
 		}
+		v.AsOf = max(v.AsOf, r.AsOf)
 		v.Rooms = append(v.Rooms, r.Rooms...)
 	}
 	v.Rooms = top(v.Rooms, limit, func(r aggregator.RoomSummary) (int64, string) { return r.Messages, r.Room })
