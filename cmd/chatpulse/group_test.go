@@ -7,7 +7,9 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"os/exec"
 	"reflect"
+	"syscall"
 	"testing"
 	"time"
 
@@ -93,54 +95,57 @@ func publishGroup(t *testing.T, url string, evs []chat.Event) {
 	}
 }
 
-// sameGroupJSON is sameJSON for a group's view, which must say it is
-// complete; want is the oracle's (standalone) view.
-func (tm *testMain) sameGroupJSON(path string, want any) bool {
+// sameGroupJSON reports whether a group's view, which must say it is
+// complete, equals want (the oracle's standalone view) at its as_of.
+func (tm *testMain) sameGroupJSON(path string, want func(asOf int64) any) (bool, string) {
 	var got map[string]any
 	if status := tm.get(path, &got); status != http.StatusOK {
 		tm.t.Fatalf("GET %s: status %d: %v", path, status, got)
 	}
+	g, _ := json.Marshal(got)
 	if got["complete"] != true || got["missing_partitions"] != float64(0) {
-		return false
+		return false, string(g)
 	}
 	delete(got, "complete")
 	delete(got, "missing_partitions")
-	b, _ := json.Marshal(want)
+	var asOf chat.Time
+	asOf.UnmarshalJSON(fmt.Appendf(nil, "%q", got["as_of"]))
+	b, _ := json.Marshal(want(int64(asOf)))
 	var w map[string]any
 	json.Unmarshal(b, &w)
-	return reflect.DeepEqual(got, w)
+	return reflect.DeepEqual(got, w), fmt.Sprintf("got  %s\nwant %s", g, b)
 }
 
-// compareGroup checks every view of every window on tm against the oracle,
-// allowing the time it takes the group to catch up.
-func (tm *testMain) compareGroup(o *oracle.Oracle, now int64, evs []chat.Event) {
+// compareGroup checks every view of every window on tm against the oracle
+// at the view's as_of, allowing the time it takes the group to catch up.
+func (tm *testMain) compareGroup(o *oracle.Oracle, evs []chat.Event) {
 	tm.t.Helper()
 	rooms, users := map[string]bool{}, map[string]bool{}
 	for _, e := range evs {
 		rooms[e.Room], users[e.User] = true, true
 	}
-	check := func(path string, want any) {
+	check := func(path string, want func(int64) any) {
 		tm.t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
-		for !tm.sameGroupJSON(path, want) {
+		for {
+			ok, diff := tm.sameGroupJSON(path, want)
+			if ok {
+				return
+			}
 			if time.Now().After(deadline) {
-				var got any
-				tm.get(path, &got)
-				g, _ := json.Marshal(got)
-				b, _ := json.Marshal(want)
-				tm.t.Fatalf("GET %s\n got %s\nwant %s", path, g, b)
+				tm.t.Fatalf("GET %s on %s:\n%s", path, tm.url, diff)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
 	for _, w := range []string{"1m", "5m", "1h"} {
-		check("/api/v1/overview?k=100&window="+w, o.Overview(w, 100, now))
-		check("/api/v1/rooms?limit=1000&window="+w, o.Rooms(w, 1000, now))
+		check("/api/v1/overview?k=100&window="+w, func(t int64) any { return o.Overview(w, 100, t) })
+		check("/api/v1/rooms?limit=1000&window="+w, func(t int64) any { return o.Rooms(w, 1000, t) })
 		for room := range rooms {
-			check("/api/v1/rooms/"+url.PathEscape(room)+"?k=100&window="+w, o.Room(room, w, 100, now))
+			check("/api/v1/rooms/"+url.PathEscape(room)+"?k=100&window="+w, func(t int64) any { return o.Room(room, w, 100, t) })
 		}
 		for user := range users {
-			check("/api/v1/users/"+url.PathEscape(user)+"?window="+w, o.User(user, w, now))
+			check("/api/v1/users/"+url.PathEscape(user)+"?window="+w, func(t int64) any { return o.User(user, w, t) })
 		}
 	}
 }
@@ -173,7 +178,7 @@ func TestGroupEqualsStandalone(t *testing.T) {
 	o := oracle.New(ws)
 	o.Observe(now, evs)
 	for _, tm := range ms {
-		tm.compareGroup(o, now, evs)
+		tm.compareGroup(o, evs)
 	}
 	st := waitComplete(t, ms[1], 3)
 	owns := 0
@@ -182,5 +187,84 @@ func TestGroupEqualsStandalone(t *testing.T) {
 	}
 	if owns != 8 || st.Partitions != 8 || st.Group != "g" {
 		t.Fatalf("status %+v", st)
+	}
+}
+
+// startBinary runs the built chatpulse with args and waits for /readyz.
+func startBinary(t *testing.T, args ...string) (*exec.Cmd, *testMain) {
+	t.Helper()
+	port := freePort(t)
+	cmd := exec.Command(buildBinary(t), append([]string{"--http", fmt.Sprint("127.0.0.1:", port)}, args...)...)
+	cmd.Stderr = testWriter{t}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	tm := &testMain{t: t, url: fmt.Sprint("http://127.0.0.1:", port)}
+	tm.waitReady()
+	return cmd, tm
+}
+
+// recentTrace is n events of the last 50 seconds, on the wall clock.
+func recentTrace(seed uint64, n int) []chat.Event {
+	r := rand.New(rand.NewPCG(seed, 9))
+	now := time.Now().UnixMilli()
+	evs := groupTrace(seed, now, n)
+	for i := range evs {
+		evs[i].TS = now - r.Int64N(50_000)
+	}
+	return evs
+}
+
+// A member killed with SIGKILL while events flow: the others say their
+// views are incomplete until they own its partitions and have caught up,
+// then answer exactly again; it comes back and takes its share without
+// anyone counting twice.
+func TestGroupFailover(t *testing.T) {
+	url := natsServer(t)
+	args := []string{"--nats-url", url, "--group", "g", "--partitions", "8"}
+	ms := []*testMain{startMain(t, append(args, "--instance", "m0")...), startMain(t, append(args, "--instance", "m1")...)}
+	victim, vm := startBinary(t, append(args, "--instance", "m2")...)
+	waitComplete(t, ms[0], 3)
+
+	evs := recentTrace(7, 3000)
+	ws, _ := rolling.ParseWindows(rolling.DefaultWindows)
+	o := oracle.New(ws)
+	o.Observe(time.Now().UnixMilli(), evs)
+	published := make(chan struct{})
+	go func() {
+		defer close(published)
+		publishGroup(t, url, evs)
+	}()
+	time.Sleep(300 * time.Millisecond) // events are flowing
+	killed := time.Now()
+	if err := victim.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	victim.Wait()
+	sawIncomplete := false
+	eventually(t, 60*time.Second, "the survivors own everything", func() bool {
+		var v map[string]any
+		ms[0].get("/api/v1/overview", &v)
+		sawIncomplete = sawIncomplete || v["complete"] == false
+		var st groupStatus
+		ms[0].get("/api/v1/group", &st)
+		return st.Complete && len(st.Members) == 2
+	})
+	t.Logf("from SIGKILL to a complete group of two: %v", time.Since(killed))
+	if !sawIncomplete {
+		t.Error("no view said it was incomplete while m2's partitions had no owner")
+	}
+	<-published
+	for _, tm := range ms {
+		tm.compareGroup(o, evs)
+	}
+
+	// m2 comes back: it takes partitions from the others, and every
+	// member, m2 too, still answers exactly.
+	_, vm = startBinary(t, append(args, "--instance", "m2")...)
+	waitComplete(t, ms[0], 3)
+	for _, tm := range append(ms, vm) {
+		tm.compareGroup(o, evs)
 	}
 }
