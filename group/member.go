@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -173,7 +174,18 @@ func windowNames(ws []rolling.Window) string {
 		if i > 0 {
 			s += ","
 		}
-		s += w.Name + ":" + w.Res.String()
+		s += w.Name + ":" + short(w.Res)
+	}
+	return s
+}
+
+// short writes a duration without trailing zero units: 1m, not 1m0s.
+func short(d time.Duration) string {
+	s := d.String()
+	for _, zero := range []string{"m0s", "h0m"} {
+		if strings.HasSuffix(s, zero) {
+			s = s[:len(s)-2]
+		}
 	}
 	return s
 }

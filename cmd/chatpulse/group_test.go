@@ -1,14 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"os/exec"
 	"reflect"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -266,5 +269,38 @@ func TestGroupFailover(t *testing.T) {
 	waitComplete(t, ms[0], 3)
 	for _, tm := range append(ms, vm) {
 		tm.compareGroup(o, evs)
+	}
+}
+
+// A configuration that cannot work in a group ends the binary with one
+// line naming the problem and exit status 2.
+func TestGroupBadConfig(t *testing.T) {
+	url := natsServer(t)
+	startMain(t, "--nats-url", url, "--group", "g", "--partitions", "8", "--instance", "m0")
+	bin := buildBinary(t)
+	group := []string{"--http", "127.0.0.1:0", "--nats-url", url, "--group", "g"}
+	for name, tc := range map[string]struct {
+		args []string
+		want string
+	}{
+		"no jetstream":  {[]string{"--group", "g", "--jetstream=false"}, "--group g: a group needs JetStream"},
+		"bad name":      {[]string{"--http", "127.0.0.1:0", "--nats-url", url, "--group", "a.b"}, `--group "a.b"`},
+		"partitions":    {append(group, "--partitions", "4", "--instance", "x"), "--partitions 4, but group g uses 8"},
+		"windows":       {append(group, "--partitions", "8", "--instance", "x", "--windows", "1m"), "--windows 1m:1s, but group g uses 1m:1s,5m:5s,1h:1m"},
+		"same instance": {append(group, "--partitions", "8", "--instance", "m0"), "--instance m0: a live member of the group already has this instance name"},
+	} {
+		cmd := exec.Command(bin, tc.args...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+			t.Errorf("%s: %v, want exit status 2; stderr: %s", name, err, stderr.String())
+			continue
+		}
+		out := strings.TrimSpace(stderr.String())
+		if strings.Count(out, "\n") != 0 || !strings.HasPrefix(out, "chatpulse: ") || !strings.Contains(out, tc.want) {
+			t.Errorf("%s: stderr %q, want one line naming %q", name, out, tc.want)
+		}
 	}
 }
