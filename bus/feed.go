@@ -23,6 +23,10 @@ type FeedConfig struct {
 	// the sink's partition: they are marked Replay.
 	ReplayThrough uint64
 	Sink          *ingest.Sink
+	// Subject is the events' subject filter (chat.>): a message the
+	// stream filed by partition is delivered under the subject it was
+	// published on, rebuilt from it.
+	Subject string
 }
 
 // A Feed is one ordered consumer writing into a channel that several feeds
@@ -56,7 +60,7 @@ func (b *Bus) Feed(ctx context.Context, f FeedConfig, out chan<- ingest.Msg) (fe
 	caughtUp = info.NumPending == 0
 	done := caughtUp // owned by the callback from here on
 	feed.cc, err = cons.Consume(func(m jetstream.Msg) {
-		in := ingest.Msg{Subject: m.Subject(), Data: m.Data(), Header: m.Headers(), Sink: f.Sink}
+		in := ingest.Msg{Subject: Unfiled(m.Subject(), f.Subject), Data: m.Data(), Header: m.Headers(), Sink: f.Sink}
 		if md, err := m.Metadata(); err == nil {
 			in.Received = md.Timestamp.UnixMilli()
 			in.Seq = md.Sequence.Stream

@@ -50,6 +50,20 @@ func PartitionTransform(subject string, partitions int) (src, dest string, err e
 	return prefix + "*.*", PartitionPrefix + "{{partition(" + n + ",1)}}.{{partition(" + n + ",2)}}.{{wildcard(1)}}.{{wildcard(2)}}", nil
 }
 
+// Unfiled is the subject an event filed by partition was published on:
+// _CP.<r>.<u>.<room>.<user> under subject chat.> was chat.<room>.<user>.
+// Any other subject is returned as it is.
+func Unfiled(filed, subject string) string {
+	rest, ok := strings.CutPrefix(filed, PartitionPrefix)
+	for i := 0; ok && i < 2; i++ { // the two partitions
+		_, rest, ok = strings.Cut(rest, ".")
+	}
+	if !ok {
+		return filed
+	}
+	return strings.TrimSuffix(subject, ">") + rest
+}
+
 // RoomPartition and UserPartition are the filter subjects of one
 // partition's events, by room and by user.
 func RoomPartition(p int) string { return PartitionPrefix + strconv.Itoa(p) + ".*.*.*" }

@@ -78,12 +78,13 @@ func (m *Member) newPartition(p int, rev uint64) *partition {
 	}
 	// The room stage reports what it rejects; the user stage reads the
 	// same events again, quietly.
-	add(stageRoom, true, false, m.byScope[throttle.ScopeRoom], matchSubject)
-	add(stageUser, true, true, m.byScope[throttle.ScopeUser], matchSubject)
+	match := matchSubject(m.cfg.Subject)
+	add(stageRoom, true, false, m.byScope[throttle.ScopeRoom], match)
+	add(stageUser, true, true, m.byScope[throttle.ScopeUser], match)
 	if p == 0 {
 		add(stageStray, false, false, nil, func(*ingest.Msg, *chat.Event) bool { return false })
 		if len(m.byScope[throttle.ScopeGroup]) > 0 {
-			add(stageAll, false, true, m.byScope[throttle.ScopeGroup], matchSubject)
+			add(stageAll, false, true, m.byScope[throttle.ScopeGroup], match)
 		}
 	}
 	return pt
@@ -102,17 +103,17 @@ func (m *Member) filter(p int, name string) string {
 	return bus.AllPartitions
 }
 
-// matchSubject reports whether a partitioned event's subject,
-// _CP.<r>.<u>.<room>.<user>, names the room and user of its payload: the
-// partitions it was filed under are those of its names, so it is counted
-// by the right owners, and by no others.
-func matchSubject(m *ingest.Msg, ev *chat.Event) bool {
-	rest, ok := strings.CutPrefix(m.Subject, bus.PartitionPrefix)
-	for i := 0; ok && i < 2; i++ { // skip the two partition tokens
-		_, rest, ok = strings.Cut(rest, ".")
+// matchSubject returns whether an event's subject, chat.<room>.<user>
+// under subject chat.>, names the room and user of its payload: then the
+// partitions the stream filed it under are those of its names, and it is
+// counted by their owners, and by no others.
+func matchSubject(subject string) func(*ingest.Msg, *chat.Event) bool {
+	prefix := strings.TrimSuffix(subject, ">")
+	return func(m *ingest.Msg, ev *chat.Event) bool {
+		rest, ok := strings.CutPrefix(m.Subject, prefix)
+		room, user, ok2 := strings.Cut(rest, ".")
+		return ok && ok2 && chat.IsToken(room, ev.Room) && chat.IsToken(user, ev.User)
 	}
-	room, user, ok2 := strings.Cut(rest, ".")
-	return ok && ok2 && chat.IsToken(room, ev.Room) && chat.IsToken(user, ev.User)
 }
 
 // start opens partition p's feeds, on a goroutine of its own (opening
@@ -135,7 +136,7 @@ func (m *Member) start(p int, rev uint64) {
 			for ctx.Err() == nil {
 				feed, caughtUp, err := m.bus.Feed(ctx, bus.FeedConfig{
 					Stream: m.cfg.Stream, Filter: m.filter(p, s.name), FromTime: from,
-					ReplayThrough: through[s.name], Sink: s.sink,
+					ReplayThrough: through[s.name], Sink: s.sink, Subject: m.cfg.Subject,
 				}, m.in)
 				if err == nil {
 					s.feed = feed

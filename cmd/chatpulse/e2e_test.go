@@ -65,9 +65,13 @@ func randomTrace(r *rand.Rand, now int64, n int) []chat.Event {
 }
 
 func eventJSON(e chat.Event, id int) string {
+	text := e.Text
+	if text == "" {
+		text = "hello there"
+	}
 	b, _ := json.Marshal(map[string]any{
 		"id": fmt.Sprint("m-", id), "room": e.Room, "user": e.User,
-		"ts": time.UnixMilli(e.TS).UTC().Format(time.RFC3339Nano), "text": "hello there",
+		"ts": time.UnixMilli(e.TS).UTC().Format(time.RFC3339Nano), "text": text,
 	})
 	return string(b)
 }

@@ -9,8 +9,11 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,6 +26,7 @@ import (
 	"github.com/chatpulse/chatpulse/aggregator/oracle"
 	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/rolling"
+	"github.com/chatpulse/chatpulse/throttle"
 )
 
 // natsServer starts a NATS server with JetStream in the test process, on
@@ -302,5 +306,125 @@ func TestGroupBadConfig(t *testing.T) {
 		if strings.Count(out, "\n") != 0 || !strings.HasPrefix(out, "chatpulse: ") || !strings.Contains(out, tc.want) {
 			t.Errorf("%s: stderr %q, want one line naming %q", name, out, tc.want)
 		}
+	}
+}
+
+// Throttle checks in a group answer as one standalone Set fed the same
+// events would, over HTTP and NATS, from any member; a crossing alerts
+// once for the whole group; an event whose subject does not name its
+// payload's room and user, or that came on a subject the stream could not
+// file by partition, is dead-lettered once as subject_mismatch and counted
+// by nobody.
+func TestGroupThrottleAndMismatch(t *testing.T) {
+	url := natsServer(t)
+	clock := newFrozen()
+	policies := filepath.Join(t.TempDir(), "p.yaml")
+	os.WriteFile(policies, []byte(`policies:
+  - {name: user_room_flood, scope: user_in_room, algorithm: sliding_window, limit: 10, window: 10s}
+  - {name: user_flood, scope: user, algorithm: sliding_window, limit: 30, window: 1m}
+  - {name: repeated_text, scope: user, algorithm: repeat, limit: 1, window: 30s, mode: shadow}
+  - {name: room_burst, scope: room, algorithm: token_bucket, limit: 5, window: 1s, burst: 12}
+  - {name: support_total, scope: group, algorithm: fixed_window, limit: 15, window: 1m, rooms: ["support-*"]}
+`), 0o644)
+	ms := startGroup(t, url, "g", 3, clock.Now, "--policies", policies)
+	now := clock.ms.Load()
+	nc, _ := nats.Connect(url)
+	defer nc.Close()
+	alerts := make(chan *nats.Msg, 64)
+	nc.ChanSubscribe("chatpulse.alerts.throttle", alerts)
+	dead := make(chan *nats.Msg, 64)
+	nc.ChanSubscribe("chatpulse.deadletter.>", dead)
+	nc.Flush()
+
+	ps, _ := throttle.LoadPolicies(policies)
+	standalone, _ := throttle.NewSet(ps)
+	var evs []chat.Event
+	for i := range 11 {
+		evs = append(evs, chat.Event{Room: "lobby", User: "alice", TS: now - int64(i), Text: "same"})
+		evs = append(evs, chat.Event{Room: fmt.Sprint("support-", i%3), User: fmt.Sprint("u", i), TS: now, Text: fmt.Sprint("t", i)})
+	}
+	var want []throttle.Alert
+	for _, e := range evs {
+		want = append(want, standalone.Observe(e)...)
+	}
+	publishGroup(t, url, evs)
+	// A payload that is not what its subject says, and one on a subject
+	// the stream cannot file by partition.
+	nc.Publish("chat.lobby.bob", []byte(`{"room":"elsewhere","user":"bob"}`))
+	nc.Publish("chat.lobby", []byte(`{"room":"lobby","user":"carol"}`))
+	nc.Flush()
+
+	checks := []string{`{"room":"lobby","user":"alice","text":"same"}`, `{"room":"lobby","user":"bob"}`,
+		`{"room":"support-1","user":"u1"}`, `{"room":"support-9","user":"zed","text":"t1"}`, `{"room":"elsewhere","user":"alice"}`}
+	for _, body := range checks {
+		var req struct {
+			Room, User string
+			Text       *string
+		}
+		json.Unmarshal([]byte(body), &req)
+		text := ""
+		if req.Text != nil {
+			text = *req.Text
+		}
+		wantJSON, _ := json.Marshal(standalone.Check(now, req.Room, req.User, text, req.Text != nil))
+		for _, tm := range ms {
+			eventually(t, 20*time.Second, "check "+body+" as standalone", func() bool {
+				var got map[string]any
+				tm.post("/api/v1/throttle/check", body, &got)
+				if got["complete"] != true {
+					return false
+				}
+				delete(got, "complete")
+				delete(got, "missing_partitions")
+				var w map[string]any
+				json.Unmarshal(wantJSON, &w)
+				return reflect.DeepEqual(got, w)
+			})
+		}
+		// Over NATS too.
+		msg, err := nc.Request("chatpulse.throttle.check", []byte(body), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got map[string]any
+		json.Unmarshal(msg.Data, &got)
+		delete(got, "complete")
+		delete(got, "missing_partitions")
+		var w map[string]any
+		json.Unmarshal(wantJSON, &w)
+		if !reflect.DeepEqual(got, w) {
+			t.Errorf("NATS check %s:\n got %s\nwant %s", body, msg.Data, wantJSON)
+		}
+	}
+
+	// One alert per crossing, for the whole group.
+	time.Sleep(time.Second)
+	var gotAlerts []string
+	for len(alerts) > 0 {
+		gotAlerts = append(gotAlerts, string((<-alerts).Data))
+	}
+	var wantAlerts []string
+	for _, a := range want {
+		b, _ := json.Marshal(a)
+		wantAlerts = append(wantAlerts, string(b))
+	}
+	slices.Sort(gotAlerts)
+	slices.Sort(wantAlerts)
+	if !slices.Equal(gotAlerts, wantAlerts) || len(wantAlerts) == 0 {
+		t.Errorf("alerts:\n got %v\nwant %v", gotAlerts, wantAlerts)
+	}
+	var mismatched []string
+	for len(dead) > 0 {
+		m := <-dead
+		mismatched = append(mismatched, m.Subject+" "+m.Header.Get("Chatpulse-Subject"))
+	}
+	slices.Sort(mismatched)
+	if fmt.Sprint(mismatched) != "[chatpulse.deadletter.subject_mismatch chat.lobby chatpulse.deadletter.subject_mismatch chat.lobby.bob]" {
+		t.Errorf("dead letters: %v", mismatched)
+	}
+	var v struct{ Messages int64 }
+	ms[0].get("/api/v1/overview?window=1h", &v)
+	if v.Messages != int64(len(evs)) {
+		t.Errorf("counted %d, want %d (mismatched events count nowhere)", v.Messages, len(evs))
 	}
 }
