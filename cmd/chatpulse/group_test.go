@@ -428,3 +428,81 @@ func TestGroupThrottleAndMismatch(t *testing.T) {
 		t.Errorf("counted %d, want %d (mismatched events count nowhere)", v.Messages, len(evs))
 	}
 }
+
+// natsCluster starts a 3-node NATS cluster with JetStream in the test
+// process, on loopback ports, and returns its nodes and a URL naming all
+// three.
+func natsCluster(t *testing.T) ([]*server.Server, string) {
+	t.Helper()
+	ports := []int{freePort(t), freePort(t), freePort(t)}
+	routes := fmt.Sprintf("nats://127.0.0.1:%d,nats://127.0.0.1:%d,nats://127.0.0.1:%d", ports[0], ports[1], ports[2])
+	var nodes []*server.Server
+	var urls []string
+	for i := range 3 {
+		ns, err := server.NewServer(&server.Options{
+			ServerName: fmt.Sprint("n", i), Host: "127.0.0.1", Port: -1,
+			JetStream: true, StoreDir: t.TempDir(),
+			Cluster:   server.ClusterOpts{Name: "chatpulse-test", Host: "127.0.0.1", Port: ports[i]},
+			Routes:    server.RoutesFromStr(routes),
+			NoSigs:    true, NoLog: true,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go ns.Start()
+		t.Cleanup(ns.Shutdown)
+		nodes = append(nodes, ns)
+	}
+	for _, ns := range nodes {
+		if !ns.ReadyForConnections(10 * time.Second) {
+			t.Fatal("nats node did not start")
+		}
+		urls = append(urls, ns.ClientURL())
+	}
+	url := strings.Join(urls, ",")
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	eventually(t, 30*time.Second, "a JetStream meta leader", func() bool {
+		_, err := js.AccountInfo(context.Background())
+		return err == nil
+	})
+	return nodes, url
+}
+
+// On a 3-node cluster with every stream and bucket at three replicas,
+// losing a node changes no answer, and events published afterwards count.
+func TestGroupSurvivesANodeLoss(t *testing.T) {
+	nodes, url := natsCluster(t)
+	clock := newFrozen()
+	ms := startGroup(t, url, "g", 3, clock.Now, "--replicas", "3")
+	nc, _ := nats.Connect(url)
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	for _, name := range []string{"CHAT", "CHATPULSE_DEADLETTER", "KV_CHATPULSE_GROUPS", "KV_CHATPULSE_GROUP_g", "KV_CHATPULSE_GROUP_g_PROGRESS"} {
+		s, err := js.Stream(context.Background(), name)
+		if err != nil || s.CachedInfo().Config.Replicas != 3 {
+			t.Fatalf("stream %s: %v, want 3 replicas", name, err)
+		}
+	}
+	now := clock.ms.Load()
+	evs := groupTrace(11, now, 1500)
+	publishGroup(t, url, evs[:1000])
+	ws, _ := rolling.ParseWindows(rolling.DefaultWindows)
+	o := oracle.New(ws)
+	o.Observe(now, evs[:1000])
+	for _, tm := range ms {
+		tm.compareGroup(o, evs[:1000])
+	}
+
+	nodes[1].Shutdown()
+	nodes[1].WaitForShutdown()
+	publishGroup(t, url, evs[1000:])
+	o.Observe(now, evs[1000:])
+	for _, tm := range ms {
+		tm.compareGroup(o, evs)
+	}
+}
