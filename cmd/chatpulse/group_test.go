@@ -506,3 +506,38 @@ func TestGroupSurvivesANodeLoss(t *testing.T) {
 		tm.compareGroup(o, evs)
 	}
 }
+
+// A dashboard on one member watches a room whose partition another member
+// owns: the view it is pushed is the group's, complete.
+func TestGroupWebsocket(t *testing.T) {
+	url := natsServer(t)
+	clock := newFrozen()
+	ms := startGroup(t, url, "g", 2, clock.Now, "--push-interval", "100ms")
+	c := ms[1].mustDial().reading(t)
+	send(t, c, `{"type":"subscribe","view":"room","room":"dot.room","window":"1m"}`)
+	now := clock.ms.Load()
+	var evs []chat.Event
+	for i := range 25 {
+		evs = append(evs, chat.Event{Room: "dot.room", User: fmt.Sprint("u", i%4), TS: now})
+	}
+	publishGroup(t, url, evs)
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case f, ok := <-c.frames:
+			if !ok {
+				t.Fatal("connection closed")
+			}
+			var v struct {
+				Messages int64 `json:"messages"`
+				Complete bool  `json:"complete"`
+			}
+			json.Unmarshal(f.Data, &v)
+			if f.Type == "view" && v.Messages == 25 && v.Complete {
+				return
+			}
+		case <-deadline:
+			t.Fatal("no complete view of the room with its 25 messages")
+		}
+	}
+}
