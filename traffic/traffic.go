@@ -120,7 +120,7 @@ func (g *Generator) Next(now time.Time) (subject string, payload []byte, room, u
 		u, ri = g.flood(now, u, ri)
 	}
 	room, user = g.rooms[ri], g.users[u]
-	subject = g.cfg.Prefix + "." + room + "." + user
+	subject = g.cfg.Prefix + "." + chat.Token(room) + "." + chat.Token(user) // the subject rule of group mode
 	if g.cfg.BadRatio > 0 && g.r.Float64() < g.cfg.BadRatio {
 		return subject, g.bad(now, room, user), "", "", false
 	}
