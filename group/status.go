@@ -24,10 +24,11 @@ type Status struct {
 // MemberStatus is one live member: how many partitions it owns now, and how
 // many messages its partitions have yet to read.
 type MemberStatus struct {
-	Instance string `json:"instance"`
-	HTTP     string `json:"http"`
-	Owns     int    `json:"owns"`
-	Lag      uint64 `json:"lag"`
+	Instance   string `json:"instance"`
+	HTTP       string `json:"http"`
+	Owns       int    `json:"owns"`
+	Lag        uint64 `json:"lag"`
+	Partitions []int  `json:"partitions"` // which it owns (chatpulse's addition)
 }
 
 // Status says who is in the group and what each owns.
@@ -36,12 +37,13 @@ func (m *Member) Status() Status {
 	s := Status{Group: m.cfg.Group, Partitions: m.cfg.Partitions, Complete: m.complete(t), Members: []MemberStatus{}}
 	for _, name := range slices.Sorted(maps.Keys(t.members)) {
 		info := t.members[name]
-		ms := MemberStatus{Instance: name, HTTP: info.HTTP, Lag: info.Lag}
-		for _, o := range t.owners {
-			if o.Instance == name {
-				ms.Owns++
+		ms := MemberStatus{Instance: name, HTTP: info.HTTP, Lag: info.Lag, Partitions: []int{}}
+		for p := range m.cfg.Partitions {
+			if o, ok := t.owners[p]; ok && o.Instance == name {
+				ms.Partitions = append(ms.Partitions, p)
 			}
 		}
+		ms.Owns = len(ms.Partitions)
 		s.Members = append(s.Members, ms)
 	}
 	return s

@@ -28,7 +28,7 @@ func checkCmd(args []string) error {
 	workers := fs.Int("workers", 64, "requests in flight at most")
 	fs.Parse(args)
 
-	nc, stop, err := chat(*url, "chatbench-check", *events)
+	nc, stop, err := chatter(*url, "chatbench-check", *events)
 	if err != nil {
 		return err
 	}

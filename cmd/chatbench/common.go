@@ -55,9 +55,9 @@ func percentiles(ds []time.Duration, ps ...float64) []time.Duration {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
 
-// chat connects to NATS as name and publishes chat traffic at rate until
+// chatter connects to NATS as name and publishes chat traffic at rate until
 // stop is called: what flows while check and fanout measure.
-func chat(url, name string, rate float64) (nc *nats.Conn, stop func(), err error) {
+func chatter(url, name string, rate float64) (nc *nats.Conn, stop func(), err error) {
 	nc, err = nats.Connect(url, nats.Name(name))
 	if err != nil {
 		return nil, nil, err

@@ -26,7 +26,7 @@ func fanoutCmd(args []string) error {
 	d := fs.Duration("duration", 15*time.Second, "how long to measure once all are connected")
 	fs.Parse(args)
 
-	_, stop, err := chat(*url, "chatbench-fanout", *events)
+	_, stop, err := chatter(*url, "chatbench-fanout", *events)
 	if err != nil {
 		return err
 	}

@@ -442,9 +442,9 @@ func natsCluster(t *testing.T) ([]*server.Server, string) {
 		ns, err := server.NewServer(&server.Options{
 			ServerName: fmt.Sprint("n", i), Host: "127.0.0.1", Port: -1,
 			JetStream: true, StoreDir: t.TempDir(),
-			Cluster:   server.ClusterOpts{Name: "chatpulse-test", Host: "127.0.0.1", Port: ports[i]},
-			Routes:    server.RoutesFromStr(routes),
-			NoSigs:    true, NoLog: true,
+			Cluster: server.ClusterOpts{Name: "chatpulse-test", Host: "127.0.0.1", Port: ports[i]},
+			Routes:  server.RoutesFromStr(routes),
+			NoSigs:  true, NoLog: true,
 		})
 		if err != nil {
 			t.Fatal(err)

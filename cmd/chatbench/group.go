@@ -1,0 +1,361 @@
+package main
+
+// group measures what a group of members costs beside one standalone
+// instance on the same events, in one run against one NATS server: CPU
+// seconds per event of each process, read from /proc (from outside, as an
+// operator sees it); then how long a group takes, after a member is killed
+// with SIGKILL, to answer exactly again; and the latency of a view asked
+// of a member that owns nothing the view needs, beside the same view from
+// the standalone instance.
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/group"
+	"github.com/chatpulse/chatpulse/traffic"
+)
+
+func groupCmd(args []string) error {
+	fs := flag.NewFlagSet("group", flag.ExitOnError)
+	n := fs.Int("n", 200_000, "events")
+	rate := fs.Float64("rate", 10_000, "events per second, paced in 1 ms ticks")
+	rooms := fs.Int("rooms", 1000, "rooms")
+	users := fs.Int("users", 50_000, "users (Zipf)")
+	members := fs.Int("members", 3, "members of the group")
+	partitions := fs.Int("partitions", 64, "partitions")
+	bin := fs.String("bin", "", "the chatpulse binary (default: go build ./cmd/chatpulse)")
+	fs.Parse(args)
+
+	dir, err := os.MkdirTemp("", "chatbench-group-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if *bin == "" {
+		*bin = filepath.Join(dir, "chatpulse")
+		if out, err := exec.Command("go", "build", "-o", *bin, "./cmd/chatpulse").CombinedOutput(); err != nil {
+			return fmt.Errorf("build: %v\n%s", err, out)
+		}
+	}
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: filepath.Join(dir, "nats"), NoSigs: true, NoLog: true})
+	if err != nil {
+		return err
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		return fmt.Errorf("nats server did not start")
+	}
+	defer ns.Shutdown()
+	url := ns.ClientURL()
+
+	// The events, made before any clock starts: their payloads, rooms
+	// and users.
+	g := traffic.New(traffic.Config{Rooms: *rooms, Users: *users, Seed: 3})
+	evs := make([]benchEvent, *n)
+	distinct := map[string]bool{}
+	now := time.Now()
+	for i := range evs {
+		var good bool
+		_, evs[i].data, evs[i].room, evs[i].user, good = g.Next(now)
+		for !good {
+			_, evs[i].data, evs[i].room, evs[i].user, good = g.Next(now)
+		}
+		distinct[evs[i].user] = true
+	}
+	fmt.Printf("%d events, %d rooms, %d users (%d distinct in the trace), %.0f events/s in 1 ms ticks, %d partitions\n\n",
+		*n, *rooms, *users, len(distinct), *rate, *partitions)
+
+	// Standalone.
+	solo, err := startChatpulse(*bin, dir, "--nats-url", url, "--stream", "SOLO", "--subject", "solo.>")
+	if err != nil {
+		return err
+	}
+	defer solo.stop()
+	soloCPU, soloTime, err := feed(url, "solo", evs, *rate, []*process{solo}, int64(len(evs)), len(distinct))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("standalone:  %.2f µs CPU/event (%.1f s to take %d events in)\n", perEvent(soloCPU[0], len(evs)), soloTime.Seconds(), len(evs))
+
+	// The group.
+	var mem []*process
+	for i := range *members {
+		p, err := startChatpulse(*bin, dir, "--nats-url", url, "--stream", "GROUP", "--subject", "grp.>",
+			"--group", "bench", "--partitions", strconv.Itoa(*partitions), "--instance", fmt.Sprint("m", i))
+		if err != nil {
+			return err
+		}
+		defer p.stop()
+		mem = append(mem, p)
+	}
+	if err := waitGroup(mem[0].url, *members, time.Minute); err != nil {
+		return err
+	}
+	cpu, groupTime, err := feed(url, "grp", evs, *rate, mem, int64(len(evs)), len(distinct))
+	if err != nil {
+		return err
+	}
+	total, busiest := 0.0, 0.0
+	for i, c := range cpu {
+		fmt.Printf("member m%d:   %.2f µs CPU/event\n", i, perEvent(c, len(evs)))
+		total += c
+		busiest = max(busiest, c)
+	}
+	fmt.Printf("group of %d: %.2f µs CPU/event in all (%.2fx standalone), busiest member %.2f µs (%.2fx); %.1f s to take the events in\n\n",
+		*members, perEvent(total, len(evs)), total/soloCPU[0], perEvent(busiest, len(evs)), busiest/soloCPU[0], groupTime.Seconds())
+
+	// View latency from a member that owns nothing the view needs: a room
+	// of another member's, beside the same view of the standalone one.
+	var st groupStatus
+	if err := getJSON(mem[0].url+"/api/v1/group", &st); err != nil {
+		return err
+	}
+	room := ""
+	for r := range *rooms {
+		name := fmt.Sprintf("room-%d", r)
+		owner := st.owner(group.Partition(chat.Token(name), *partitions))
+		if owner != "" && owner != "m0" {
+			room = name
+			break
+		}
+	}
+	if room == "" {
+		return fmt.Errorf("no room owned by another member than m0")
+	}
+	for _, v := range []struct{ name, url string }{{"standalone", solo.url}, {"group, m0 (not the owner)", mem[0].url}} {
+		lat, err := latencies(v.url+"/api/v1/rooms/"+room+"?window=1h", 1000)
+		if err != nil {
+			return err
+		}
+		p := percentiles(lat, 0.5, 0.99)
+		fmt.Printf("room view, %s: p50 %s, p99 %s\n", v.name, ms(p[0]), ms(p[1]))
+	}
+	for _, v := range []struct{ name, url string }{{"standalone", solo.url}, {"group, m0", mem[0].url}} {
+		lat, err := latencies(v.url+"/api/v1/overview?window=1h", 300)
+		if err != nil {
+			return err
+		}
+		p := percentiles(lat, 0.5, 0.99)
+		fmt.Printf("overview, %s: p50 %s, p99 %s\n", v.name, ms(p[0]), ms(p[1]))
+	}
+
+	// SIGKILL a member: how long until the others answer exactly again.
+	var before struct {
+		Messages      int64 `json:"messages"`
+		DistinctUsers int   `json:"distinct_users"`
+	}
+	if err := getJSON(mem[0].url+"/api/v1/overview?window=1h", &before); err != nil {
+		return err
+	}
+	victim := mem[len(mem)-1]
+	killed := time.Now()
+	victim.cmd.Process.Signal(syscall.SIGKILL)
+	victim.cmd.Wait()
+	var incomplete time.Duration
+	for deadline := killed.Add(2 * time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no exact answer 2 minutes after the SIGKILL")
+		}
+		var v struct {
+			Messages      int64 `json:"messages"`
+			DistinctUsers int   `json:"distinct_users"`
+			Complete      bool  `json:"complete"`
+		}
+		if getJSON(mem[0].url+"/api/v1/overview?window=1h", &v) != nil {
+			continue
+		}
+		if !v.Complete && incomplete == 0 {
+			incomplete = time.Since(killed)
+		}
+		if v.Complete && v.Messages == before.Messages && v.DistinctUsers == before.DistinctUsers && incomplete > 0 {
+			break
+		}
+	}
+	fmt.Printf("\nSIGKILL of a member: views said complete:false after %v, and were exact again after %v (lease %v, plus the replay of its partitions)\n",
+		incomplete.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond), group.DefaultLease)
+	return nil
+}
+
+type benchEvent struct {
+	data       []byte
+	room, user string
+}
+
+func perEvent(cpuSeconds float64, n int) float64 { return cpuSeconds / float64(n) * 1e6 }
+
+// process is a chatpulse binary running.
+type process struct {
+	cmd *exec.Cmd
+	url string
+}
+
+func (p *process) stop() { p.cmd.Process.Kill(); p.cmd.Wait() }
+
+// cpu is the process's user and system CPU seconds so far.
+func (p *process) cpu() (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command name, which is in parentheses.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100, nil // USER_HZ
+}
+
+func startChatpulse(bin, dir string, args ...string) (*process, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(bin, append([]string{"--http", addr, "--data-dir", filepath.Join(dir, "unused")}, args...)...)
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &process{cmd: cmd, url: "http://" + addr}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get(p.url + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return p, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			p.stop()
+			return nil, fmt.Errorf("chatpulse %v not ready", args)
+		}
+	}
+}
+
+// feed publishes evs under prefix.<room>.<user>, paced, and returns each
+// process's CPU seconds from the first event until the first process's
+// views count them all (messages and distinct users of the 1h window).
+func feed(url, prefix string, evs []benchEvent, rate float64, ps []*process, messages int64, users int) ([]float64, time.Duration, error) {
+	nc, err := nats.Connect(url, nats.Name("chatbench-group"))
+	if err != nil {
+		return nil, 0, err
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	before := make([]float64, len(ps))
+	for i, p := range ps {
+		if before[i], err = p.cpu(); err != nil {
+			return nil, 0, err
+		}
+	}
+	start := time.Now()
+	perTick := max(1, int(rate/1000))
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for i := 0; i < len(evs); {
+		<-tick.C
+		for end := min(len(evs), i+perTick); i < end; i++ {
+			e := &evs[i]
+			if _, err := js.PublishAsync(prefix+"."+chat.Token(e.room)+"."+chat.Token(e.user), e.data); err != nil {
+				return nil, 0, err
+			}
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(time.Minute):
+		return nil, 0, fmt.Errorf("publishes not acknowledged")
+	}
+	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		var v struct {
+			Messages      int64 `json:"messages"`
+			DistinctUsers int   `json:"distinct_users"`
+		}
+		if err := getJSON(ps[0].url+"/api/v1/overview?window=1h", &v); err == nil && v.Messages == messages && v.DistinctUsers == users {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, 0, fmt.Errorf("not every event counted")
+		}
+	}
+	took := time.Since(start)
+	out := make([]float64, len(ps))
+	for i, p := range ps {
+		after, err := p.cpu()
+		if err != nil {
+			return nil, 0, err
+		}
+		out[i] = after - before[i]
+	}
+	return out, took, nil
+}
+
+type groupStatus struct {
+	Complete bool `json:"complete"`
+	Members  []struct {
+		Instance   string `json:"instance"`
+		Partitions []int  `json:"partitions"`
+	} `json:"members"`
+}
+
+// owner is the member that owns partition p.
+func (s *groupStatus) owner(p int) string {
+	for _, m := range s.Members {
+		for _, q := range m.Partitions {
+			if q == p {
+				return m.Instance
+			}
+		}
+	}
+	return ""
+}
+
+func waitGroup(url string, members int, d time.Duration) error {
+	for deadline := time.Now().Add(d); ; time.Sleep(50 * time.Millisecond) {
+		var st groupStatus
+		if getJSON(url+"/api/v1/group", &st) == nil && st.Complete && len(st.Members) == members {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the group did not become complete")
+		}
+	}
+}
+
+func getJSON(url string, v any) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+func latencies(url string, n int) ([]time.Duration, error) {
+	out := make([]time.Duration, 0, n)
+	for range n {
+		start := time.Now()
+		resp, err := http.Get(url)
+		if err != nil {
+			return nil, err
+		}
+		resp.Body.Close()
+		out = append(out, time.Since(start))
+	}
+	return out, nil
+}
