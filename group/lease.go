@@ -61,6 +61,7 @@ type table struct {
 	members map[string]memberInfo
 	owners  map[int]ownerInfo
 	mine    map[int]time.Time // partitions held, and until when we may answer for them
+	wants   []int             // partitions rendezvous gives us
 }
 
 // owns reports whether this member may answer for partition p at now.
@@ -286,15 +287,8 @@ func (l *leases) writeOwner(ctx context.Context, p int, ready bool, rev uint64) 
 // balance releases the partitions that should now be another member's and
 // claims those that should be ours and are free.
 func (l *leases) balance(ctx context.Context) {
-	live := make([]string, 0, len(l.members)+1)
-	for name := range l.members {
-		live = append(live, name)
-	}
-	if !slices.Contains(live, l.self.Instance) {
-		live = append(live, l.self.Instance) // we are live whatever the watch has seen yet
-	}
 	for p := range l.partitions {
-		want := owner(p, live) == l.self.Instance
+		want := l.wants(p)
 		h := l.mine[p]
 		switch {
 		case h != nil && !want:
@@ -324,6 +318,19 @@ func (l *leases) balance(ctx context.Context) {
 
 // until is how long a lease written at sent lets us answer as owner.
 func (l *leases) until(sent time.Time) time.Time { return sent.Add(l.ttl / 2) }
+
+// wants reports whether rendezvous hashing gives partition p to this
+// member, among the members the loop knows to be live.
+func (l *leases) wants(p int) bool {
+	live := make([]string, 0, len(l.members)+1)
+	for name := range l.members {
+		live = append(live, name)
+	}
+	if !slices.Contains(live, l.self.Instance) {
+		live = append(live, l.self.Instance) // we are live whatever the watch has seen yet
+	}
+	return owner(p, live) == l.self.Instance
+}
 
 // release stops partition p and gives up its lease.
 func (l *leases) release(ctx context.Context, p int) {
@@ -361,6 +368,11 @@ func (l *leases) publish() {
 	t := &table{synced: l.synced, members: maps.Clone(l.members), owners: maps.Clone(l.owners), mine: make(map[int]time.Time, len(l.mine))}
 	for p, h := range l.mine {
 		t.mine[p] = h.validUntil
+	}
+	for p := range l.partitions {
+		if l.wants(p) {
+			t.wants = append(t.wants, p)
+		}
 	}
 	l.pub.Store(t)
 }

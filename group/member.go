@@ -246,14 +246,19 @@ func (m *Member) Sweep(now int64) {
 	}
 }
 
-// Ready reports whether every partition this member holds has caught up.
+// Ready reports whether this member holds, caught up, every partition
+// that is its share of the group.
 func (m *Member) Ready() bool {
+	t := m.leases.table()
+	if !t.synced {
+		return false
+	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	for _, pt := range m.parts {
-		if !pt.ready() {
+	for _, p := range t.wants {
+		if pt := m.parts[p]; pt == nil || !pt.ready() {
 			return false
 		}
 	}
-	return m.leases.table().synced
+	return true
 }
