@@ -109,6 +109,7 @@ func (m *Main) build() error {
 		OnReject: func(msg *ingest.Msg, err *ingest.Error) { m.bus.DeadLetter(msg, err) },
 		OnAlert:  m.alert,
 	})
+	reg.MustRegister(readyGauge(m.consumer.Ready))
 	m.web = web.New(m.agg, m.thr, web.Options{
 		Now:            m.Now,
 		Gatherer:       reg,
