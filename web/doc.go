@@ -1,7 +1,8 @@
 // Package web is how clients reach chatpulse: the JSON API of contract
 // section 3 over HTTP, the throttle check also as a NATS micro service, the
-// websocket hub that pushes live views, the embedded dashboard, and the
-// health, readiness and metrics endpoints.
+// websocket hub that pushes live views, the embedded dashboard, the
+// health, readiness and metrics endpoints, and the OpenAPI document that
+// describes them (openapi.json).
 //
 // It reads the counts through Views and Throttle (the aggregator and the
 // throttle set, or anything that answers the same) and never changes them;

@@ -116,6 +116,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /api/v1/throttle/check", s.api(s.throttleCheck))
 	s.mux.HandleFunc("GET /api/v1/throttle/active", s.api(s.throttleActive))
 	s.mux.HandleFunc("GET /api/v1/group", s.group)
+	s.mux.HandleFunc("GET /api/v1/openapi.json", serveOpenAPI)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -231,17 +230,7 @@ func publishN(tm *testMain, room, user string, n int) {
 // a missing Chromium a failure, since CI installs it.
 func chromiumPath(t *testing.T) string {
 	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome-stable", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	const msg = "chromium is not installed (apt-get install -y chromium): the browser test needs it"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg + "; CI=true, so this is a failure")
-	}
-	t.Skip(msg + "; skipping")
-	return ""
+	return toolPath(t, "chromium", "the browser test", "chromium", "chromium-browser", "google-chrome-stable", "google-chrome")
 }
 
 // artifactsDir is $CHATPULSE_ARTIFACTS, created if needed, or a temporary

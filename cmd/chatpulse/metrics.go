@@ -82,3 +82,17 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.decisions, prometheus.CounterValue, float64(n), l.Policy, l.Result)
 	}
 }
+
+// readyGauge is /readyz as a metric, chatpulse_ready, so that an alert
+// rule can see an instance that never catches up: 1 once the replay has
+// caught up (at once without JetStream), 0 before.
+func readyGauge(ready func() bool) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "chatpulse_ready", Help: "1 once the JetStream replay has caught up (/readyz answers 200), 0 before.",
+	}, func() float64 {
+		if ready() {
+			return 1
+		}
+		return 0
+	})
+}

@@ -140,6 +140,7 @@ func (m *Main) build() error {
 		m.web = web.New(m.agg, m.thr, opts)
 	}
 	reg.MustRegister(newStatsCollector(stats, names(c.Windows), thr.DecisionLabels(), func() uint64 { return m.bus.Dropped() }))
+	reg.MustRegister(readyGauge(opts.Ready))
 	return nil
 }
 
