@@ -19,6 +19,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
+
+	"github.com/chatpulse/chatpulse/chat"
 )
 
 // The OpenAPI document at /api/v1/openapi.json describes what chatpulse
@@ -300,5 +302,31 @@ func (v *apiValidator) checkCoverage(doc *openapi3.T, notSeeable map[string]stri
 				}
 			}
 		}
+	}
+}
+
+// In group mode the answers carry complete and missing_partitions, and
+// /api/v1/group answers 200: they match the document too.
+func TestOpenAPIGroup(t *testing.T) {
+	url := natsServer(t)
+	ms := startGroup(t, url, "g", 2, nil)
+	tm := ms[1]
+	publishGroup(t, url, []chat.Event{{Room: "lobby", User: "alice", TS: time.Now().UnixMilli()}})
+	doc := loadOpenAPI(t, tm.url+"/api/v1/openapi.json")
+	router, err := legacy.NewRouter(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &apiValidator{t: t, router: router, seen: map[string]bool{}}
+	for _, c := range []apiCase{
+		{"GET", "/api/v1/group", "", 200, ""},
+		{"GET", "/api/v1/overview", "", 200, ""},
+		{"GET", "/api/v1/rooms", "", 200, ""},
+		{"GET", "/api/v1/rooms/lobby", "", 200, ""},
+		{"GET", "/api/v1/users/alice", "", 200, ""},
+		{"POST", "/api/v1/throttle/check", `{"room":"lobby","user":"alice"}`, 200, ""},
+		{"GET", "/api/v1/throttle/active", "", 200, ""},
+	} {
+		v.check(tm.url, c)
 	}
 }
