@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -89,6 +90,12 @@ type Consumer struct {
 	handled atomic.Uint64 // messages handled, of every kind
 	done    chan struct{} // closed when the loop has handled everything
 
+	// gate is held by the loop while it handles a batch, and by Pause;
+	// inflight counts the batches handed to the throttle goroutine and
+	// not finished yet.
+	gate     sync.Mutex
+	inflight atomic.Int32
+
 	// scratch of handle, owned by the loop
 	evs  []chat.Event
 	from []int
@@ -134,6 +141,20 @@ func (c *Consumer) Wait(ctx context.Context) error {
 	}
 }
 
+// Pause runs fn while nothing changes the sinks: between two batches, once
+// every message handled so far has gone through the throttle policies too.
+// So what fn reads of the sinks (their state, and Seq) is the effect of
+// exactly the messages up to some point of each source. Ingest waits
+// meanwhile: keep fn short (copy, do not encode).
+func (c *Consumer) Pause(fn func()) {
+	c.gate.Lock()
+	defer c.gate.Unlock()
+	for c.inflight.Load() > 0 { // at most one batch's throttling away
+		time.Sleep(50 * time.Microsecond)
+	}
+	fn()
+}
+
 // loop handles messages in batches of what has arrived, up to batchSize,
 // until the source stops. It decodes, counts and dead-letters; the throttle
 // policies are fed on a second goroutine, so the two run side by side, one
@@ -147,6 +168,7 @@ func (c *Consumer) loop(src Source) {
 		defer close(throttled)
 		for j := range work {
 			c.throttle(j)
+			c.inflight.Add(-1)
 			free <- j
 		}
 	}()
@@ -155,7 +177,10 @@ func (c *Consumer) loop(src Source) {
 		batch, more = src.Next(batch[:0])
 		if len(batch) > 0 {
 			j := <-free // waits while the throttle goroutine is two batches behind
+			c.gate.Lock()
+			c.inflight.Add(1)
 			c.handle(batch, j)
+			c.gate.Unlock()
 			work <- j
 		}
 	}

@@ -91,3 +91,60 @@ func TestSinks(t *testing.T) {
 		t.Errorf("handled %d of %d", c.Handled(), len(msgs))
 	}
 }
+
+// chanSource delivers what is sent on ch until it is closed.
+type chanSource chan Msg
+
+func (s chanSource) Next(buf []Msg) ([]Msg, bool) {
+	m, ok := <-s
+	if !ok {
+		return buf, false
+	}
+	buf = append(buf, m)
+	for len(buf) < cap(buf) {
+		select {
+		case m, ok := <-s:
+			if !ok {
+				return buf, false
+			}
+			buf = append(buf, m)
+		default:
+			return buf, true
+		}
+	}
+	return buf, true
+}
+
+// What Pause sees of a sink is the effect of exactly the messages up to
+// its Seq, in the aggregator and in the throttle policies alike, however
+// fast messages come.
+func TestPauseSeesOnePoint(t *testing.T) {
+	now := time.UnixMilli(1_764_000_000_000)
+	s := newSink(t, false)
+	c := New(s, prometheus.NewRegistry(), Config{Now: func() time.Time { return now }, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	src := make(chanSource, 64)
+	c.Start(src, false)
+	const n = 20_000
+	go func() {
+		for i := range n {
+			src <- Msg{Subject: "chat.a.u", Seq: uint64(i + 1), Data: fmt.Appendf(nil, `{"room":"a","user":"u%d","ts":%d}`, i%50, now.UnixMilli())}
+		}
+		close(src)
+	}()
+	for pauses := 0; pauses < 200; pauses++ {
+		c.Pause(func() {
+			seq := s.Seq()
+			v, _ := s.Agg.Overview("", 1, now.UnixMilli())
+			var keys int
+			for _, ps := range s.Thr.Stats() {
+				if ps.Policy == "user_room_flood" {
+					keys = ps.Keys
+				}
+			}
+			if uint64(v.Messages) != seq || keys != min(int(seq), 50) {
+				t.Errorf("at seq %d: %d messages counted, %d keys in user_room_flood", seq, v.Messages, keys)
+			}
+		})
+	}
+	c.Wait(context.Background())
+}
