@@ -100,6 +100,10 @@ func (m *Main) build() error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(newStatsCollector(m.agg, m.thr, func() uint64 { return m.bus.Dropped() }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "chatpulse_deadletter_failed_total",
+		Help: "Dead letters not kept: not sent, refused by the dead-letter stream, or not acked in time.",
+	}, func() float64 { return float64(m.bus.DeadLetterFailed()) }))
 
 	m.consumer = ingest.New(m.agg, m.thr, reg, ingest.Config{
 		Own:      bus.OwnPrefix,
