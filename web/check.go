@@ -1,5 +1,13 @@
 package web
 
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
 // CheckRequest answers a throttle check request (contract section 5) that
 // came some other way than HTTP, such as NATS request-reply: the answer, or
 // an error; the error of a bad request has a method BadRequest.
@@ -13,3 +21,144 @@ func (s *Server) CheckRequest(body []byte) (any, error) {
 
 // BadRequest marks the error as the requester's fault.
 func (*badRequest) BadRequest() {}
+
+// checkRequest is the body of a throttle check (contract section 5).
+type checkRequest struct {
+	Room string
+	User string
+	Text *string // nil: no text
+}
+
+const checkShape = `request must be a JSON object {"room": string, "user": string, "text": string (optional)}`
+
+// decodeCheck parses and validates a check request, over HTTP or NATS, by
+// the rules of an event's payload (ingest.Decode), so that a check names a
+// room and a user exactly as the events it is checked against do:
+//   - field names match exactly and case-sensitively after unescaping
+//     (encoding/json alone would take "ROOM" for room), and each comes at
+//     most once;
+//   - room and user are checked after unescaping by chat.CheckName, and an
+//     invalid byte or an unpaired surrogate escape such as "\ud800" is
+//     refused (encoding/json alone would turn it into U+FFFD, another
+//     room);
+//   - null means absent;
+//   - text, as an event's, may hold invalid UTF-8 or unpaired surrogates,
+//     read as U+FFFD (as the events that the repeat policies counted were).
+//
+// Unlike an event, a check has no other fields: an unknown one is refused,
+// to catch a misspelt "text".
+func decodeCheck(data []byte) (checkRequest, error) {
+	var req checkRequest
+	if len(data) > maxCheckBody {
+		return req, badf("request body over %d bytes", maxCheckBody)
+	}
+	// One valid JSON value and nothing else: the walk below can then only
+	// meet the wrong shapes, not broken syntax.
+	if err := json.Unmarshal(data, new(json.RawMessage)); err != nil {
+		return req, badf("%s: %v", checkShape, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, _ := dec.Token(); tok != json.Delim('{') {
+		return req, badf(checkShape)
+	}
+	var values [len(checkFields)]*string // nil: absent or null
+	var seen [len(checkFields)]bool
+	for dec.More() {
+		tok, _ := dec.Token() // a key: the syntax is valid
+		name := tok.(string)
+		i := slices.Index(checkFields[:], name)
+		if i < 0 {
+			return req, badf("unknown field %q; a check has room, user and text", name)
+		}
+		if seen[i] {
+			return req, badf("%s: duplicate key", name)
+		}
+		seen[i] = true
+		var raw json.RawMessage
+		dec.Decode(&raw)
+		v, err := stringField(name, raw)
+		if err != nil {
+			return req, err
+		}
+		values[i] = v
+	}
+	for i, name := range checkFields[:2] {
+		if values[i] == nil {
+			return req, badf("%s: missing", name)
+		}
+		if err := checkName(name, *values[i]); err != nil {
+			return req, err
+		}
+	}
+	return checkRequest{Room: *values[0], User: *values[1], Text: values[2]}, nil
+}
+
+// checkFields are the fields of a check request, room and user first.
+var checkFields = [...]string{"room", "user", "text"}
+
+// stringField reads the value of a string field: a pointer to the
+// unescaped string, or to nothing for null. A room or user must unescape
+// without a replacement character standing in for what was not UTF-8.
+func stringField(name string, raw json.RawMessage) (*string, error) {
+	if string(raw) == "null" {
+		return nil, nil
+	}
+	if raw[0] != '"' {
+		return nil, badf("%s: must be a string", name)
+	}
+	if name != "text" && !exactString(raw) {
+		return nil, badf("%s: must be valid UTF-8", name)
+	}
+	var s string
+	json.Unmarshal(raw, &s)
+	return &s, nil
+}
+
+// exactString reports whether a valid JSON string literal unescapes to
+// what it says: its bytes are UTF-8 and every \u escape of a surrogate is
+// half of a pair.
+func exactString(lit []byte) bool {
+	if !utf8.Valid(lit) {
+		return false
+	}
+	for i := 1; i < len(lit)-1; i++ {
+		if lit[i] != '\\' {
+			continue
+		}
+		i++ // the escaped character; a valid literal has one
+		if lit[i] != 'u' {
+			continue
+		}
+		r := hex4(lit[i+1:])
+		i += 4
+		if !utf16.IsSurrogate(r) {
+			continue
+		}
+		// A high surrogate followed by the escape of a low one is a pair.
+		if r >= 0xDC00 || i+6 >= len(lit) || lit[i+1] != '\\' || lit[i+2] != 'u' {
+			return false
+		}
+		if lo := hex4(lit[i+3:]); lo < 0xDC00 || lo > 0xDFFF {
+			return false
+		}
+		i += 6
+	}
+	return true
+}
+
+// hex4 reads the four hex digits that follow \u in a valid JSON string.
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c <= '9':
+			c -= '0'
+		case c >= 'a':
+			c -= 'a' - 10
+		default:
+			c -= 'A' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
+}
