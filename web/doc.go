@@ -1,7 +1,9 @@
 // Package web is how clients reach chatpulse: the JSON API of contract
 // section 3 over HTTP, the throttle check also as a NATS micro service, the
 // websocket hub that pushes live views, the embedded dashboard, and the
-// health, readiness and metrics endpoints.
+// health, readiness and metrics endpoints. Its guard (guard.go) decides,
+// before any handler runs, who may use them: the Host a request names, and
+// the bearer token when one is configured.
 //
 // It reads the counts through Views and Throttle (the aggregator and the
 // throttle set, or anything that answers the same) and never changes them;

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -26,6 +27,13 @@ type Config struct {
 	PushInterval   time.Duration
 	AllowedOrigins []string
 	Demo           bool
+
+	// Who may use the HTTP server, and how it is served (README, Security).
+	AllowedHosts []string
+	AuthToken    string // from --auth-token or --auth-token-file
+	MetricsAuth  bool
+	TLSCert      string
+	TLSKey       string
 }
 
 // UsageError is a problem with how chatpulse was started (a flag, an
@@ -48,7 +56,7 @@ func EnvName(flagName string) string {
 func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 	fs := flag.NewFlagSet("chatpulse", flag.ContinueOnError)
 	c := &m.Config
-	var windows, origins string
+	var windows, origins, hosts, tokenFile string
 	fs.StringVar(&c.NATSURL, "nats-url", "", "connect to this NATS server instead of starting one (user:password@ and token@ work in the URL)")
 	fs.StringVar(&c.NATSListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded NATS server")
 	fs.StringVar(&c.NATSCreds, "nats-creds", "", "NATS credentials file for --nats-url")
@@ -63,6 +71,12 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 	fs.DurationVar(&c.PushInterval, "push-interval", time.Second, "how often websocket views are pushed")
 	fs.StringVar(&origins, "allowed-origins", "", "comma-separated origins also allowed to open /ws")
 	fs.BoolVar(&c.Demo, "demo", false, "also publish synthetic chat traffic")
+	fs.StringVar(&hosts, "allowed-hosts", "", `comma-separated host names that requests may name in Host, besides IP addresses, localhost and the --http host ("*": any)`)
+	fs.StringVar(&c.AuthToken, "auth-token", "", "bearer token that the API and the websocket need (better: --auth-token-file or the environment)")
+	fs.StringVar(&tokenFile, "auth-token-file", "", "file holding the bearer token")
+	fs.BoolVar(&c.MetricsAuth, "metrics-auth", true, "with a token, /metrics needs it too")
+	fs.StringVar(&c.TLSCert, "tls-cert", "", "serve HTTPS with this certificate (PEM; with --tls-key)")
+	fs.StringVar(&c.TLSKey, "tls-key", "", "the private key of --tls-cert (PEM)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: chatpulse [flags]\n\nEvery flag can also be set with CHATPULSE_<FLAG> (upper case, dashes as underscores).\n\n")
 		fs.PrintDefaults()
@@ -107,10 +121,51 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 	case c.JetStream && c.Stream == "":
 		return usagef("--stream: empty")
 	}
-	for _, o := range strings.Split(origins, ",") {
-		if o = strings.TrimSpace(o); o != "" {
-			c.AllowedOrigins = append(c.AllowedOrigins, o)
+	c.AllowedOrigins = list(origins)
+	c.AllowedHosts = list(hosts)
+	return c.checkSecurity(tokenFile)
+}
+
+// list splits a comma-separated flag, dropping empty entries.
+func list(flag string) []string {
+	var l []string
+	for _, v := range strings.Split(flag, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			l = append(l, v)
 		}
+	}
+	return l
+}
+
+// checkSecurity reads the token file and checks the flags of the README's
+// Security section.
+func (c *Config) checkSecurity(tokenFile string) error {
+	switch {
+	case tokenFile != "" && c.AuthToken != "":
+		return usagef("--auth-token and --auth-token-file: give one")
+	case (c.TLSCert == "") != (c.TLSKey == ""):
+		return usagef("--tls-cert and --tls-key go together")
+	case c.NATSCreds != "" && c.NATSURL == "":
+		return usagef("--nats-creds: the embedded server has no accounts; it is for --nats-url")
+	}
+	if c.NATSCreds != "" {
+		if _, err := os.ReadFile(c.NATSCreds); err != nil {
+			return usagef("--nats-creds: %v", err)
+		}
+	}
+	if tokenFile != "" {
+		b, err := os.ReadFile(tokenFile)
+		if err != nil {
+			return usagef("--auth-token-file: %v", err)
+		}
+		c.AuthToken = strings.TrimSpace(string(b))
+		if c.AuthToken == "" {
+			return usagef("--auth-token-file %s: empty", tokenFile)
+		}
+	}
+	// A header carries the token: visible ASCII only.
+	if i := strings.IndexFunc(c.AuthToken, func(r rune) bool { return r <= ' ' || r >= 0x7f }); i >= 0 {
+		return usagef("auth token: only visible ASCII characters, no spaces (byte %d is not)", i)
 	}
 	return nil
 }

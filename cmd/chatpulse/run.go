@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -46,6 +47,10 @@ type Main struct {
 	stop      chan struct{} // ends the hub, the janitor and the demo
 	wg        sync.WaitGroup
 	closed    bool
+
+	tls *tls.Config // nil: plain HTTP
+	// httpTimeouts are defaultHTTPTimeouts; tests shorten them.
+	httpTimeouts httpTimeouts
 }
 
 // NewMain returns a Main with the default configuration.
@@ -55,6 +60,8 @@ func NewMain() *Main {
 		Stderr: os.Stderr,
 		Now:    time.Now,
 		stop:   make(chan struct{}),
+
+		httpTimeouts: defaultHTTPTimeouts,
 	}
 }
 
@@ -96,6 +103,9 @@ func (m *Main) build() error {
 	if m.agg, err = aggregator.New(c.Windows); err != nil {
 		return &UsageError{err}
 	}
+	if m.tls, err = loadTLS(c); err != nil {
+		return err
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -121,6 +131,9 @@ func (m *Main) build() error {
 		PushInterval:   c.PushInterval,
 		AllowedOrigins: c.AllowedOrigins,
 		Ready:          m.consumer.Ready,
+		AllowedHosts:   allowedHosts(c),
+		AuthToken:      c.AuthToken,
+		MetricsAuth:    c.MetricsAuth,
 	})
 	return nil
 }
@@ -174,12 +187,8 @@ func (m *Main) open(ln net.Listener) error {
 		ln.Close()
 		return fmt.Errorf("throttle service: %w", err)
 	}
-	m.http = &http.Server{Handler: m.web, ReadHeaderTimeout: 10 * time.Second}
-	m.goRun(func() {
-		if err := m.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			m.Log.Error("http", "err", err)
-		}
-	})
+	m.http = m.httpServer()
+	m.goRun(func() { m.serveHTTP(ln) })
 	m.goRun(func() { m.web.Run(m.stop) })
 	m.goRun(m.janitor)
 	m.consumer.Start(m.source, m.replaying)
@@ -301,7 +310,11 @@ func (m *Main) HTTPURL() string {
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 		host = "localhost"
 	}
-	return "http://" + net.JoinHostPort(host, port)
+	scheme := "http://"
+	if m.tls != nil {
+		scheme = "https://"
+	}
+	return scheme + net.JoinHostPort(host, port)
 }
 
 // PublishURL is the NATS URL publishers should use.
