@@ -152,6 +152,20 @@ func TestNATSCreds(t *testing.T) {
 		t.Fatalf("dead letters failed: %v", got)
 	}
 
+	// Core mode: no JetStream API, the events' subject instead.
+	core := startMain(t, "--jetstream=false", "--nats-url", a.url, "--nats-creds", a.creds("chatpulse-core", a.account, func(uc *jwt.UserClaims) {
+		uc.Pub.Allow.Add("chatpulse.>", "$SRV.>")
+		uc.Sub.Allow.Add("chat.>", "chatpulse.throttle.check", "$SRV.>")
+		uc.Resp = &jwt.ResponsePermission{MaxMsgs: 1, Expires: time.Minute}
+	}))
+	chat.Publish("chat.lobby.bob", []byte(`{"room":"lobby","user":"bob"}`))
+	chat.Publish("chat.lobby.bob", []byte("not json"))
+	chat.Flush()
+	core.waitReceived(2)
+	if got := core.metric("chatpulse_deadletter_failed_total"); got != 0 {
+		t.Fatalf("core mode: dead letters failed: %v", got)
+	}
+
 	other := newKey(t, nkeys.CreateAccount) // an account the server does not know
 	for name, tc := range map[string]struct {
 		args []string
