@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -53,23 +52,14 @@ func startAccountsServer(t *testing.T) *accountsServer {
 	system := account("SYS", false)
 	chatSeed := account("CHAT", true)
 	oc.SystemAccount = system
-	ns, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
+	url := startNATS(t, &server.Options{
 		TrustedOperators: []*jwt.OperatorClaims{oc}, AccountResolver: resolver, SystemAccount: system,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	t.Cleanup(ns.Shutdown)
 	kp, err := nkeys.FromSeed([]byte(chatSeed))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &accountsServer{t: t, url: fmt.Sprintf("nats://127.0.0.1:%d", ns.Addr().(*net.TCPAddr).Port), account: kp}
+	return &accountsServer{t: t, url: url, account: kp}
 }
 
 // creds writes a .creds file for a new user of the CHAT account, signed by

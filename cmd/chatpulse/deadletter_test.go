@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
@@ -107,16 +106,7 @@ func TestDeadLetterFailuresCounted(t *testing.T) {
 // a stream that a user keeps on chatpulse.deadletter.> must still get
 // every one, even when the publisher reused one Nats-Msg-Id.
 func TestCoreDeadLettersKeepHeadersOut(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	t.Cleanup(ns.Shutdown)
-	url := fmt.Sprintf("nats://127.0.0.1:%d", ns.Addr().(*net.TCPAddr).Port)
+	url := startNATS(t, &server.Options{})
 	tm := startMain(t, "--jetstream=false", "--nats-url", url)
 	js, err := jetstream.New(tm.nc)
 	if err != nil {
