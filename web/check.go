@@ -54,39 +54,50 @@ func decodeCheck(data []byte) (checkRequest, error) {
 	}
 	// One valid JSON value and nothing else: the walk below can then only
 	// meet the wrong shapes, not broken syntax.
-	if err := json.Unmarshal(data, new(json.RawMessage)); err != nil {
+	if !json.Valid(data) {
+		err := json.Unmarshal(data, new(json.RawMessage)) // for its message
 		return req, badf("%s: %v", checkShape, err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if tok, _ := dec.Token(); tok != json.Delim('{') {
+	i := skipSpace(data, 0)
+	if data[i] != '{' {
 		return req, badf(checkShape)
 	}
 	var values [len(checkFields)]*string // nil: absent or null
 	var seen [len(checkFields)]bool
-	for dec.More() {
-		tok, _ := dec.Token() // a key: the syntax is valid
-		name := tok.(string)
-		i := slices.Index(checkFields[:], name)
-		if i < 0 {
+	for i = skipSpace(data, i+1); data[i] != '}'; {
+		key, next := literal(data, i)
+		name := unquote(key)
+		f := slices.Index(checkFields[:], name)
+		if f < 0 {
 			return req, badf("unknown field %q; a check has room, user and text", name)
 		}
-		if seen[i] {
+		if seen[f] {
 			return req, badf("%s: duplicate key", name)
 		}
-		seen[i] = true
-		var raw json.RawMessage
-		dec.Decode(&raw)
-		v, err := stringField(name, raw)
-		if err != nil {
-			return req, err
+		seen[f] = true
+		i = skipSpace(data, skipSpace(data, next)+1) // past the colon
+		switch data[i] {
+		case 'n': // null
+			i += len("null")
+		case '"':
+			lit, next := literal(data, i)
+			if name != "text" && !exactString(lit) {
+				return req, badf("%s: must be valid UTF-8", name)
+			}
+			v := unquote(lit)
+			values[f], i = &v, next
+		default:
+			return req, badf("%s: must be a string", name)
 		}
-		values[i] = v
+		if i = skipSpace(data, i); data[i] == ',' {
+			i = skipSpace(data, i+1)
+		}
 	}
-	for i, name := range checkFields[:2] {
-		if values[i] == nil {
+	for f, name := range checkFields[:2] {
+		if values[f] == nil {
 			return req, badf("%s: missing", name)
 		}
-		if err := checkName(name, *values[i]); err != nil {
+		if err := checkName(name, *values[f]); err != nil {
 			return req, err
 		}
 	}
@@ -96,22 +107,38 @@ func decodeCheck(data []byte) (checkRequest, error) {
 // checkFields are the fields of a check request, room and user first.
 var checkFields = [...]string{"room", "user", "text"}
 
-// stringField reads the value of a string field: a pointer to the
-// unescaped string, or to nothing for null. A room or user must unescape
-// without a replacement character standing in for what was not UTF-8.
-func stringField(name string, raw json.RawMessage) (*string, error) {
-	if string(raw) == "null" {
-		return nil, nil
+// The walk over a check body, which json.Valid has checked: so a string
+// ends, an object closes, and a value that starts with n is null.
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
 	}
-	if raw[0] != '"' {
-		return nil, badf("%s: must be a string", name)
+	return i
+}
+
+// literal is the JSON string literal that starts at data[i], quotes
+// included, and the index after it.
+func literal(data []byte, i int) (lit []byte, next int) {
+	j := i + 1
+	for data[j] != '"' {
+		if data[j] == '\\' {
+			j++ // the escaped character cannot end the string
+		}
+		j++
 	}
-	if name != "text" && !exactString(raw) {
-		return nil, badf("%s: must be valid UTF-8", name)
+	return data[i : j+1], j + 1
+}
+
+// unquote is the string a literal stands for, as encoding/json reads it:
+// invalid UTF-8 and unpaired surrogate escapes become U+FFFD.
+func unquote(lit []byte) string {
+	if bytes.IndexByte(lit, '\\') < 0 && utf8.Valid(lit) {
+		return string(lit[1 : len(lit)-1])
 	}
 	var s string
-	json.Unmarshal(raw, &s)
-	return &s, nil
+	json.Unmarshal(lit, &s)
+	return s
 }
 
 // exactString reports whether a valid JSON string literal unescapes to
