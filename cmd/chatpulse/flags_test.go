@@ -102,6 +102,14 @@ func TestSecurityFlags(t *testing.T) {
 	if c := m.Config; c.AuthToken != "from-file" || c.MetricsAuth || fmt.Sprint(c.AllowedHosts) != "[a.example b.example]" {
 		t.Fatalf("config: %+v", c)
 	}
+	env = map[string]string{"CHATPULSE_AUTH_TOKEN": "from-env", "CHATPULSE_TLS_CERT": "c.pem", "CHATPULSE_TLS_KEY": "k.pem"}
+	m = NewMain()
+	if err := m.ParseFlags([]string{"--tls-key", "key.pem", "--allowed-hosts", "*"}, func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	if c := m.Config; c.AuthToken != "from-env" || !c.MetricsAuth || c.TLSCert != "c.pem" || c.TLSKey != "key.pem" || fmt.Sprint(c.AllowedHosts) != "[*]" {
+		t.Fatalf("config: %+v", c)
+	}
 	for name, tc := range map[string]struct {
 		args []string
 		want string
