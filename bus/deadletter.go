@@ -30,18 +30,13 @@ const (
 	deadLetterStallWait = 5 * time.Second
 )
 
-// OriginalHeaderPrefix renames the NATS headers of a rejected event on its
-// dead letter (Nats-Msg-Id becomes Chatpulse-Original-Nats-Msg-Id). A
-// header named Nats-* is an instruction to NATS: the publisher's
+// deadLetterMsg is the dead letter of m: its payload, its headers, what
+// was wrong (Chatpulse-Error) and where it came from (Chatpulse-Subject).
+// A header named Nats-* is an instruction to NATS: the publisher's
 // Nats-Expected-Stream, Nats-Expected-Last-* or Nats-Msg-Id were meant for
 // the chat stream, and applied to the dead-letter stream they would make
-// it refuse or de-duplicate the dead letter. Other headers are kept as
-// they are.
-const OriginalHeaderPrefix = "Chatpulse-Original-"
-
-// deadLetterMsg is the dead letter of m: its payload, its headers (NATS
-// ones renamed), what was wrong (Chatpulse-Error) and where it came from
-// (Chatpulse-Subject).
+// it refuse or de-duplicate the dead letter. So they are kept under
+// OriginalHeaderPrefix; other headers are kept as they are.
 func deadLetterMsg(m *ingest.Msg, e *ingest.Error) *nats.Msg {
 	h := make(nats.Header, len(m.Header)+2)
 	for k, v := range m.Header {
