@@ -109,22 +109,3 @@ func TestStreamReplayThenLive(t *testing.T) {
 func natsRequest(nc *nats.Conn, subject string) (*nats.Msg, error) {
 	return nc.Request(subject, []byte(`{}`), 5*time.Second)
 }
-
-// A dead letter keeps the payload and headers and says what was wrong.
-func TestDeadLetter(t *testing.T) {
-	b := openTest(t, false)
-	sub, err := b.nc.SubscribeSync(DeadLetterPrefix + ">")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.DeadLetter(&ingest.Msg{Subject: "chat.x", Data: []byte("not json"), Header: nats.Header{"X-Trace": {"7"}}},
-		&ingest.Error{Reason: ingest.ReasonMalformed, Msg: "no JSON value in payload"})
-	m, err := sub.NextMsg(5 * time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m.Subject != "chatpulse.deadletter.malformed" || string(m.Data) != "not json" ||
-		m.Header.Get("X-Trace") != "7" || m.Header.Get(ErrorHeader) != "no JSON value in payload" || m.Header.Get(SubjectHeader) != "chat.x" {
-		t.Fatalf("dead letter = %s %q %v", m.Subject, m.Data, m.Header)
-	}
-}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,12 +18,15 @@ type Options struct {
 	URL   string // an external server or cluster; "" runs the embedded one
 	Creds string // credentials file for URL
 
+	// JetStream: dead letters are published to JetStream, with acks; and
+	// the embedded server runs JetStream.
+	JetStream bool
+
 	// The embedded server: its client address (Port 0: any free port),
 	// and with JetStream, its store.
-	Host      string
-	Port      int
-	JetStream bool
-	DataDir   string
+	Host    string
+	Port    int
+	DataDir string
 
 	Log *slog.Logger
 }
@@ -38,11 +40,11 @@ type Bus struct {
 	js  jetstream.JetStream
 	url string // the external server's URL, credentials hidden
 
-	events  atomic.Pointer[nats.Subscription] // the core subscription to events, if any
-	dropped atomic.Uint64                     // events its client dropped
+	events     atomic.Pointer[nats.Subscription] // the core subscription to events, if any
+	dropped    atomic.Uint64                     // events its client dropped
+	droppedLog logEvery
 
-	mu          sync.Mutex // guards lastDropLog
-	lastDropLog time.Time
+	dead deadLetters
 }
 
 // Open starts the embedded server, or connects to o.URL. With an external
@@ -79,7 +81,7 @@ func Open(o Options) (*Bus, error) {
 		}
 		b.nc = nc
 		b.js, _ = jetstream.New(nc) // only bad options fail
-		return b, nil
+		return b, b.startDeadLetters(o.JetStream)
 	}
 	port := o.Port
 	if port == 0 {
@@ -109,7 +111,16 @@ func Open(o Options) (*Bus, error) {
 	}
 	b.ns, b.nc = ns, nc
 	b.js, _ = jetstream.New(nc)
-	return b, nil
+	return b, b.startDeadLetters(o.JetStream)
+}
+
+// startDeadLetters sets up the dead-letter publisher, or closes all.
+func (b *Bus) startDeadLetters(jetStream bool) error {
+	if err := b.dead.start(b.nc, jetStream, b.log); err != nil {
+		b.Close()
+		return fmt.Errorf("dead letters: %w", err)
+	}
+	return nil
 }
 
 // PublishURL is the NATS URL publishers should use (credentials hidden).
@@ -145,19 +156,19 @@ func (b *Bus) asyncError(_ *nats.Conn, sub *nats.Subscription, err error) {
 		return
 	}
 	b.dropped.Store(uint64(n)) // the subscription's count so far
-	b.mu.Lock()
-	logNow := time.Since(b.lastDropLog) > 10*time.Second
-	if logNow {
-		b.lastDropLog = time.Now()
-	}
-	b.mu.Unlock()
-	if logNow {
+	if b.droppedLog.due(10 * time.Second) {
 		b.log.Warn("slow consumer: NATS dropped messages because chatpulse fell behind", "subject", sub.Subject, "dropped_total", n)
 	}
 }
 
-// Close closes the connection, then stops the embedded server.
+// DeadLetterFailed is the number of dead letters that were not kept: not
+// sent, refused by the dead-letter stream, or not acked in time.
+func (b *Bus) DeadLetterFailed() uint64 { return b.dead.failed.Load() }
+
+// Close waits for the acks of the dead letters still outstanding, closes
+// the connection, then stops the embedded server.
 func (b *Bus) Close() {
+	b.dead.flush()
 	b.nc.Close()
 	if b.ns != nil {
 		b.ns.Shutdown()

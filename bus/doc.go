@@ -2,8 +2,9 @@
 // subjects and streams chatpulse uses (subjects.go), the embedded server
 // and the connection (conn.go), reading the chat events (source.go: a core
 // subscription, or an ordered JetStream consumer that replays one largest
-// window), and what chatpulse publishes (publish.go: dead letters, throttle
-// alerts, and the micro service that answers throttle checks).
+// window), and what chatpulse publishes (deadletter.go: dead letters, with
+// acks, none lost silently; publish.go: throttle alerts, and the micro
+// service that answers throttle checks).
 //
 // It decides nothing about events: it delivers them to ingest as ingest.Msg
 // and publishes what it is handed.

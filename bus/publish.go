@@ -12,21 +12,12 @@ import (
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
-// DeadLetter republishes a rejected message, unchanged, to
-// chatpulse.deadletter.<reason>, with its headers, what was wrong
-// (Chatpulse-Error) and where it came from (Chatpulse-Subject).
-func (b *Bus) DeadLetter(m *ingest.Msg, e *ingest.Error) {
-	h := nats.Header{}
-	for k, v := range m.Header {
-		h[k] = v
-	}
-	h.Set(ErrorHeader, e.Msg)
-	h.Set(SubjectHeader, m.Subject)
-	dl := &nats.Msg{Subject: DeadLetterPrefix + string(e.Reason), Data: m.Data, Header: h}
-	if err := b.nc.PublishMsg(dl); err != nil {
-		b.log.Warn("dead letter not published", "reason", e.Reason, "err", err)
-	}
-}
+// DeadLetter republishes a rejected message, its payload unchanged, to
+// chatpulse.deadletter.<reason>, with its headers (NATS ones renamed: see
+// OriginalHeaderPrefix), what was wrong (Chatpulse-Error) and where it came
+// from (Chatpulse-Subject). It does not wait for the ack; a dead letter
+// that is not kept is counted in DeadLetterFailed.
+func (b *Bus) DeadLetter(m *ingest.Msg, e *ingest.Error) { b.dead.publish(deadLetterMsg(m, e)) }
 
 // Alert publishes a throttle alert. Every instance reading the same
 // stream raises the same alerts, so each carries a Nats-Msg-Id naming the

@@ -21,6 +21,9 @@ const (
 	DeadLetterMaxAge = 7 * 24 * time.Hour
 	ErrorHeader      = "Chatpulse-Error"   // on a dead letter: what was wrong
 	SubjectHeader    = "Chatpulse-Subject" // on a dead letter: where it was first published
+	// OriginalHeaderPrefix renames the event's NATS headers on its dead
+	// letter: Nats-Msg-Id becomes Chatpulse-Original-Nats-Msg-Id.
+	OriginalHeaderPrefix = "Chatpulse-Original-"
 
 	// AlertSubject carries throttle alerts.
 	AlertSubject = "chatpulse.alerts.throttle"

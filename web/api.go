@@ -1,8 +1,6 @@
 package web
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -93,9 +91,14 @@ func (s *Server) user(r *http.Request) (any, error) {
 
 // throttleCheck is POST /api/v1/throttle/check.
 func (s *Server) throttleCheck(r *http.Request) (any, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxCheckBody+1))
-	if err != nil {
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxCheckBody))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
 		return nil, badf("request body over %d bytes", maxCheckBody)
+	case err != nil:
+		// The client is gone, or too slow: the server's read timeout.
+		return nil, badf("reading the request body: %v", err)
 	}
 	req, err := decodeCheck(body)
 	if err != nil {
@@ -166,33 +169,6 @@ func intParam(name, v string, def, most int) (int, error) {
 		return 0, badf("%s must be an integer 1..%d, got %q", name, most, v)
 	}
 	return n, nil
-}
-
-// checkRequest is the body of a throttle check (contract section 5).
-type checkRequest struct {
-	Room string  `json:"room"`
-	User string  `json:"user"`
-	Text *string `json:"text"`
-}
-
-// decodeCheck parses and validates a check request, over HTTP or NATS.
-func decodeCheck(data []byte) (checkRequest, error) {
-	var req checkRequest
-	if len(data) > maxCheckBody {
-		return req, badf("request body over %d bytes", maxCheckBody)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return req, badf(`request must be a JSON object {"room": string, "user": string, "text": string (optional)}: %v`, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return req, badf("request must be one JSON object, with nothing after it")
-	}
-	if err := checkName("room", req.Room); err != nil {
-		return req, err
-	}
-	return req, checkName("user", req.User)
 }
 
 // checkName is chat.CheckName, refusing a bad name as a bad request.

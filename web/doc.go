@@ -2,7 +2,9 @@
 // section 3 over HTTP, the throttle check also as a NATS micro service, the
 // websocket hub that pushes live views, the embedded dashboard, the
 // health, readiness and metrics endpoints, and the OpenAPI document that
-// describes them (openapi.json).
+// describes them (openapi.json). Its guard (guard.go) decides, before any
+// handler runs, who may use them: the Host a request names, and the bearer
+// token when one is configured.
 //
 // It reads the counts through Views and Throttle (the aggregator and the
 // throttle set, or anything that answers the same) and never changes them;

@@ -27,6 +27,14 @@ type Options struct {
 	AllowedOrigins []string      // besides the same origin, for /ws
 	// Group answers GET /api/v1/group; nil (standalone) answers 404.
 	Group func() any
+
+	// AllowedHosts are the names that requests may carry in Host, besides
+	// IP addresses and localhost; "*" allows any. See checkHost.
+	AllowedHosts []string
+	// AuthToken, when set, is the bearer token that the API and the
+	// websocket need, and /metrics too when MetricsAuth. See checkToken.
+	AuthToken   string
+	MetricsAuth bool
 }
 
 // Views answers the views of contract section 3, at now in Unix
@@ -60,8 +68,10 @@ type Server struct {
 	views Views
 	thr   Throttle
 	opts  Options
-	mux   *http.ServeMux
+	mux   *http.ServeMux // every route
+	api   *http.ServeMux // the routes under /api/
 	hub   *hub
+	guard guard
 }
 
 // New returns a server over views and thr. Start its websocket hub with Run.
@@ -84,13 +94,18 @@ func New(views Views, thr Throttle, opts Options) *Server {
 	if opts.PushInterval <= 0 {
 		opts.PushInterval = time.Second
 	}
-	s := &Server{views: views, thr: thr, opts: opts, mux: http.NewServeMux()}
+	s := &Server{views: views, thr: thr, opts: opts, mux: http.NewServeMux(), api: http.NewServeMux()}
 	s.hub = newHub(hubConfig{
 		render:       s.render,
 		windows:      views.WindowNames,
 		pushInterval: opts.PushInterval,
 		checkOrigin:  s.checkOrigin,
 	})
+	// The page names chatpulse's subprotocol on every websocket (and may
+	// carry its token in another): a browser drops a connection whose
+	// answer names none of those it offered.
+	s.hub.upgrader.Subprotocols = []string{wsProtocol}
+	s.guard = newGuard(opts, s.checkOrigin)
 	opts.Registerer.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "chatpulse_ws_clients", Help: "Websocket clients connected.",
 	}, func() float64 { return float64(s.hub.connected()) }))
@@ -107,35 +122,89 @@ func (s *Server) Run(stop <-chan struct{}) { s.hub.run(stop) }
 // that far behind, the alert is dropped (it is on NATS too).
 func (s *Server) Alert(a throttle.Alert) { s.hub.alert(a) }
 
+// Routes the guard tells apart: the health checks need no token and
+// answer any Host; the API and the websocket need the token, and metrics
+// too if so configured.
+const (
+	routeHealthz = "GET /healthz"
+	routeReadyz  = "GET /readyz"
+	routeMetrics = "GET /metrics"
+	routeWS      = "GET /ws"
+	routeAPI     = "/api/"
+)
+
 func (s *Server) routes() {
-	s.mux.HandleFunc("GET /api/v1/windows", s.api(s.windows))
-	s.mux.HandleFunc("GET /api/v1/overview", s.api(s.overview))
-	s.mux.HandleFunc("GET /api/v1/rooms", s.api(s.rooms))
-	s.mux.HandleFunc("GET /api/v1/rooms/{room}", s.api(s.room))
-	s.mux.HandleFunc("GET /api/v1/users/{user}", s.api(s.user))
-	s.mux.HandleFunc("POST /api/v1/throttle/check", s.api(s.throttleCheck))
-	s.mux.HandleFunc("GET /api/v1/throttle/active", s.api(s.throttleActive))
-	s.mux.HandleFunc("GET /api/v1/group", s.group)
-	s.mux.HandleFunc("GET /api/v1/openapi.json", serveOpenAPI)
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	s.api.HandleFunc("GET /api/v1/windows", s.json(s.windows))
+	s.api.HandleFunc("GET /api/v1/overview", s.json(s.overview))
+	s.api.HandleFunc("GET /api/v1/rooms", s.json(s.rooms))
+	s.api.HandleFunc("GET /api/v1/rooms/{room}", s.json(s.room))
+	s.api.HandleFunc("GET /api/v1/users/{user}", s.json(s.user))
+	s.api.HandleFunc("POST /api/v1/throttle/check", s.json(s.throttleCheck))
+	s.api.HandleFunc("GET /api/v1/throttle/active", s.json(s.throttleActive))
+	s.api.HandleFunc("GET /api/v1/group", s.group)
+	s.api.HandleFunc("GET /api/v1/openapi.json", serveOpenAPI)
+	s.mux.HandleFunc(routeAPI, s.serveAPI)
+	s.mux.Handle(routeMetrics, promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc(routeHealthz, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+	s.mux.HandleFunc(routeReadyz, func(w http.ResponseWriter, r *http.Request) {
 		if !s.opts.Ready() {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "replaying"})
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	s.mux.HandleFunc("GET /ws", s.hub.serveWS)
-	s.mux.Handle("GET /", dashboard())
-	s.mux.HandleFunc("GET /api/", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint: " + r.Method + " " + r.URL.Path + "; see the README for the API"})
+	s.mux.HandleFunc(routeWS, s.hub.serveWS)
+	// Everything else is the dashboard's files. Not "GET /": that would
+	// clash with routeAPI, which takes every method.
+	files := dashboard()
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		files.ServeHTTP(w, r)
 	})
 }
 
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP serves a request once it has passed the guard: a Host of
+// this server's, and the token where one is needed.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, route := s.mux.Handler(r)
+	if route != routeHealthz && route != routeReadyz {
+		if !s.guard.checkHost(w, r) {
+			return
+		}
+		if (route == routeAPI || route == routeWS || route == routeMetrics && s.opts.MetricsAuth) && !s.guard.checkToken(w, r) {
+			return
+		}
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// serveAPI routes a request under /api/, answering in JSON when no route
+// takes it: 405 (with Allow) when the path has a route for another method,
+// 404 otherwise.
+func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
+	if _, route := s.api.Handler(r); route != "" {
+		s.api.ServeHTTP(w, r)
+		return
+	}
+	var allow []string
+	for _, method := range []string{http.MethodGet, http.MethodPost} {
+		if _, route := s.api.Handler(&http.Request{Method: method, URL: r.URL, Host: r.Host}); route != "" {
+			allow = append(allow, method)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": r.Method + " " + r.URL.Path + ": method not allowed; allowed: " + strings.Join(allow, ", ")})
+		return
+	}
+	writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint: " + r.Method + " " + r.URL.Path + "; see the README for the API"})
+}
 
 // nowMs reads the clock for a request: web hands time on as Unix
 // milliseconds.
@@ -164,8 +233,8 @@ func (s *Server) checkOrigin(r *http.Request) bool {
 	return false
 }
 
-// api adapts a handler that returns a value or an error to JSON over HTTP.
-func (s *Server) api(h func(*http.Request) (any, error)) http.HandlerFunc {
+// json adapts a handler that returns a value or an error to JSON over HTTP.
+func (s *Server) json(h func(*http.Request) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		v, err := h(r)
 		var bad *badRequest

@@ -32,6 +32,13 @@ type Config struct {
 	Partitions int
 	Replicas   int
 	Instance   string
+
+	// Who may use the HTTP server, and how it is served (README, Security).
+	AllowedHosts []string
+	AuthToken    string // from --auth-token or --auth-token-file
+	MetricsAuth  bool
+	TLSCert      string
+	TLSKey       string
 }
 
 // UsageError is a problem with how chatpulse was started (a flag, an
@@ -54,7 +61,7 @@ func EnvName(flagName string) string {
 func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 	fs := flag.NewFlagSet("chatpulse", flag.ContinueOnError)
 	c := &m.Config
-	var windows, origins string
+	var windows, origins, hosts, tokenFile string
 	fs.StringVar(&c.NATSURL, "nats-url", "", "connect to this NATS server instead of starting one (user:password@ and token@ work in the URL)")
 	fs.StringVar(&c.NATSListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded NATS server")
 	fs.StringVar(&c.NATSCreds, "nats-creds", "", "NATS credentials file for --nats-url")
@@ -74,6 +81,12 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 	fs.IntVar(&c.Partitions, "partitions", 64, "partitions per key (room, user) in a group; fixed for the life of the group")
 	fs.IntVar(&c.Replicas, "replicas", 1, "JetStream replicas of every stream and bucket chatpulse creates (3 on a 3-node cluster)")
 	fs.StringVar(&c.Instance, "instance", host, "this instance's name, unique within its group")
+	fs.StringVar(&hosts, "allowed-hosts", "", `comma-separated host names that requests may name in Host, besides IP addresses, localhost and the --http host ("*": any)`)
+	fs.StringVar(&c.AuthToken, "auth-token", "", "bearer token that the API and the websocket need (better: --auth-token-file or the environment)")
+	fs.StringVar(&tokenFile, "auth-token-file", "", "file holding the bearer token")
+	fs.BoolVar(&c.MetricsAuth, "metrics-auth", true, "with a token, /metrics needs it too")
+	fs.StringVar(&c.TLSCert, "tls-cert", "", "serve HTTPS with this certificate (PEM; with --tls-key)")
+	fs.StringVar(&c.TLSKey, "tls-key", "", "the private key of --tls-cert (PEM)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: chatpulse [flags]\n\nEvery flag can also be set with CHATPULSE_<FLAG> (upper case, dashes as underscores).\n\n")
 		fs.PrintDefaults()
@@ -126,10 +139,51 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 	case c.Group != "" && c.Instance == "":
 		return usagef("--instance: empty (and no host name to default to)")
 	}
-	for _, o := range strings.Split(origins, ",") {
-		if o = strings.TrimSpace(o); o != "" {
-			c.AllowedOrigins = append(c.AllowedOrigins, o)
+	c.AllowedOrigins = list(origins)
+	c.AllowedHosts = list(hosts)
+	return c.checkSecurity(tokenFile)
+}
+
+// list splits a comma-separated flag, dropping empty entries.
+func list(flag string) []string {
+	var l []string
+	for _, v := range strings.Split(flag, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			l = append(l, v)
 		}
+	}
+	return l
+}
+
+// checkSecurity reads the token file and checks the flags of the README's
+// Security section.
+func (c *Config) checkSecurity(tokenFile string) error {
+	switch {
+	case tokenFile != "" && c.AuthToken != "":
+		return usagef("--auth-token and --auth-token-file: give one")
+	case (c.TLSCert == "") != (c.TLSKey == ""):
+		return usagef("--tls-cert and --tls-key go together")
+	case c.NATSCreds != "" && c.NATSURL == "":
+		return usagef("--nats-creds: the embedded server has no accounts; it is for --nats-url")
+	}
+	if c.NATSCreds != "" {
+		if _, err := os.ReadFile(c.NATSCreds); err != nil {
+			return usagef("--nats-creds: %v", err)
+		}
+	}
+	if tokenFile != "" {
+		b, err := os.ReadFile(tokenFile)
+		if err != nil {
+			return usagef("--auth-token-file: %v", err)
+		}
+		c.AuthToken = strings.TrimSpace(string(b))
+		if c.AuthToken == "" {
+			return usagef("--auth-token-file %s: empty", tokenFile)
+		}
+	}
+	// A header carries the token: visible ASCII only.
+	if i := strings.IndexFunc(c.AuthToken, func(r rune) bool { return r <= ' ' || r >= 0x7f }); i >= 0 {
+		return usagef("auth token: only visible ASCII characters, no spaces (byte %d is not)", i)
 	}
 	return nil
 }

@@ -262,10 +262,10 @@ func TestHTTPErrors(t *testing.T) {
 		t.Fatalf("windows: %v", windows)
 	}
 	for body, want := range map[string]string{
-		`{"room":"lobby"}`:                     "user: must be 1..128 bytes, got 0",
-		`{"room":"lobby","user":"a","x":1}`:    `json: unknown field "x"`,
+		`{"room":"lobby"}`:                     "user: missing",
+		`{"room":"lobby","user":"a","x":1}`:    `unknown field "x"`,
 		`not json`:                             "request must be a JSON object",
-		`{"room":"lobby","user":"a","text":1}`: "cannot unmarshal number",
+		`{"room":"lobby","user":"a","text":1}`: "text: must be a string",
 	} {
 		var e struct{ Error string }
 		if status := tm.post("/api/v1/throttle/check", body, &e); status != http.StatusBadRequest || !strings.Contains(e.Error, want) {

@@ -69,6 +69,8 @@ func TestExitStatus(t *testing.T) {
 		"policies":      {[]string{"--http", "127.0.0.1:0", "--nats-listen", free, "--policies", filepath.Join(t.TempDir(), "none.yaml")}, "--policies"},
 		"push interval": {[]string{"--push-interval", "1ms"}, "--push-interval: at least 50ms"},
 		"unknown flag":  {[]string{"--nope"}, "flag provided but not defined: -nope (see --help)"},
+		"token file":    {[]string{"--auth-token-file", filepath.Join(file, "none")}, "--auth-token-file: open"},
+		"certificate":   {[]string{"--http", "127.0.0.1:0", "--nats-listen", free, "--tls-cert", file, "--tls-key", file}, "--tls-cert, --tls-key: tls: failed to find any PEM data"},
 	} {
 		cmd := exec.Command(bin, tc.args...)
 		var stderr bytes.Buffer
@@ -83,5 +85,56 @@ func TestExitStatus(t *testing.T) {
 		if strings.Count(out, "\n") != 0 || !strings.HasPrefix(out, "chatpulse: ") || !strings.Contains(out, tc.want) {
 			t.Errorf("%s: stderr %q, want one line naming %q", name, out, tc.want)
 		}
+	}
+}
+
+// The flags of the Security section are checked when chatpulse starts.
+func TestSecurityFlags(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(file, []byte("  from-file \n"), 0o600)
+	empty := filepath.Join(t.TempDir(), "empty")
+	os.WriteFile(empty, []byte("\n"), 0o600)
+	env := map[string]string{"CHATPULSE_AUTH_TOKEN_FILE": file, "CHATPULSE_ALLOWED_HOSTS": "a.example,b.example", "CHATPULSE_METRICS_AUTH": "false"}
+	m := NewMain()
+	if err := m.ParseFlags(nil, func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	if c := m.Config; c.AuthToken != "from-file" || c.MetricsAuth || fmt.Sprint(c.AllowedHosts) != "[a.example b.example]" {
+		t.Fatalf("config: %+v", c)
+	}
+	env = map[string]string{"CHATPULSE_AUTH_TOKEN": "from-env", "CHATPULSE_TLS_CERT": "c.pem", "CHATPULSE_TLS_KEY": "k.pem"}
+	m = NewMain()
+	if err := m.ParseFlags([]string{"--tls-key", "key.pem", "--allowed-hosts", "*"}, func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	if c := m.Config; c.AuthToken != "from-env" || !c.MetricsAuth || c.TLSCert != "c.pem" || c.TLSKey != "key.pem" || fmt.Sprint(c.AllowedHosts) != "[*]" {
+		t.Fatalf("config: %+v", c)
+	}
+	for name, tc := range map[string]struct {
+		args []string
+		want string
+	}{
+		"both tokens":    {[]string{"--auth-token", "a", "--auth-token-file", file}, "--auth-token and --auth-token-file: give one"},
+		"missing file":   {[]string{"--auth-token-file", file + ".nope"}, "--auth-token-file: open"},
+		"empty file":     {[]string{"--auth-token-file", empty}, "--auth-token-file " + empty + ": empty"},
+		"space in token": {[]string{"--auth-token", "a b"}, "auth token: only visible ASCII characters, no spaces (byte 1 is not)"},
+		"cert alone":     {[]string{"--tls-cert", file}, "--tls-cert and --tls-key go together"},
+		"creds alone":    {[]string{"--nats-creds", file}, "--nats-creds: the embedded server has no accounts"},
+		"missing creds":  {[]string{"--nats-url", "nats://127.0.0.1:1", "--nats-creds", file + ".nope"}, "--nats-creds: open"},
+	} {
+		err := NewMain().ParseFlags(tc.args, func(string) string { return "" })
+		var usage *UsageError
+		if !errors.As(err, &usage) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want a usage error containing %q", name, err, tc.want)
+		}
+	}
+	// A certificate that cannot be loaded ends the start with a usage error.
+	m = NewMain()
+	m.ParseFlags([]string{"--tls-cert", file, "--tls-key", file}, func(string) string { return "" })
+	err := m.Run(t.Context())
+	m.Close()
+	var usage *UsageError
+	if !errors.As(err, &usage) || !strings.Contains(err.Error(), "--tls-cert, --tls-key:") {
+		t.Fatalf("bad certificate: %v", err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
 
@@ -27,6 +28,9 @@ type testMain struct {
 	t   *testing.T
 	nc  *nats.Conn // a client connection, as a chat server would have
 	url string     // HTTP base URL
+
+	client *http.Client // nil: http.DefaultClient; with --tls-cert one that trusts it
+	token  string       // sent as a bearer token, if set
 }
 
 // startMain parses args (after defaults that pick free ports and a temp
@@ -39,10 +43,18 @@ func startMain(t *testing.T, args ...string) *testMain {
 // startMainAt is startMain with chatpulse's wall clock set to now.
 func startMainAt(t *testing.T, now func() time.Time, args ...string) *testMain {
 	t.Helper()
+	return startMainWith(t, func(m *Main) {
+		if now != nil {
+			m.Now = now
+		}
+	}, args...)
+}
+
+// startMainWith is startMain with setup applied to the Main before it runs.
+func startMainWith(t *testing.T, setup func(*Main), args ...string) *testMain {
+	t.Helper()
 	m := NewMain()
-	if now != nil {
-		m.Now = now
-	}
+	setup(m)
 	m.Log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	defaults := []string{"--http", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--data-dir", t.TempDir()}
 	if err := m.ParseFlags(append(defaults, args...), func(string) string { return "" }); err != nil {
@@ -52,13 +64,20 @@ func startMainAt(t *testing.T, now func() time.Time, args ...string) *testMain {
 		m.Close()
 		t.Fatalf("run: %v", err)
 	}
-	tm := &testMain{Main: m, t: t, url: m.HTTPURL()}
+	tm := &testMain{Main: m, t: t, url: m.HTTPURL(), token: m.Config.AuthToken}
 	t.Cleanup(func() { tm.Close() })
+	if m.Config.TLSCert != "" {
+		tm.client = tlsClient(t, m.Config.TLSCert)
+	}
 	url := m.PublishURL()
 	if m.Config.NATSURL != "" {
 		url = m.Config.NATSURL // PublishURL hides the credentials
 	}
-	nc, err := nats.Connect(url)
+	var opts []nats.Option
+	if m.Config.NATSCreds != "" {
+		opts = append(opts, nats.UserCredentials(m.Config.NATSCreds))
+	}
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
@@ -68,11 +87,28 @@ func startMainAt(t *testing.T, now func() time.Time, args ...string) *testMain {
 	return tm
 }
 
+// startNATS runs a NATS server with JetStream on a random port, with opts
+// for the rest, until the test ends, and returns its URL.
+func startNATS(t *testing.T, opts *server.Options) string {
+	t.Helper()
+	opts.Host, opts.Port, opts.JetStream, opts.StoreDir, opts.NoSigs, opts.NoLog = "127.0.0.1", server.RANDOM_PORT, true, t.TempDir(), true, true
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server did not start")
+	}
+	t.Cleanup(ns.Shutdown)
+	return ns.ClientURL()
+}
+
 // waitReady polls /readyz until it answers 200.
 func (tm *testMain) waitReady() {
 	tm.t.Helper()
 	eventually(tm.t, 30*time.Second, "ready", func() bool {
-		resp, err := http.Get(tm.url + "/readyz")
+		resp, err := tm.httpClient().Get(tm.url + "/readyz")
 		if err != nil {
 			return false
 		}
@@ -81,13 +117,34 @@ func (tm *testMain) waitReady() {
 	})
 }
 
+// do sends a request to chatpulse, with the token if there is one.
+func (tm *testMain) do(method, path, body string) *http.Response {
+	tm.t.Helper()
+	req, err := http.NewRequest(method, tm.url+path, strings.NewReader(body))
+	if err != nil {
+		tm.t.Fatal(err)
+	}
+	if tm.token != "" {
+		req.Header.Set("Authorization", "Bearer "+tm.token)
+	}
+	resp, err := tm.httpClient().Do(req)
+	if err != nil {
+		tm.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return resp
+}
+
+func (tm *testMain) httpClient() *http.Client {
+	if tm.client == nil {
+		return http.DefaultClient
+	}
+	return tm.client
+}
+
 // get fetches path and decodes its JSON into v, returning the status.
 func (tm *testMain) get(path string, v any) int {
 	tm.t.Helper()
-	resp, err := http.Get(tm.url + path)
-	if err != nil {
-		tm.t.Fatalf("GET %s: %v", path, err)
-	}
+	resp := tm.do(http.MethodGet, path, "")
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	if v != nil {
@@ -101,10 +158,7 @@ func (tm *testMain) get(path string, v any) int {
 // post sends JSON and decodes the answer.
 func (tm *testMain) post(path, body string, v any) int {
 	tm.t.Helper()
-	resp, err := http.Post(tm.url+path, "application/json", strings.NewReader(body))
-	if err != nil {
-		tm.t.Fatalf("POST %s: %v", path, err)
-	}
+	resp := tm.do(http.MethodPost, path, body)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	if v != nil {
@@ -127,10 +181,7 @@ func (tm *testMain) publish(subject, payload string) {
 // `chatpulse_events_rejected_total{reason="late"}`; absent is -1.
 func (tm *testMain) metric(series string) float64 {
 	tm.t.Helper()
-	resp, err := http.Get(tm.url + "/metrics")
-	if err != nil {
-		tm.t.Fatal(err)
-	}
+	resp := tm.do(http.MethodGet, "/metrics", "")
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	for _, line := range strings.Split(string(body), "\n") {

@@ -225,20 +225,13 @@ func TestExternalNATSAuth(t *testing.T) {
 			func(p int) string { return fmt.Sprintf("nats://t0ken@127.0.0.1:%d", p) }},
 	} {
 		t.Run(name, func(t *testing.T) {
-			opts := &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true}
+			opts := &server.Options{}
 			tc.opts(opts)
-			ns, err := server.NewServer(opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			go ns.Start()
-			if !ns.ReadyForConnections(10 * time.Second) {
-				t.Fatal("nats server did not start")
-			}
-			t.Cleanup(ns.Shutdown) // after chatpulse's own cleanup
-			url := tc.url(ns.Addr().(*net.TCPAddr).Port)
+			_, portText, _ := net.SplitHostPort(strings.TrimPrefix(startNATS(t, opts), "nats://")) // stopped after chatpulse's own cleanup
+			port, _ := strconv.Atoi(portText)
+			url := tc.url(port)
 			tm := startMain(t, "--nats-url", url)
-			if got := tm.PublishURL(); got != fmt.Sprintf("nats://***@127.0.0.1:%d", ns.Addr().(*net.TCPAddr).Port) {
+			if got := tm.PublishURL(); got != fmt.Sprintf("nats://***@127.0.0.1:%d", port) {
 				t.Fatalf("the logged URL shows the secret: %s", got)
 			}
 			nc, err := nats.Connect(url)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -49,6 +50,10 @@ type Main struct {
 	stop      chan struct{} // ends the hub, the janitor and the demo
 	wg        sync.WaitGroup
 	closed    bool
+
+	tls *tls.Config // nil: plain HTTP
+	// httpTimeouts are defaultHTTPTimeouts; tests shorten them.
+	httpTimeouts httpTimeouts
 }
 
 // NewMain returns a Main with the default configuration.
@@ -58,6 +63,8 @@ func NewMain() *Main {
 		Stderr: os.Stderr,
 		Now:    time.Now,
 		stop:   make(chan struct{}),
+
+		httpTimeouts: defaultHTTPTimeouts,
 	}
 }
 
@@ -97,8 +104,15 @@ func (m *Main) build() error {
 	if err != nil {
 		return &UsageError{fmt.Errorf("--policies: %w", err)}
 	}
+	if m.tls, err = loadTLS(c); err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "chatpulse_deadletter_failed_total",
+		Help: "Dead letters not kept: not sent, refused by the dead-letter stream, or not acked in time.",
+	}, func() float64 { return float64(m.bus.DeadLetterFailed()) }))
 	opts := web.Options{
 		Now:            m.Now,
 		Gatherer:       reg,
@@ -106,6 +120,9 @@ func (m *Main) build() error {
 		Log:            m.Log,
 		PushInterval:   c.PushInterval,
 		AllowedOrigins: c.AllowedOrigins,
+		AllowedHosts:   allowedHosts(c),
+		AuthToken:      c.AuthToken,
+		MetricsAuth:    c.MetricsAuth,
 	}
 	deadLetter := func(msg *ingest.Msg, err *ingest.Error) { m.bus.DeadLetter(msg, err) }
 	var stats stats
@@ -206,12 +223,8 @@ func (m *Main) open(ln net.Listener) error {
 		ln.Close()
 		return fmt.Errorf("throttle service: %w", err)
 	}
-	m.http = &http.Server{Handler: m.web, ReadHeaderTimeout: 10 * time.Second}
-	m.goRun(func() {
-		if err := m.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			m.Log.Error("http", "err", err)
-		}
-	})
+	m.http = m.httpServer()
+	m.goRun(func() { m.serveHTTP(ln) })
 	m.goRun(func() { m.web.Run(m.stop) })
 	m.goRun(m.janitor)
 	if m.member != nil {
@@ -346,7 +359,11 @@ func (m *Main) HTTPURL() string {
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 		host = "localhost"
 	}
-	return "http://" + net.JoinHostPort(host, port)
+	scheme := "http://"
+	if m.tls != nil {
+		scheme = "https://"
+	}
+	return scheme + net.JoinHostPort(host, port)
 }
 
 // PublishURL is the NATS URL publishers should use.

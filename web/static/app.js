@@ -12,6 +12,7 @@
 // as HTML, and room names in URLs are encodeURIComponent'ed: a room can be
 // called anything, "<script>" included.
 
+import { authFetch, wsProtocols } from './auth.js';
 import { Chart, fmtSpan } from './chart.js';
 import { Rows } from './rows.js';
 
@@ -196,7 +197,7 @@ async function connect() {
   url.hash = '';
   let ws;
   try {
-    ws = new WebSocket(url);
+    ws = new WebSocket(url, wsProtocols());
   } catch {
     retry();
     return;
@@ -300,7 +301,7 @@ function pulse() {
 }
 
 async function getJSON(path, signal) {
-  const resp = await fetch(path, { cache: 'no-store', signal });
+  const resp = await authFetch(path, { cache: 'no-store', signal });
   if (!resp.ok) throw new Error(`${path}: ${resp.status}`);
   return resp.json();
 }

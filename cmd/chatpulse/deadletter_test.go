@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A publisher's JetStream headers (expected stream, expected last message
+// or sequence, message id) are meant for the chat stream. On a dead letter
+// they would be applied to CHATPULSE_DEADLETTER, which would refuse or
+// de-duplicate it: every one of 90 such dead letters must be kept, with
+// the headers still readable under Chatpulse-Original-.
+func TestDeadLettersWithJetStreamHeaders(t *testing.T) {
+	tm := startMain(t)
+	js, err := jetstream.New(tm.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const n = 90
+	var lastSeq uint64
+	for i := range n {
+		msg := nats.NewMsg(fmt.Sprintf("chat.x.u%d", i%3))
+		msg.Data = []byte("not json")
+		msg.Header.Set("X-Trace", fmt.Sprint(i))
+		// Each expectation holds for CHAT, so the chat stream takes all 90.
+		switch i % 3 {
+		case 0:
+			msg.Header.Set("Nats-Expected-Stream", "CHAT")
+		case 1:
+			msg.Header.Set("Nats-Expected-Last-Sequence", fmt.Sprint(lastSeq))
+		case 2:
+			msg.Header.Set("Nats-Expected-Last-Msg-Id", fmt.Sprint("m-", i-1))
+		}
+		msg.Header.Set("Nats-Msg-Id", fmt.Sprint("m-", i))
+		ack, err := js.PublishMsg(ctx, msg)
+		if err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		lastSeq = ack.Sequence
+	}
+	tm.waitReceived(n)
+	dlq, err := js.Stream(ctx, "CHATPULSE_DEADLETTER")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, fmt.Sprintf("%d dead letters in the stream", n), func() bool {
+		info, err := dlq.Info(ctx)
+		return err == nil && info.State.Msgs == n
+	})
+	for seq := uint64(1); seq <= n; seq++ {
+		m, err := dlq.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := m.Header.Get("X-Trace")
+		if string(m.Data) != "not json" || m.Header.Get("Chatpulse-Original-Nats-Msg-Id") != "m-"+i ||
+			m.Header.Get("Nats-Msg-Id") != "" || m.Header.Get("Chatpulse-Error") == "" {
+			t.Fatalf("dead letter %d: %q %v", seq, m.Data, m.Header)
+		}
+	}
+	if got := tm.metric("chatpulse_deadletter_failed_total"); got != 0 {
+		t.Fatalf("chatpulse_deadletter_failed_total = %v", got)
+	}
+}
+
+// A dead letter the dead-letter stream refuses is counted, not lost
+// silently: with the stream full (at most 10 messages, new ones refused),
+// 25 rejected events leave 10 kept and 15 failed.
+func TestDeadLetterFailuresCounted(t *testing.T) {
+	tm := startMain(t)
+	js, err := jetstream.New(tm.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	dlq, err := js.Stream(ctx, "CHATPULSE_DEADLETTER")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := dlq.CachedInfo().Config
+	cfg.MaxMsgs, cfg.Discard = 10, jetstream.DiscardNew
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	for range 25 {
+		tm.publish("chat.x.y", "not json")
+	}
+	tm.waitReceived(25)
+	eventually(t, 30*time.Second, "15 failed dead letters", func() bool {
+		return tm.metric("chatpulse_deadletter_failed_total") == 15
+	})
+	info, err := dlq.Info(ctx)
+	if err != nil || info.State.Msgs != 10 {
+		t.Fatalf("dead-letter stream: %v, %v", info, err)
+	}
+}
+
+// Without JetStream (--jetstream=false) dead letters are plain publishes;
+// a stream that a user keeps on chatpulse.deadletter.> must still get
+// every one, even when the publisher reused one Nats-Msg-Id.
+func TestCoreDeadLettersKeepHeadersOut(t *testing.T) {
+	url := startNATS(t, &server.Options{})
+	tm := startMain(t, "--jetstream=false", "--nats-url", url)
+	js, err := jetstream.New(tm.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	dlq, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "KEEP_DEAD", Subjects: []string{"chatpulse.deadletter.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 30
+	for range n {
+		msg := nats.NewMsg("chat.x.y")
+		msg.Data = []byte("not json")
+		msg.Header.Set("Nats-Msg-Id", "same")
+		msg.Header.Set("Nats-Expected-Stream", "CHAT")
+		if err := tm.nc.PublishMsg(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tm.waitReceived(n)
+	eventually(t, 30*time.Second, fmt.Sprintf("%d dead letters in the stream", n), func() bool {
+		info, err := dlq.Info(ctx)
+		return err == nil && info.State.Msgs == n
+	})
+}
