@@ -41,10 +41,12 @@ func (b *Bus) Alert(a throttle.Alert) {
 // and goes back as a micro error 400 with its message; any other as 500.
 type Handler func(request []byte) (any, error)
 
-// Serve registers the chatpulse micro service on the connection, with the
-// throttle check on chatpulse.throttle.check. Instances share requests
-// through the service's queue group.
-func (b *Bus) Serve(check Handler) (micro.Service, error) {
+// Serve registers the chatpulse micro service on the connection: the
+// throttle check on chatpulse.throttle.check and each view on
+// chatpulse.views.<view> (windows, overview, rooms, room, user), answered
+// by the handler of that name ("check" for the check). Instances share
+// requests through the service's queue group.
+func (b *Bus) Serve(handlers map[string]Handler) (micro.Service, error) {
 	svc, err := micro.AddService(b.nc, micro.Config{
 		Name:        ServiceName,
 		Version:     ServiceVersion,
@@ -53,7 +55,19 @@ func (b *Bus) Serve(check Handler) (micro.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := svc.AddEndpoint("throttle_check", respond(check), micro.WithEndpointSubject(CheckSubject)); err != nil {
+	add := func(endpoint, subject string, h Handler) error {
+		if h == nil {
+			return fmt.Errorf("no handler for %s", subject)
+		}
+		return svc.AddEndpoint(endpoint, respond(h), micro.WithEndpointSubject(subject))
+	}
+	err = add("throttle_check", CheckSubject, handlers["check"])
+	for _, view := range Views {
+		if err == nil {
+			err = add("views_"+view, ViewsPrefix+view, handlers[view])
+		}
+	}
+	if err != nil {
 		svc.Stop()
 		return nil, err
 	}

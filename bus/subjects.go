@@ -32,7 +32,13 @@ const (
 	ServiceName    = "chatpulse"
 	ServiceVersion = "0.1.0"
 	CheckSubject   = "chatpulse.throttle.check"
+	// ViewsPrefix starts the subject of each view's endpoint:
+	// chatpulse.views.overview, and so on.
+	ViewsPrefix = "chatpulse.views."
 )
+
+// Views are the views answered on the bus, each on ViewsPrefix + its name.
+var Views = []string{"windows", "overview", "rooms", "room", "user"}
 
 // PartitionPrefix starts the subject under which a group's chat stream
 // files each event of --subject's chat.<room>.<user> form:

@@ -27,17 +27,35 @@ const (
 // parameters where they arrive, answers the first bad one with a
 // badRequest, and asks Views or Throttle only with valid ones.
 
+// params are a view request's parameters, wherever it came from: an HTTP
+// request's path values and query (httpParams), or the fields of a JSON
+// request on NATS (fields).
+type params interface{ Get(name string) string }
+
+type httpParams struct{ r *http.Request }
+
+func (p httpParams) Get(name string) string {
+	if v := p.r.PathValue(name); v != "" {
+		return v
+	}
+	return p.r.URL.Query().Get(name)
+}
+
+// viewOf adapts a view to HTTP.
+func viewOf(view func(params) (any, error)) func(*http.Request) (any, error) {
+	return func(r *http.Request) (any, error) { return view(httpParams{r}) }
+}
+
 // windows is GET /api/v1/windows.
-func (s *Server) windows(r *http.Request) (any, error) { return s.views.Windows(), nil }
+func (s *Server) windows(params) (any, error) { return s.views.Windows(), nil }
 
 // overview is GET /api/v1/overview.
-func (s *Server) overview(r *http.Request) (any, error) {
-	q := r.URL.Query()
-	k, err := intParam("k", q.Get("k"), defaultK, maxK)
+func (s *Server) overview(p params) (any, error) {
+	k, err := intParam("k", p.Get("k"), defaultK, maxK)
 	if err != nil {
 		return nil, err
 	}
-	win, err := s.window(q.Get("window"))
+	win, err := s.window(p.Get("window"))
 	if err != nil {
 		return nil, err
 	}
@@ -45,13 +63,12 @@ func (s *Server) overview(r *http.Request) (any, error) {
 }
 
 // rooms is GET /api/v1/rooms.
-func (s *Server) rooms(r *http.Request) (any, error) {
-	q := r.URL.Query()
-	limit, err := intParam("limit", q.Get("limit"), defaultLimit, maxLimit)
+func (s *Server) rooms(p params) (any, error) {
+	limit, err := intParam("limit", p.Get("limit"), defaultLimit, maxLimit)
 	if err != nil {
 		return nil, err
 	}
-	win, err := s.window(q.Get("window"))
+	win, err := s.window(p.Get("window"))
 	if err != nil {
 		return nil, err
 	}
@@ -59,17 +76,16 @@ func (s *Server) rooms(r *http.Request) (any, error) {
 }
 
 // room is GET /api/v1/rooms/{room}.
-func (s *Server) room(r *http.Request) (any, error) {
-	q := r.URL.Query()
-	k, err := intParam("k", q.Get("k"), defaultK, maxK)
+func (s *Server) room(p params) (any, error) {
+	k, err := intParam("k", p.Get("k"), defaultK, maxK)
 	if err != nil {
 		return nil, err
 	}
-	room := r.PathValue("room")
+	room := p.Get("room")
 	if err := checkName("room", room); err != nil {
 		return nil, err
 	}
-	win, err := s.window(q.Get("window"))
+	win, err := s.window(p.Get("window"))
 	if err != nil {
 		return nil, err
 	}
@@ -77,12 +93,12 @@ func (s *Server) room(r *http.Request) (any, error) {
 }
 
 // user is GET /api/v1/users/{user}.
-func (s *Server) user(r *http.Request) (any, error) {
-	user := r.PathValue("user")
+func (s *Server) user(p params) (any, error) {
+	user := p.Get("user")
 	if err := checkName("user", user); err != nil {
 		return nil, err
 	}
-	win, err := s.window(r.URL.Query().Get("window"))
+	win, err := s.window(p.Get("window"))
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +170,7 @@ func windowName(name string, configured []string) (string, error) {
 		return configured[0], nil
 	}
 	if !slices.Contains(configured, name) {
-		return "", fmt.Errorf("%w %q; configured: %s", aggregator.ErrUnknownWindow, name, strings.Join(configured, ", "))
+		return "", badf("%v %q; configured: %s", aggregator.ErrUnknownWindow, name, strings.Join(configured, ", "))
 	}
 	return name, nil
 }

@@ -3,7 +3,6 @@ package web
 import (
 	"bytes"
 	"encoding/json"
-	"slices"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -33,82 +32,117 @@ const checkShape = `request must be a JSON object {"room": string, "user": strin
 
 // decodeCheck parses and validates a check request, over HTTP or NATS, by
 // the rules of an event's payload (ingest.Decode), so that a check names a
-// room and a user exactly as the events it is checked against do:
+// room and a user exactly as the events it is checked against do (see
+// decodeObject), and text is read as an event's text is: it may hold
+// invalid UTF-8 or unpaired surrogates, read as U+FFFD (as the events
+// that the repeat policies counted were).
+func decodeCheck(data []byte) (checkRequest, error) {
+	if len(data) > maxCheckBody {
+		return checkRequest{}, badf("request body over %d bytes", maxCheckBody)
+	}
+	f, err := decodeObject(data, checkShape, map[string]kind{"room": name, "user": name, "text": text})
+	if err != nil {
+		return checkRequest{}, err
+	}
+	for _, field := range []string{"room", "user"} {
+		v, ok := f[field]
+		if !ok {
+			return checkRequest{}, badf("%s: missing", field)
+		}
+		if err := checkName(field, v); err != nil {
+			return checkRequest{}, err
+		}
+	}
+	req := checkRequest{Room: f["room"], User: f["user"]}
+	if t, ok := f["text"]; ok {
+		req.Text = &t
+	}
+	return req, nil
+}
+
+// kind is what a field of a request may hold.
+type kind int
+
+const (
+	name    kind = iota // a string that must say exactly what it unescapes to
+	text                // a string, read as an event's text is
+	integer             // an integer
+)
+
+// fields are the fields of a JSON request, as text, by name: absent ones
+// (and null ones) are not there. They are params too.
+type fields map[string]string
+
+func (f fields) Get(name string) string { return f[name] }
+
+// decodeObject reads a request that is one JSON object of the given fields,
+// by the rules of an event's payload (ingest.Decode):
 //   - field names match exactly and case-sensitively after unescaping
 //     (encoding/json alone would take "ROOM" for room), and each comes at
-//     most once;
-//   - room and user are checked after unescaping by chat.CheckName, and an
-//     invalid byte or an unpaired surrogate escape such as "\ud800" is
-//     refused (encoding/json alone would turn it into U+FFFD, another
-//     room);
-//   - null means absent;
-//   - text, as an event's, may hold invalid UTF-8 or unpaired surrogates,
-//     read as U+FFFD (as the events that the repeat policies counted were).
-//
-// Unlike an event, a check has no other fields: an unknown one is refused,
-// to catch a misspelt "text".
-func decodeCheck(data []byte) (checkRequest, error) {
-	var req checkRequest
-	if len(data) > maxCheckBody {
-		return req, badf("request body over %d bytes", maxCheckBody)
-	}
+//     most once; an unknown one is refused (to catch a misspelt field);
+//   - a name is refused if its literal holds an invalid byte or an
+//     unpaired surrogate escape such as "\ud800" (encoding/json alone would
+//     turn it into U+FFFD: another room);
+//   - an integer is a JSON number without fraction or exponent;
+//   - null means absent.
+func decodeObject(data []byte, shape string, want map[string]kind) (fields, error) {
 	// One valid JSON value and nothing else: the walk below can then only
 	// meet the wrong shapes, not broken syntax.
 	if !json.Valid(data) {
 		err := json.Unmarshal(data, new(json.RawMessage)) // for its message
-		return req, badf("%s: %v", checkShape, err)
+		return nil, badf("%s: %v", shape, err)
 	}
 	i := skipSpace(data, 0)
 	if data[i] != '{' {
-		return req, badf(checkShape)
+		return nil, badf("%s", shape)
 	}
-	var values [len(checkFields)]*string // nil: absent or null
-	var seen [len(checkFields)]bool
+	f := fields{}
+	seen := map[string]bool{}
 	for i = skipSpace(data, i+1); data[i] != '}'; {
 		key, next := literal(data, i)
-		name := unquote(key)
-		f := slices.Index(checkFields[:], name)
-		if f < 0 {
-			return req, badf("unknown field %q; a check has room, user and text", name)
+		field := unquote(key)
+		k, ok := want[field]
+		if !ok {
+			return nil, badf("unknown field %q; %s", field, shape)
 		}
-		if seen[f] {
-			return req, badf("%s: duplicate key", name)
+		if seen[field] {
+			return nil, badf("%s: duplicate key", field)
 		}
-		seen[f] = true
+		seen[field] = true
 		i = skipSpace(data, skipSpace(data, next)+1) // past the colon
-		switch data[i] {
-		case 'n': // null
+		switch c := data[i]; {
+		case c == 'n': // null
 			i += len("null")
-		case '"':
+		case c == '"' && k != integer:
 			lit, next := literal(data, i)
-			if name != "text" && !exactString(lit) {
-				return req, badf("%s: must be valid UTF-8", name)
+			if k == name && !exactString(lit) {
+				return nil, badf("%s: must be valid UTF-8", field)
 			}
-			v := unquote(lit)
-			values[f], i = &v, next
+			f[field], i = unquote(lit), next
+		case k == integer && (c == '-' || '0' <= c && c <= '9'):
+			j := i + 1
+			for j < len(data) && '0' <= data[j] && data[j] <= '9' {
+				j++
+			}
+			if j < len(data) && (data[j] == '.' || data[j] == 'e' || data[j] == 'E') {
+				return nil, badf("%s: must be an integer", field)
+			}
+			f[field], i = string(data[i:j]), j
+		case k == integer:
+			return nil, badf("%s: must be an integer", field)
 		default:
-			return req, badf("%s: must be a string", name)
+			return nil, badf("%s: must be a string", field)
 		}
 		if i = skipSpace(data, i); data[i] == ',' {
 			i = skipSpace(data, i+1)
 		}
 	}
-	for f, name := range checkFields[:2] {
-		if values[f] == nil {
-			return req, badf("%s: missing", name)
-		}
-		if err := checkName(name, *values[f]); err != nil {
-			return req, err
-		}
-	}
-	return checkRequest{Room: *values[0], User: *values[1], Text: values[2]}, nil
+	return f, nil
 }
 
-// checkFields are the fields of a check request, room and user first.
-var checkFields = [...]string{"room", "user", "text"}
-
-// The walk over a check body, which json.Valid has checked: so a string
-// ends, an object closes, and a value that starts with n is null.
+// The walk over a request, which json.Valid has checked: so a string ends,
+// an object closes, a number is well formed, and a value that starts with
+// n is null.
 
 func skipSpace(data []byte, i int) int {
 	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {

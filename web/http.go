@@ -134,11 +134,11 @@ const (
 )
 
 func (s *Server) routes() {
-	s.api.HandleFunc("GET /api/v1/windows", s.json(s.windows))
-	s.api.HandleFunc("GET /api/v1/overview", s.json(s.overview))
-	s.api.HandleFunc("GET /api/v1/rooms", s.json(s.rooms))
-	s.api.HandleFunc("GET /api/v1/rooms/{room}", s.json(s.room))
-	s.api.HandleFunc("GET /api/v1/users/{user}", s.json(s.user))
+	s.api.HandleFunc("GET /api/v1/windows", s.json(viewOf(s.windows)))
+	s.api.HandleFunc("GET /api/v1/overview", s.json(viewOf(s.overview)))
+	s.api.HandleFunc("GET /api/v1/rooms", s.json(viewOf(s.rooms)))
+	s.api.HandleFunc("GET /api/v1/rooms/{room}", s.json(viewOf(s.room)))
+	s.api.HandleFunc("GET /api/v1/users/{user}", s.json(viewOf(s.user)))
 	s.api.HandleFunc("POST /api/v1/throttle/check", s.json(s.throttleCheck))
 	s.api.HandleFunc("GET /api/v1/throttle/active", s.json(s.throttleActive))
 	s.api.HandleFunc("GET /api/v1/group", s.group)

@@ -187,6 +187,15 @@ func TestGroupEqualsStandalone(t *testing.T) {
 	for _, tm := range ms {
 		tm.compareGroup(o, evs)
 	}
+	// Over NATS, a view is answered for the whole group too.
+	for _, body := range []string{`{"window":"1h","k":100}`, `{"window":"5m"}`} {
+		got, code, desc := microView(t, ms[0].nc, "overview", body)
+		var want any
+		ms[2].get("/api/v1/overview?"+strings.NewReplacer(`{"window":"`, "window=", `","k":`, "&k=", `"}`, "", "}", "").Replace(body), &want)
+		if code != "" || !reflect.DeepEqual(got, want) {
+			t.Errorf("overview %s over NATS: %v %s %s, want %v", body, got, code, desc, want)
+		}
+	}
 	st := waitComplete(t, ms[1], 3)
 	owns := 0
 	for _, m := range st.Members {

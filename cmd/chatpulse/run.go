@@ -219,9 +219,13 @@ const streamMaxAgeMargin = 10 * time.Minute
 func (m *Main) open(ln net.Listener) error {
 	c := &m.Config
 	var err error
-	if m.svc, err = m.bus.Serve(m.web.CheckRequest); err != nil {
+	handlers := map[string]bus.Handler{}
+	for name, h := range m.web.Requests() {
+		handlers[name] = h
+	}
+	if m.svc, err = m.bus.Serve(handlers); err != nil {
 		ln.Close()
-		return fmt.Errorf("throttle service: %w", err)
+		return fmt.Errorf("micro service: %w", err)
 	}
 	m.http = m.httpServer()
 	m.goRun(func() { m.serveHTTP(ln) })
