@@ -2,6 +2,7 @@ package bus
 
 import (
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,8 +49,13 @@ func deadLetterMsg(m *ingest.Msg, e *ingest.Error) *nats.Msg {
 	h.Set(ErrorHeader, e.Msg)
 	h.Set(SubjectHeader, m.Subject)
 	// Any Nats-* header from here on is chatpulse's own, for the
-	// dead-letter stream: a Nats-Msg-Id that names the event (to keep one
-	// dead letter of an event that two instances reject) would go here.
+	// dead-letter stream. An event read from a stream is named by its
+	// sequence there: the dead-letter stream keeps one dead letter of it
+	// even if it is rejected twice (by a group member that took over a
+	// partition and handles again the last second its holder handled).
+	if m.Seq != 0 {
+		h.Set(nats.MsgIdHdr, strconv.FormatUint(m.Seq, 10)+"|"+m.Subject)
+	}
 	return &nats.Msg{Subject: DeadLetterPrefix + string(e.Reason), Data: m.Data, Header: h}
 }
 

@@ -39,6 +39,35 @@ func TestDeadLetter(t *testing.T) {
 	}
 }
 
+// An event read from a stream and rejected twice (by the member that held
+// its partition and by the one that took it over) is kept once.
+func TestDeadLetterOnce(t *testing.T) {
+	b := openTest(t, true)
+	ctx := context.Background()
+	if err := b.EnsureStreams(ctx, StreamConfig{Stream: "CHAT", Subject: "chat.>", MaxAge: time.Hour}, 0); err != nil {
+		t.Fatal(err)
+	}
+	e := &ingest.Error{Reason: ingest.ReasonMalformed, Msg: "no JSON value in payload"}
+	for range 2 {
+		b.DeadLetter(&ingest.Msg{Subject: "chat.x", Data: []byte("not json"), Seq: 42}, e)
+	}
+	b.DeadLetter(&ingest.Msg{Subject: "chat.x", Data: []byte("not json"), Seq: 43}, e)
+	kept := func() uint64 {
+		s, err := b.js.Stream(ctx, DeadLetterStream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().State.Msgs
+	}
+	for deadline := time.Now().Add(5 * time.Second); kept() < 2 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := kept(); n != 2 || b.DeadLetterFailed() != 0 {
+		t.Fatalf("%d dead letters kept (failed %d), want 2", n, b.DeadLetterFailed())
+	}
+}
+
 // BenchmarkDeadLetter is the cost of a dead letter kept in the dead-letter
 // stream: ns/op and kept/s until the last one is known kept, ns/call the
 // time ingest's goroutine spends in the calls:
