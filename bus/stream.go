@@ -54,6 +54,7 @@ func (b *Bus) Stream(ctx context.Context, c StreamConfig) (src *Source, replayin
 		md, err := m.Metadata()
 		if err == nil {
 			in.Received = md.Timestamp.UnixMilli()
+			in.Seq = md.Sequence.Stream
 		}
 		if !caughtUp {
 			in.Replay = true
