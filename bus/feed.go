@@ -95,9 +95,16 @@ func (f *Feed) Stop() {
 
 // LastSeq is the stream's newest sequence.
 func (b *Bus) LastSeq(ctx context.Context, stream string) (uint64, error) {
+	_, last, err := b.Seqs(ctx, stream)
+	return last, err
+}
+
+// Seqs are the stream's oldest and newest sequences: what it holds.
+func (b *Bus) Seqs(ctx context.Context, stream string) (first, last uint64, err error) {
 	s, err := b.js.Stream(ctx, stream)
 	if err != nil {
-		return 0, fmt.Errorf("stream %s: %w", stream, err)
+		return 0, 0, fmt.Errorf("stream %s: %w", stream, err)
 	}
-	return s.CachedInfo().State.LastSeq, nil
+	st := s.CachedInfo().State
+	return st.FirstSeq, st.LastSeq, nil
 }

@@ -18,6 +18,9 @@ type StreamConfig struct {
 	MaxAge   time.Duration
 	Replicas int       // of the streams chatpulse creates (0: 1)
 	From     time.Time // where the replay starts
+	// FromSeq, if set, is where the replay starts instead: the first
+	// sequence a snapshot does not cover.
+	FromSeq uint64
 }
 
 // Stream makes sure the chat and dead-letter streams exist, then reads
@@ -32,13 +35,17 @@ func (b *Bus) Stream(ctx context.Context, c StreamConfig) (src *Source, replayin
 	}
 	js := b.js
 	from := c.From
-	cons, err := js.OrderedConsumer(ctx, c.Stream, jetstream.OrderedConsumerConfig{
+	cfg := jetstream.OrderedConsumerConfig{
 		// One filter subject: with several, DeliverByStartTime skips
 		// messages (nats-server #6076).
 		FilterSubjects: []string{c.Subject},
 		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
 		OptStartTime:   &from,
-	})
+	}
+	if c.FromSeq > 0 {
+		cfg.DeliverPolicy, cfg.OptStartTime, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, nil, c.FromSeq
+	}
+	cons, err := js.OrderedConsumer(ctx, c.Stream, cfg)
 	if err != nil {
 		return nil, false, fmt.Errorf("stream %s: consumer: %w", c.Stream, err)
 	}
@@ -46,7 +53,11 @@ func (b *Bus) Stream(ctx context.Context, c StreamConfig) (src *Source, replayin
 	if err != nil {
 		return nil, false, fmt.Errorf("stream %s: consumer info: %w", c.Stream, err)
 	}
-	b.log.Info("replaying", "stream", c.Stream, "from", from.UTC().Format(time.RFC3339), "messages", info.NumPending)
+	if c.FromSeq > 0 {
+		b.log.Info("replaying", "stream", c.Stream, "from_sequence", c.FromSeq, "messages", info.NumPending)
+	} else {
+		b.log.Info("replaying", "stream", c.Stream, "from", from.UTC().Format(time.RFC3339), "messages", info.NumPending)
+	}
 	ch := make(chan ingest.Msg, jsBuffer)
 	caughtUp := info.NumPending == 0 // owned by the callback from here on
 	cc, err := cons.Consume(func(m jetstream.Msg) {

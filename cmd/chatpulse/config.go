@@ -27,6 +27,8 @@ type Config struct {
 	PushInterval   time.Duration
 	AllowedOrigins []string
 	Demo           bool
+	// How often the state is saved (contract section 9); 0: never.
+	SnapshotInterval time.Duration
 	// Group mode (contract section 8).
 	Group      string
 	Partitions int
@@ -77,6 +79,7 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 	fs.StringVar(&origins, "allowed-origins", "", "comma-separated origins also allowed to open /ws")
 	fs.BoolVar(&c.Demo, "demo", false, "also publish synthetic chat traffic")
 	host, _ := os.Hostname()
+	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", 30*time.Second, "how often to save the state to the object store CHATPULSE_SNAPSHOTS, so a restart replays only what came after (0: never; JetStream only)")
 	fs.StringVar(&c.Group, "group", "", "share the work with the other instances of this group (needs JetStream); empty: standalone")
 	fs.IntVar(&c.Partitions, "partitions", 64, "partitions per key (room, user) in a group; fixed for the life of the group")
 	fs.IntVar(&c.Replicas, "replicas", 1, "JetStream replicas of every stream and bucket chatpulse creates (3 on a 3-node cluster)")
@@ -130,6 +133,8 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 		return usagef("--subject: empty")
 	case c.JetStream && c.Stream == "":
 		return usagef("--stream: empty")
+	case c.SnapshotInterval < 0:
+		return usagef("--snapshot-interval: must not be negative, got %v", c.SnapshotInterval)
 	case c.Group != "" && !c.JetStream:
 		return usagef("--group %s: a group needs JetStream; drop --jetstream=false", c.Group)
 	case c.Partitions < 1 || c.Partitions > 1024:
