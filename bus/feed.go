@@ -29,52 +29,75 @@ type FeedConfig struct {
 	Subject string
 }
 
-// A Feed is one ordered consumer writing into a channel that several feeds
-// share (a group member's one ingest pipeline).
+// Feeds are ordered consumers, one per feed (one filter subject each,
+// started by sequence or time), that all deliver into one channel, read as
+// one Source: a group member has one per stage of each partition it holds,
+// and one pipeline for all of them.
+type Feeds struct {
+	b   *Bus
+	ch  chan ingest.Msg
+	src *Source
+}
+
+// A Feed is one ordered consumer of Feeds.
 type Feed struct {
 	cc      jetstream.ConsumeContext
 	pending atomic.Uint64 // messages of the filter not yet delivered, as of the last delivered
+	stopped atomic.Bool   // what it delivers from now on is dropped
 }
 
-// Feed starts reading f into out. caughtUp says there was nothing to read
-// when it started; otherwise the message that finds nothing more pending
-// is marked CaughtUp.
-func (b *Bus) Feed(ctx context.Context, f FeedConfig, out chan<- ingest.Msg) (feed *Feed, caughtUp bool, err error) {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{f.Filter}}
-	if f.FromSeq > 0 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, f.FromSeq
+// NewFeeds returns an empty set of feeds.
+func (b *Bus) NewFeeds() *Feeds {
+	fs := &Feeds{b: b, ch: make(chan ingest.Msg, jsBuffer)}
+	fs.src = NewSource(fs.ch, func() {})
+	return fs
+}
+
+// Source is what every feed delivers, for ingest.
+func (fs *Feeds) Source() *Source { return fs.src }
+
+// Start starts a feed. caughtUp says there was nothing to read when it
+// started; otherwise the message that finds nothing more pending is
+// marked CaughtUp.
+func (fs *Feeds) Start(ctx context.Context, c FeedConfig) (feed *Feed, caughtUp bool, err error) {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{c.Filter}}
+	if c.FromSeq > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, c.FromSeq
 	} else {
-		from := f.FromTime
+		from := c.FromTime
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &from
 	}
-	cons, err := b.js.OrderedConsumer(ctx, f.Stream, cfg)
+	cons, err := fs.b.js.OrderedConsumer(ctx, c.Stream, cfg)
 	if err != nil {
-		return nil, false, fmt.Errorf("stream %s: consumer of %s: %w", f.Stream, f.Filter, err)
+		return nil, false, fmt.Errorf("stream %s: consumer of %s: %w", c.Stream, c.Filter, err)
 	}
 	info, err := cons.Info(ctx)
 	if err != nil {
-		return nil, false, fmt.Errorf("stream %s: consumer of %s: %w", f.Stream, f.Filter, err)
+		return nil, false, fmt.Errorf("stream %s: consumer of %s: %w", c.Stream, c.Filter, err)
 	}
 	feed = &Feed{}
 	feed.pending.Store(info.NumPending)
 	caughtUp = info.NumPending == 0
 	done := caughtUp // owned by the callback from here on
 	feed.cc, err = cons.Consume(func(m jetstream.Msg) {
-		in := ingest.Msg{Subject: Unfiled(m.Subject(), f.Subject), Data: m.Data(), Header: m.Headers(), Sink: f.Sink}
+		if feed.stopped.Load() {
+			return
+		}
+		in := ingest.Msg{Subject: Unfiled(m.Subject(), c.Subject), Data: m.Data(), Header: m.Headers(), Sink: c.Sink}
 		if md, err := m.Metadata(); err == nil {
 			in.Received = md.Timestamp.UnixMilli()
 			in.Seq = md.Sequence.Stream
-			in.Replay = in.Seq <= f.ReplayThrough
+			in.Replay = in.Seq <= c.ReplayThrough
 			in.CaughtUp = !done && md.NumPending == 0
 			done = done || in.CaughtUp
 			feed.pending.Store(md.NumPending)
 		}
-		out <- in
+		fs.ch <- in
 	}, jetstream.PullMaxMessages(jsBuffer), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		b.log.Warn("jetstream consumer", "stream", f.Stream, "filter", f.Filter, "err", err)
+		fs.b.log.Warn("jetstream consumer", "stream", c.Stream, "filter", c.Filter, "err", err)
 	}))
 	if err != nil {
-		return nil, false, fmt.Errorf("stream %s: consume %s: %w", f.Stream, f.Filter, err)
+		return nil, false, fmt.Errorf("stream %s: consume %s: %w", c.Stream, c.Filter, err)
 	}
 	return feed, caughtUp, nil
 }
@@ -86,6 +109,7 @@ func (f *Feed) Pending() uint64 { return f.pending.Load() }
 // Stop stops the feed at once, dropping what it fetched and did not
 // deliver; it returns once it delivers no more.
 func (f *Feed) Stop() {
+	f.stopped.Store(true)
 	f.cc.Stop()
 	select {
 	case <-f.cc.Closed():

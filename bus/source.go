@@ -38,20 +38,26 @@ func (s *Source) Stop() {
 }
 
 // newSource is a Source over the channel NATS delivers into, whatever its
-// element type: conv turns one element into an ingest.Msg as Next takes it,
-// so no goroutine stands between NATS and ingest.
-func newSource[M any](ch <-chan M, conv func(M) ingest.Msg, stop func()) *Source {
+// element type: conv turns one element into an ingest.Msg as Next takes it
+// (false: none, skip it), so no goroutine stands between NATS and ingest.
+func newSource[M any](ch <-chan M, conv func(M) (ingest.Msg, bool), stop func()) *Source {
 	s := &Source{stop: stop, stopped: make(chan struct{})}
+	take := func(buf []ingest.Msg, m M) []ingest.Msg {
+		if in, ok := conv(m); ok {
+			buf = append(buf, in)
+		}
+		return buf
+	}
 	s.next = func(buf []ingest.Msg) ([]ingest.Msg, bool) {
 		select {
 		case m := <-ch:
-			buf = append(buf, conv(m))
+			buf = take(buf, m)
 		case <-s.stopped:
 		}
 		for len(buf) < cap(buf) {
 			select {
 			case m := <-ch:
-				buf = append(buf, conv(m))
+				buf = take(buf, m)
 			default:
 				select {
 				case <-s.stopped:
@@ -69,7 +75,7 @@ func newSource[M any](ch <-chan M, conv func(M) ingest.Msg, stop func()) *Source
 // NewSource is a Source over a channel that others fill (a group member's
 // feeds); stop stops them.
 func NewSource(ch <-chan ingest.Msg, stop func()) *Source {
-	return newSource(ch, func(m ingest.Msg) ingest.Msg { return m }, stop)
+	return newSource(ch, func(m ingest.Msg) (ingest.Msg, bool) { return m, true }, stop)
 }
 
 // Subscribe reads subject with a plain core NATS subscription: no replay,
@@ -85,7 +91,9 @@ func (b *Bus) Subscribe(subject string) (*Source, error) {
 		return nil, fmt.Errorf("subscribe %s: %w", subject, err)
 	}
 	b.events.Store(sub)
-	conv := func(m *nats.Msg) ingest.Msg { return ingest.Msg{Subject: m.Subject, Data: m.Data, Header: m.Header} }
+	conv := func(m *nats.Msg) (ingest.Msg, bool) {
+		return ingest.Msg{Subject: m.Subject, Data: m.Data, Header: m.Header}, true
+	}
 	return newSource(ch, conv, func() {
 		if err := sub.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 			b.log.Warn("drain subscription", "err", err)

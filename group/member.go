@@ -64,8 +64,7 @@ type Member struct {
 	leases   *leases
 	progress *progress
 	consumer *ingest.Consumer
-	in       chan ingest.Msg // every feed's messages, to the one pipeline
-	source   *bus.Source
+	feeds    *bus.Feeds // every partition's stages, into the one pipeline
 	query    *nats.Subscription
 	metrics  *metrics
 
@@ -100,7 +99,7 @@ func New(cfg Config, reg prometheus.Registerer, onReject func(*ingest.Msg, *inge
 		return nil, fmt.Errorf("%w: --partitions %d: 1 to 1024", ErrConfig, cfg.Partitions)
 	}
 	m := &Member{cfg: cfg, log: cfg.Log, byScope: map[throttle.Scope][]throttle.Policy{}, order: map[string]int{},
-		in: make(chan ingest.Msg, 4096), parts: map[int]*partition{}, retired: map[string]throttle.PolicyStats{}, done: make(chan struct{})}
+		parts: map[int]*partition{}, retired: map[string]throttle.PolicyStats{}, done: make(chan struct{})}
 	var err error
 	if m.windows, err = aggregator.New(cfg.Windows); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
@@ -121,7 +120,6 @@ func New(cfg Config, reg prometheus.Registerer, onReject func(*ingest.Msg, *inge
 			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 		}
 	}
-	m.source = bus.NewSource(m.in, func() {})
 	m.consumer = ingest.New(&ingest.Sink{}, reg, ingest.Config{
 		Own: bus.OwnPrefix, MaxSkew: cfg.MaxSkew, Now: cfg.Now, Log: cfg.Log, OnReject: onReject, OnAlert: onAlert,
 	})
@@ -136,6 +134,7 @@ func New(cfg Config, reg prometheus.Registerer, onReject func(*ingest.Msg, *inge
 func (m *Member) Join(ctx context.Context, b *bus.Bus, httpURL string) error {
 	cfg := m.cfg
 	m.bus = b
+	m.feeds = b.NewFeeds()
 	js := b.JetStream()
 	if err := agree(ctx, js, cfg.Group, settings{Partitions: cfg.Partitions, Windows: windowNames(cfg.Windows)}, cfg.Replicas); err != nil {
 		if errors.Is(err, ErrPartitions) {
@@ -198,7 +197,7 @@ func (m *Member) Run(ctx context.Context) error {
 		return fmt.Errorf("group %s: questions: %w", m.cfg.Group, err)
 	}
 	m.query = sub
-	m.consumer.Start(m.source, false)
+	m.consumer.Start(m.feeds.Source(), false)
 	ctx, m.cancel = context.WithCancel(ctx)
 	go func() {
 		defer close(m.done)
@@ -224,7 +223,7 @@ func (m *Member) Close(ctx context.Context) error {
 	if m.query != nil {
 		m.query.Unsubscribe()
 	}
-	m.source.Stop()
+	m.feeds.Source().Stop()
 	return m.consumer.Wait(ctx)
 }
 

@@ -134,10 +134,10 @@ func (m *Member) start(p int, rev uint64) {
 		from := m.cfg.Now().Add(-m.largest - m.cfg.MaxSkew)
 		for _, s := range pt.stages {
 			for ctx.Err() == nil {
-				feed, caughtUp, err := m.bus.Feed(ctx, bus.FeedConfig{
+				feed, caughtUp, err := m.feeds.Start(ctx, bus.FeedConfig{
 					Stream: m.cfg.Stream, Filter: m.filter(p, s.name), FromTime: from,
 					ReplayThrough: through[s.name], Sink: s.sink, Subject: m.cfg.Subject,
-				}, m.in)
+				})
 				if err == nil {
 					s.feed = feed
 					if caughtUp {

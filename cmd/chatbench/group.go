@@ -10,6 +10,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -256,7 +257,7 @@ func feed(url, prefix string, evs []benchEvent, rate float64, ps []*process, mes
 		return nil, 0, err
 	}
 	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js, _ := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1<<16))
 	before := make([]float64, len(ps))
 	for i, p := range ps {
 		if before[i], err = p.cpu(); err != nil {
@@ -271,8 +272,16 @@ func feed(url, prefix string, evs []benchEvent, rate float64, ps []*process, mes
 		<-tick.C
 		for end := min(len(evs), i+perTick); i < end; i++ {
 			e := &evs[i]
-			if _, err := js.PublishAsync(prefix+"."+chat.Token(e.room)+"."+chat.Token(e.user), e.data); err != nil {
-				return nil, 0, err
+			subject := prefix + "." + chat.Token(e.room) + "." + chat.Token(e.user)
+			for {
+				_, err := js.PublishAsync(subject, e.data)
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+					return nil, 0, err
+				}
+				<-js.PublishAsyncComplete() // the server is behind: let it catch up
 			}
 		}
 	}
