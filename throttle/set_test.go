@@ -266,7 +266,7 @@ func TestTextHashIsHashOfNormalized(t *testing.T) {
 	pieces := []string{"a", "Z", "k", "\u212a", " ", "  ", "\t", "\n", "\u00a0", "\u3000", "ß", "ẞ", "Σ", "ς", "日本", "\xff", "\xe2\x82", "!", "0"}
 	var texts []string
 	for n := 70; n < 270; n++ { // around the ends of pieces
-		for _, end := range []string{" ", "  \u00a0", " b", "日", "\xe2\x82 x", "\xe2\x82\xac"} {
+		for _, end := range []string{" ", "  \u00a0", " b", "日", "\xe2\x82 x", "\xe2\x82\xac", "\U0008a1f4\x8f", "\u20ac\x80\x80\x80"} {
 			texts = append(texts, strings.Repeat("a", n)+end, strings.Repeat("a ", n/2)+end, strings.Repeat(" ", n)+end)
 		}
 	}

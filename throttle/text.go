@@ -53,12 +53,7 @@ func textHashLong(text string, buf *[normBuf]byte) (uint64, bool) {
 	h.SetSeed(textSeed)
 	n, afterSpace, wrote := 0, 1, false
 	for len(text) > 0 {
-		// Cut before a byte that may start a rune: no valid rune spans
-		// the cut, so the pieces decode as the whole text does.
-		cut := min(len(text), normPiece)
-		for k := 0; k < utf8.UTFMax-1 && cut < len(text) && !utf8.RuneStart(text[cut]); k++ {
-			cut--
-		}
+		cut := pieceEnd(text)
 		n, afterSpace = normalize(buf, n, text[:cut], afterSpace)
 		text = text[cut:]
 		// Hold a space back: it may turn out to be trailing.
@@ -68,6 +63,31 @@ func textHashLong(text string, buf *[normBuf]byte) (uint64, bool) {
 		n = copy(buf[:], buf[m:n])
 	}
 	return h.Sum64(), wrote
+}
+
+// pieceEnd is where textHashLong cuts the first piece of text: after
+// normPiece bytes, or before the valid rune that spans that cut, so that
+// the pieces decode as the whole text does. (An invalid byte decodes as
+// one U+FFFD wherever the cut is; a valid rune must not be cut. Backing up
+// only to a byte that may start a rune is not enough: after a 4-byte rune,
+// a stray continuation byte would make it back up into that rune.)
+func pieceEnd(text string) int {
+	cut := min(len(text), normPiece)
+	if cut == len(text) {
+		return cut
+	}
+	// The rune that spans the cut, if any, starts at the first byte
+	// before it that may start one: a byte that can only continue a rune
+	// is never the start of a valid one.
+	for s := cut - 1; s >= cut-(utf8.UTFMax-1); s-- {
+		if utf8.RuneStart(text[s]) {
+			if r, size := utf8.DecodeRuneInString(text[s:]); (r != utf8.RuneError || size > 1) && s+size > cut {
+				return s
+			}
+			break
+		}
+	}
+	return cut
 }
 
 // normalize writes the normalization of text to buf[n:], which has room
