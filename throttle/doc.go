@@ -45,7 +45,7 @@
 //   - verdict.go: a Verdict, and the kernel, the part of an algorithm that
 //     is the same for every key.
 //   - settings.go: an algorithm's numbers, their bounds, FieldError.
-//   - text.go, index.go: normalized texts and the hashes of names; the
+//   - text.go, index.go: the keyed hash of names and normalized texts; the
 //     index from a key's hash to its place.
 //   - table.go, keys.go, places.go: the store of one policy: every key's
 //     state, for any kernel, in slabs, with bounded memory; how a message's

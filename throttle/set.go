@@ -36,9 +36,10 @@ import (
 // empty), the room (user empty), both, or, for group, none (room and user
 // both empty: the policy's name is the group). Alerts and Active name keys
 // that way. A repeat policy's key also has the text; it keeps 64-bit hashes
-// (seeded per process) of the name and of the normalized text, not the
-// strings, so a new key may be taken for one of the n it tracks, with a
-// probability below n/2^64: under 1 in 10^14 at the default cap.
+// (keyed with a secret of the Set's; see hashKey) of the name and of the
+// normalized text, not the strings, so a new key may be taken for one of
+// the n it tracks, with a probability below n/2^64: under 1 in 10^14 at
+// the default cap.
 //
 // Memory follows the live keys, not the events. A key whose state is back
 // at rest (its window empty, its bucket full, its TAT past) is forgotten,
@@ -49,7 +50,8 @@ import (
 // such a key alerts again if it crosses again.
 type Set struct {
 	policies []*policy
-	text     bool // some policy needs the text's hash
+	hk       *hashKey // of its hashes of names and texts
+	text     bool     // some policy needs the text's hash
 	// Some policy's key includes the user, or the room: msg carries its
 	// hash.
 	byUser, byRoom bool
@@ -96,7 +98,7 @@ func NewSet(policies []Policy, opts ...Option) (*Set, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s := &Set{}
+	s := &Set{hk: newHashKey()}
 	seen := make(map[string]bool)
 	for _, p := range policies {
 		if err := p.Validate(); err != nil {
@@ -110,7 +112,7 @@ func NewSet(policies []Policy, opts ...Option) (*Set, error) {
 		p.Rooms = slices.Clone(p.Rooms)
 		alg := algorithmNamed(p.Algorithm)
 		pol := &policy{Policy: p, enforce: p.Mode == ModeEnforce, text: alg.text,
-			store: alg.kernel.newStore(p.settings(), p.Scope, alg.text, o.maxKeys)}
+			store: alg.kernel.newStore(p.settings(), p.Scope, alg.text, o.maxKeys, s.hk)}
 		for _, g := range p.Rooms {
 			cg, _ := compileGlob(g)
 			pol.rooms = append(pol.rooms, cg)
@@ -218,13 +220,13 @@ func (s *Set) message(m *msg, at int64, room, user, text string) bool {
 	*m = msg{at: at, room: room, user: user}
 	hasText := false
 	if s.text {
-		m.text, hasText = textHash(text)
+		m.text, hasText = s.hk.textHash(text)
 	}
 	if s.byUser {
-		m.userHash = nameHash(user)
+		m.userHash = s.hk.nameHash(user)
 	}
 	if s.byRoom {
-		m.roomHash = nameHash(room)
+		m.roomHash = s.hk.nameHash(room)
 	}
 	return hasText
 }

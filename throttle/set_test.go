@@ -3,7 +3,6 @@ package throttle
 import (
 	"encoding/json"
 	"fmt"
-	"hash/maphash"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -11,7 +10,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unicode"
 
 	"github.com/chatpulse/chatpulse/chat"
 )
@@ -223,10 +221,11 @@ func TestTextNormalization(t *testing.T) {
 		{"ΣΊΣΥΦΟΣ", "σίσυφος", "σίσυφοσ"},
 		{"k", "K", "\u212a"},
 	}
+	hk := newHashKey()
 	for _, group := range same {
-		h0, _ := textHash(group[0])
+		h0, _ := hk.textHash(group[0])
 		for _, s := range group[1:] {
-			if h, _ := textHash(s); h != h0 {
+			if h, _ := hk.textHash(s); h != h0 {
 				t.Errorf("%q and %q hash apart", group[0], s)
 			}
 		}
@@ -234,14 +233,14 @@ func TestTextNormalization(t *testing.T) {
 	differ := []string{"hello world", "helloworld", "hello  world!", "hello world 2", "ab", "ba", "a b"}
 	seen := map[uint64]string{}
 	for _, s := range differ {
-		h, _ := textHash(s)
+		h, _ := hk.textHash(s)
 		if prev, dup := seen[h]; dup && !strings.EqualFold(strings.Join(strings.Fields(prev), " "), strings.Join(strings.Fields(s), " ")) {
 			t.Errorf("%q and %q hash alike", prev, s)
 		}
 		seen[h] = s
 	}
 	for _, s := range []string{"", " ", "\t\n\u00a0"} {
-		if _, ok := textHash(s); ok {
+		if _, ok := hk.textHash(s); ok {
 			t.Errorf("%q is not empty", s)
 		}
 	}
@@ -251,18 +250,6 @@ func TestTextNormalization(t *testing.T) {
 // buffer is written out in pieces), whatever mix of white space, case,
 // non-ASCII and invalid UTF-8 it has.
 func TestTextHashIsHashOfNormalized(t *testing.T) {
-	normalized := func(s string) string {
-		var b strings.Builder
-		for i, f := range strings.FieldsFunc(s, unicode.IsSpace) {
-			if i > 0 {
-				b.WriteByte(' ')
-			}
-			for _, r := range f {
-				b.WriteRune(fold(r))
-			}
-		}
-		return b.String()
-	}
 	pieces := []string{"a", "Z", "k", "\u212a", " ", "  ", "\t", "\n", "\u00a0", "\u3000", "ß", "ẞ", "Σ", "ς", "日本", "\xff", "\xe2\x82", "!", "0"}
 	var texts []string
 	for n := 70; n < 270; n++ { // around the ends of pieces
@@ -278,10 +265,11 @@ func TestTextHashIsHashOfNormalized(t *testing.T) {
 		}
 		texts = append(texts, b.String())
 	}
+	hk := newHashKey()
 	for _, s := range texts {
 		want := normalized(s)
-		h, ok := textHash(s)
-		if ok != (want != "") || h != maphash.String(textSeed, want) {
+		h, ok := hk.textHash(s)
+		if ok != (want != "") || h != hk.hash(hk.text, []byte(want)) {
 			t.Fatalf("textHash(%q) = %x, %v; want the hash of %q", s, h, ok, want)
 		}
 	}
@@ -396,7 +384,7 @@ func TestSetMatchesStandalone(t *testing.T) {
 	keyFor := func(p Policy, room, user, text string) string {
 		r, u := keyOf(p.Scope, room, user)
 		if p.Algorithm == AlgRepeat {
-			h, _ := textHash(text)
+			h, _ := s.hk.textHash(text)
 			return fmt.Sprint(r, "\x00", u, "\x00", h)
 		}
 		return r + "\x00" + u
