@@ -203,7 +203,7 @@ func TestRepeatActiveNames(t *testing.T) {
 	s.Observe(chat.Event{TS: at(2002), Room: "hall", User: "erin", Text: "eggs"})
 	s.Observe(chat.Event{TS: at(2003), Room: "hall", User: "erin", Text: "eggs"})
 	s.Sweep(at(2500))
-	if tb := s.policies[0].store.(*table[repeatState, int64, repeatKernel]); len(tb.states) > 8 {
+	if tb := s.state.Load().stores[0].(*table[repeatState, int64, repeatKernel]); len(tb.states) > 8 {
 		t.Fatalf("not compacted: %d places", len(tb.states))
 	}
 	want(2500, "hall/erin", "lobby/dave")
@@ -384,7 +384,7 @@ func TestSetMatchesStandalone(t *testing.T) {
 	keyFor := func(p Policy, room, user, text string) string {
 		r, u := keyOf(p.Scope, room, user)
 		if p.Algorithm == AlgRepeat {
-			h, _ := s.hk.textHash(text)
+			h, _ := s.state.Load().hk.textHash(text)
 			return fmt.Sprint(r, "\x00", u, "\x00", h)
 		}
 		return r + "\x00" + u
@@ -620,7 +620,7 @@ func TestSweepCompacts(t *testing.T) {
 	if n := s.Sweep(at(2500)); n != 5000 {
 		t.Errorf("Sweep forgot %d keys, want 5000", n)
 	}
-	tb := s.policies[0].store.(*table[slidingState, uint32, slidingKernel])
+	tb := s.state.Load().stores[0].(*table[slidingState, uint32, slidingKernel])
 	if len(tb.states) > 8 || tb.index.n != 1 || len(tb.index.slots) > 8 {
 		t.Errorf("after compaction: %d slots, %d in the index of %d slots", len(tb.states), tb.index.n, len(tb.index.slots))
 	}
@@ -637,6 +637,8 @@ func TestSweepCompacts(t *testing.T) {
 
 func TestConcurrentUse(t *testing.T) {
 	s := mustSet(t, append(DefaultPolicies(), allPolicies()...), WithMaxKeys(200))
+	s.Observe(chat.Event{TS: at(0), Room: "r0", User: "u0", Text: "hi"})
+	saved := s.AppendState(nil)
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Add(1)
@@ -652,8 +654,17 @@ func TestConcurrentUse(t *testing.T) {
 				case 1:
 					s.Stats()
 				case 2:
-					if r.IntN(20) == 0 {
+					switch r.IntN(40) {
+					case 0, 1:
 						s.Sweep(now)
+					case 2:
+						s.AppendState(nil)
+					case 3:
+						s.CopyState().Append(nil)
+					case 4:
+						if err := s.LoadState(saved); err != nil {
+							t.Error(err)
+						}
 					}
 				case 3, 4, 5:
 					s.Check(now, room, user, "hi", true)

@@ -24,6 +24,14 @@ type store interface {
 	active(now int64, fn func(room, user string, v Verdict, since int64))
 	sweep(now int64) int
 	stats() (keys int, evicted, expired uint64)
+	// copyState copies the keys and counters, and returns what appends
+	// them to a saved state (see Set.AppendState), which may run later,
+	// from any goroutine.
+	copyState() (appendTo func(b []byte) []byte)
+	// loadState returns a new store of the same policy, with key hk,
+	// holding what r reads: what appendState wrote, with keys marked
+	// only if mark.
+	loadState(r *reader, hk *hashKey, mark bool) (store, error)
 }
 
 // A crossing is one that observeAll found: of the key of message j.
