@@ -26,9 +26,9 @@ type kernelMaker interface {
 	// would.
 	check(s settings) *FieldError
 	// newStore returns the store of a policy with valid settings s: the
-	// state of its keys, at most max of them, kept by their hashes if
-	// hashed.
-	newStore(s settings, scope Scope, hashed bool, max int) store
+	// state of its keys, at most max of them, kept by their hashes (with
+	// key hk) if hashed.
+	newStore(s settings, scope Scope, hashed bool, max int, hk *hashKey) store
 }
 
 // kernelsOf makes a kernel constructor a kernelMaker.
@@ -43,10 +43,10 @@ func (f kernelFunc[S, E, K]) check(s settings) *FieldError {
 	return err
 }
 
-func (f kernelFunc[S, E, K]) newStore(s settings, scope Scope, hashed bool, max int) store {
+func (f kernelFunc[S, E, K]) newStore(s settings, scope Scope, hashed bool, max int, hk *hashKey) store {
 	k, err := f(s)
 	if err != nil {
 		panic("throttle: the store of an invalid policy: " + err.Error())
 	}
-	return newTable[S, E](k, scope, hashed, max)
+	return newTable[S, E](k, scope, hashed, max, hk)
 }

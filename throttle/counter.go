@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"encoding/binary"
 	"math"
 	"math/bits"
 	"time"
@@ -170,6 +171,17 @@ func (k counterKernel) hit(s *counterState, _ []struct{}, at int64) bool {
 func (k counterKernel) atRest(s *counterState, _ []struct{}, now int64) bool {
 	a, _ := k.advance(*s, now)
 	return a.prev == 0 && a.curr == 0
+}
+
+func (k counterKernel) appendState(b []byte, s *counterState, _ []struct{}) []byte {
+	b = binary.AppendVarint(b, s.win)
+	b = binary.AppendUvarint(b, uint64(s.prev))
+	return binary.AppendUvarint(b, uint64(s.curr))
+}
+
+func (k counterKernel) readState(r *reader, s *counterState, _ []struct{}) {
+	s.win = r.period(k.w)
+	s.prev, s.curr = r.uint32(), r.uint32()
 }
 
 func satInc(n uint32) uint32 {

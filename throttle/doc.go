@@ -12,8 +12,8 @@
 //   - Policy, with DefaultPolicies and a YAML loader (ParsePolicies,
 //     LoadPolicies) whose errors name the file, the line and the field.
 //   - Set, which keeps the keyed state of every policy with bounded memory,
-//     is safe for concurrent use, turns observed messages into Alerts, and
-//     answers Check and Active.
+//     is safe for concurrent use, turns observed messages into Alerts,
+//     answers Check and Active, and saves its state and loads it back.
 //
 // What it must never do: read the wall clock (time is a parameter of every
 // call, like AllowN(now, n) in golang.org/x/time/rate), talk to the network,
@@ -42,15 +42,17 @@
 //
 // Bottom up, each line using only those above it:
 //
+//   - reader.go: how a saved state is read, every length checked.
 //   - verdict.go: a Verdict, and the kernel, the part of an algorithm that
 //     is the same for every key.
 //   - settings.go: an algorithm's numbers, their bounds, FieldError.
-//   - text.go, index.go: normalized texts and the hashes of names; the
+//   - text.go, index.go: the keyed hash of names and normalized texts; the
 //     index from a key's hash to its place.
-//   - table.go, keys.go, places.go: the store of one policy: every key's
-//     state, for any kernel, in slabs, with bounded memory; how a message's
-//     names make its key under a scope, and how a key is kept in its entry;
-//     how a key gets, keeps and gives back its place.
+//   - table.go, keys.go, places.go, tablestate.go: the store of one
+//     policy: every key's state, for any kernel, in slabs, with bounded
+//     memory; how a message's names make its key under a scope, and how a
+//     key is kept in its entry; how a key gets, keeps and gives back its
+//     place; how a table saves its keys and loads them back.
 //   - algorithm.go: a row of the table of algorithms.
 //   - sliding.go, counter.go, fixed.go, tokenbucket.go, gcra.go, repeat.go:
 //     one algorithm each: the doc that teaches it, its standalone type, its
@@ -58,5 +60,7 @@
 //   - glob.go, policy.go: room globs; Policy, the table of algorithms and
 //     validation.
 //   - answers.go, set.go: Result, Alert and Active; the Set.
+//   - state.go: a Set's saved state (each kernel saves and checks its own
+//     part, in its file).
 //   - yaml.go: the policies file.
 package throttle

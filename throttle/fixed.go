@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"encoding/binary"
 	"time"
 
 	"github.com/chatpulse/chatpulse/chat"
@@ -99,4 +100,14 @@ func (k fixedKernel) hit(s *fixedState, _ []struct{}, at int64) bool {
 
 func (k fixedKernel) atRest(s *fixedState, _ []struct{}, now int64) bool {
 	return k.advance(*s, now).count == 0
+}
+
+func (k fixedKernel) appendState(b []byte, s *fixedState, _ []struct{}) []byte {
+	b = binary.AppendVarint(b, s.win)
+	return binary.AppendUvarint(b, uint64(s.count))
+}
+
+func (k fixedKernel) readState(r *reader, s *fixedState, _ []struct{}) {
+	s.win = r.period(k.w)
+	s.count = r.uint32()
 }

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"encoding/binary"
 	"math"
 	"time"
 
@@ -115,4 +116,17 @@ func (k gcraKernel) hit(s *gcraState, _ []struct{}, at int64) bool {
 
 func (k gcraKernel) atRest(s *gcraState, _ []struct{}, now int64) bool {
 	return s.tat <= k.units(now)
+}
+
+func (k gcraKernel) appendState(b []byte, s *gcraState, _ []struct{}) []byte {
+	return binary.AppendVarint(b, s.tat)
+}
+
+// readState takes a TAT that a hit can set, max(TAT, t) + I with
+// TAT - t <= τ before it, and t in units; or chat.Never.
+func (k gcraKernel) readState(r *reader, s *gcraState, _ []struct{}) {
+	s.tat = r.varint()
+	if lo, hi := k.units(math.MinInt64)+k.i, k.units(math.MaxInt64)+k.tau+k.i; s.tat != chat.Never && (s.tat < lo || s.tat > hi) {
+		r.fail("TAT %d is out of range (%d to %d)", s.tat, lo, hi)
+	}
 }

@@ -188,9 +188,9 @@ func (t *table[S, E, K]) hashOf(i int32) uint64 {
 	}
 	if t.keyPart == keyRoomUser {
 		room, user := splitKey(t.nameAt(i), ScopeUserInRoom)
-		return roomUserHash(nameHash(room), nameHash(user))
+		return roomUserHash(t.hk.nameHash(room), t.hk.nameHash(user))
 	}
-	return nameHash(t.nameAt(i))
+	return t.hk.nameHash(t.nameAt(i))
 }
 
 // roomUserHash is the hash of a user_in_room key from the hashes of its

@@ -2,8 +2,8 @@ package throttle
 
 import "github.com/chatpulse/chatpulse/chat"
 
-// A table's places: how a key gets one (insert, evicting first), moves to
-// the front of the recency list (touch), gives it back to the free list
+// A table's places: how a key gets one (insert, evicting first; add), moves
+// to the front of the recency list (touch), gives it back to the free list
 // (remove), and how the slabs grow (grow) and shrink (compact).
 
 // insert adds k, fresh, and returns its place, evicting first.
@@ -19,6 +19,12 @@ func (t *table[S, E, K]) insert(k *key, at int64) int32 {
 		t.remove(t.tail)
 		t.evicted++
 	}
+	return t.add(k)
+}
+
+// add puts k, fresh, at the head of the list, in a free place or a new one,
+// and returns the place.
+func (t *table[S, E, K]) add(k *key) int32 {
 	i := t.free
 	if i != none {
 		t.free = t.links[i].next

@@ -36,9 +36,10 @@ import (
 // empty), the room (user empty), both, or, for group, none (room and user
 // both empty: the policy's name is the group). Alerts and Active name keys
 // that way. A repeat policy's key also has the text; it keeps 64-bit hashes
-// (seeded per process) of the name and of the normalized text, not the
-// strings, so a new key may be taken for one of the n it tracks, with a
-// probability below n/2^64: under 1 in 10^14 at the default cap.
+// (keyed with a secret of the Set's, saved with its state) of the name and
+// of the normalized text, not the strings, so a new key may be taken for
+// one of the n it tracks, with a probability below n/2^64: under 1 in 10^14
+// at the default cap.
 //
 // Memory follows the live keys, not the events. A key whose state is back
 // at rest (its window empty, its bucket full, its TAT past) is forgotten,
@@ -47,12 +48,27 @@ import (
 // new key beyond that evicts the least recently observed one even if it is
 // not at rest (counted in Stats as Evicted), and with it its alert mark, so
 // such a key alerts again if it crosses again.
+//
+// A Set saves its whole state (AppendState, CopyState) and loads it back
+// (LoadState) into a Set of the same policies, which then answers as the
+// one saved would have: a restart need not replay every message.
 type Set struct {
 	policies []*policy
+	maxKeys  int  // per policy (WithMaxKeys), which a state must have been saved with
 	text     bool // some policy needs the text's hash
 	// Some policy's key includes the user, or the room: msg carries its
 	// hash.
 	byUser, byRoom bool
+	// The keyed state, replaced as a whole by LoadState: each call takes
+	// it once, and works on it throughout.
+	state atomic.Pointer[state]
+}
+
+// A state is what a Set keeps: the key of its hashes of names and texts
+// (see hashKey), and the store of each policy's keys, in policy order.
+type state struct {
+	hk     *hashKey
+	stores []store
 }
 
 type policy struct {
@@ -60,7 +76,6 @@ type policy struct {
 	rooms   []glob
 	enforce bool
 	text    bool // the key includes the text: only messages with text count
-	store   store
 	// Decisions of Check, by result.
 	allowed, denied, shadowDenied atomic.Uint64
 }
@@ -96,7 +111,7 @@ func NewSet(policies []Policy, opts ...Option) (*Set, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s := &Set{}
+	s := &Set{maxKeys: o.maxKeys}
 	seen := make(map[string]bool)
 	for _, p := range policies {
 		if err := p.Validate(); err != nil {
@@ -109,8 +124,7 @@ func NewSet(policies []Policy, opts ...Option) (*Set, error) {
 		p = p.withDefaults()
 		p.Rooms = slices.Clone(p.Rooms)
 		alg := algorithmNamed(p.Algorithm)
-		pol := &policy{Policy: p, enforce: p.Mode == ModeEnforce, text: alg.text,
-			store: alg.kernel.newStore(p.settings(), p.Scope, alg.text, o.maxKeys)}
+		pol := &policy{Policy: p, enforce: p.Mode == ModeEnforce, text: alg.text}
 		for _, g := range p.Rooms {
 			cg, _ := compileGlob(g)
 			pol.rooms = append(pol.rooms, cg)
@@ -120,7 +134,18 @@ func NewSet(policies []Policy, opts ...Option) (*Set, error) {
 		s.byUser = s.byUser || p.Scope == ScopeUser || p.Scope == ScopeUserInRoom
 		s.byRoom = s.byRoom || p.Scope == ScopeRoom || p.Scope == ScopeUserInRoom
 	}
+	s.state.Store(s.emptyState(newHashKey()))
 	return s, nil
+}
+
+// emptyState is a state with key hk and no key tracked.
+func (s *Set) emptyState(hk *hashKey) *state {
+	st := &state{hk: hk}
+	for _, p := range s.policies {
+		alg := algorithmNamed(p.Algorithm)
+		st.stores = append(st.stores, alg.kernel.newStore(p.settings(), p.Scope, alg.text, s.maxKeys, hk))
+	}
+	return st
 }
 
 // Policies returns the Set's policies, defaults filled in.
@@ -140,14 +165,15 @@ func (s *Set) Policies() []Policy {
 // Observing a message for keys already tracked does not allocate. To
 // observe many messages, ObserveBatch is cheaper.
 func (s *Set) Observe(e chat.Event) []Alert {
+	st := s.state.Load()
 	var m msg
-	hasText := s.message(&m, e.TS, e.Room, e.User, e.Text)
+	hasText := s.message(&m, st.hk, e.TS, e.Room, e.User, e.Text)
 	var alerts []Alert
-	for _, p := range s.policies {
+	for pi, p := range s.policies {
 		if !p.sees(e.Room) || p.text && !hasText {
 			continue
 		}
-		if crossed, count, limit := p.store.observe(m, p.enforce); crossed {
+		if crossed, count, limit := st.stores[pi].observe(m, p.enforce); crossed {
 			alerts = append(alerts, p.alert(&m, count, limit))
 		}
 	}
@@ -173,12 +199,13 @@ var batches = sync.Pool{New: func() any { return new(batch) }}
 // event and up to a few dozen after it are recorded. Recording events for
 // keys already tracked does not allocate (its scratch space is pooled).
 func (s *Set) ObserveBatch(evs []chat.Event, fn func(i int, a Alert)) {
+	st := s.state.Load()
 	b := batches.Get().(*batch)
 	for start := 0; start < len(evs); start += batchChunk {
 		chunk := evs[start:min(len(evs), start+batchChunk)]
 		for j := range chunk {
 			e := &chunk[j]
-			b.hasText[j] = s.message(&b.msgs[j], e.TS, e.Room, e.User, e.Text)
+			b.hasText[j] = s.message(&b.msgs[j], st.hk, e.TS, e.Room, e.User, e.Text)
 		}
 		ms := b.msgs[:len(chunk)]
 		b.cross = b.cross[:0]
@@ -193,7 +220,7 @@ func (s *Set) ObserveBatch(evs []chat.Event, fn func(i int, a Alert)) {
 				continue
 			}
 			n := len(b.cross)
-			p.store.observeAll(ms, sel, p.enforce, &b.cross)
+			st.stores[pi].observeAll(ms, sel, p.enforce, &b.cross)
 			for c := range b.cross[n:] {
 				b.cross[n+c].policy = int32(pi)
 			}
@@ -211,20 +238,20 @@ func (s *Set) ObserveBatch(evs []chat.Event, fn func(i int, a Alert)) {
 	batches.Put(b)
 }
 
-// message sets m to a message as the tables see it, and reports whether
-// it has a text that is not empty once normalized (only if a policy needs
-// one).
-func (s *Set) message(m *msg, at int64, room, user, text string) bool {
+// message sets m to a message as the tables see it, its hashes with key
+// hk, and reports whether it has a text that is not empty once normalized
+// (only if a policy needs one).
+func (s *Set) message(m *msg, hk *hashKey, at int64, room, user, text string) bool {
 	*m = msg{at: at, room: room, user: user}
 	hasText := false
 	if s.text {
-		m.text, hasText = textHash(text)
+		m.text, hasText = hk.textHash(text)
 	}
 	if s.byUser {
-		m.userHash = nameHash(user)
+		m.userHash = hk.nameHash(user)
 	}
 	if s.byRoom {
-		m.roomHash = nameHash(room)
+		m.roomHash = hk.nameHash(room)
 	}
 	return hasText
 }
@@ -245,14 +272,15 @@ func (s *Set) Check(now int64, room, user, text string, hasText bool) Result {
 	if !hasText {
 		text = ""
 	}
+	st := s.state.Load()
 	var m msg
-	hasText = s.message(&m, now, room, user, text)
+	hasText = s.message(&m, st.hk, now, room, user, text)
 	res := Result{Allowed: true, AsOf: chat.Time(now), Room: strings.Clone(room), User: strings.Clone(user), Decisions: []Decision{}}
-	for _, p := range s.policies {
+	for pi, p := range s.policies {
 		if !p.sees(room) || p.text && !hasText {
 			continue
 		}
-		v := p.store.check(m)
+		v := st.stores[pi].check(m)
 		switch {
 		case v.Allowed:
 			p.allowed.Add(1)
@@ -275,13 +303,14 @@ func (s *Set) Check(now int64, room, user, text string, hasText bool) Result {
 // then room, then user. A key of a repeat policy is listed once however
 // many of its texts are over, with the highest count and earliest Since.
 func (s *Set) Active(now int64) []Active {
+	st := s.state.Load()
 	out := []Active{}
-	for _, p := range s.policies {
+	for pi, p := range s.policies {
 		if !p.enforce {
 			continue
 		}
 		start := len(out)
-		p.store.active(now, func(room, user string, v Verdict, since int64) {
+		st.stores[pi].active(now, func(room, user string, v Verdict, since int64) {
 			out = append(out, Active{Policy: p.Name, Room: room, User: user, Count: v.Count, Limit: v.Limit, Since: chat.Time(since)})
 		})
 		part := out[start:]
@@ -308,8 +337,8 @@ func (s *Set) Active(now int64) []Active {
 // keys of traffic that stopped.
 func (s *Set) Sweep(now int64) int {
 	n := 0
-	for _, p := range s.policies {
-		n += p.store.sweep(now)
+	for _, store := range s.state.Load().stores {
+		n += store.sweep(now)
 	}
 	return n
 }
@@ -328,9 +357,10 @@ type PolicyStats struct {
 
 // Stats returns each policy's counters, in policy order.
 func (s *Set) Stats() []PolicyStats {
+	st := s.state.Load()
 	out := make([]PolicyStats, len(s.policies))
 	for i, p := range s.policies {
-		keys, evicted, expired := p.store.stats()
+		keys, evicted, expired := st.stores[i].stats()
 		out[i] = PolicyStats{
 			Policy: p.Name, Allowed: p.allowed.Load(), Denied: p.denied.Load(), ShadowDenied: p.shadowDenied.Load(),
 			Keys: keys, Evicted: evicted, Expired: expired,

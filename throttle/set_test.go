@@ -3,7 +3,6 @@ package throttle
 import (
 	"encoding/json"
 	"fmt"
-	"hash/maphash"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -11,7 +10,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unicode"
 
 	"github.com/chatpulse/chatpulse/chat"
 )
@@ -205,7 +203,7 @@ func TestRepeatActiveNames(t *testing.T) {
 	s.Observe(chat.Event{TS: at(2002), Room: "hall", User: "erin", Text: "eggs"})
 	s.Observe(chat.Event{TS: at(2003), Room: "hall", User: "erin", Text: "eggs"})
 	s.Sweep(at(2500))
-	if tb := s.policies[0].store.(*table[repeatState, int64, repeatKernel]); len(tb.states) > 8 {
+	if tb := s.state.Load().stores[0].(*table[repeatState, int64, repeatKernel]); len(tb.states) > 8 {
 		t.Fatalf("not compacted: %d places", len(tb.states))
 	}
 	want(2500, "hall/erin", "lobby/dave")
@@ -223,10 +221,11 @@ func TestTextNormalization(t *testing.T) {
 		{"ΣΊΣΥΦΟΣ", "σίσυφος", "σίσυφοσ"},
 		{"k", "K", "\u212a"},
 	}
+	hk := newHashKey()
 	for _, group := range same {
-		h0, _ := textHash(group[0])
+		h0, _ := hk.textHash(group[0])
 		for _, s := range group[1:] {
-			if h, _ := textHash(s); h != h0 {
+			if h, _ := hk.textHash(s); h != h0 {
 				t.Errorf("%q and %q hash apart", group[0], s)
 			}
 		}
@@ -234,14 +233,14 @@ func TestTextNormalization(t *testing.T) {
 	differ := []string{"hello world", "helloworld", "hello  world!", "hello world 2", "ab", "ba", "a b"}
 	seen := map[uint64]string{}
 	for _, s := range differ {
-		h, _ := textHash(s)
+		h, _ := hk.textHash(s)
 		if prev, dup := seen[h]; dup && !strings.EqualFold(strings.Join(strings.Fields(prev), " "), strings.Join(strings.Fields(s), " ")) {
 			t.Errorf("%q and %q hash alike", prev, s)
 		}
 		seen[h] = s
 	}
 	for _, s := range []string{"", " ", "\t\n\u00a0"} {
-		if _, ok := textHash(s); ok {
+		if _, ok := hk.textHash(s); ok {
 			t.Errorf("%q is not empty", s)
 		}
 	}
@@ -251,22 +250,10 @@ func TestTextNormalization(t *testing.T) {
 // buffer is written out in pieces), whatever mix of white space, case,
 // non-ASCII and invalid UTF-8 it has.
 func TestTextHashIsHashOfNormalized(t *testing.T) {
-	normalized := func(s string) string {
-		var b strings.Builder
-		for i, f := range strings.FieldsFunc(s, unicode.IsSpace) {
-			if i > 0 {
-				b.WriteByte(' ')
-			}
-			for _, r := range f {
-				b.WriteRune(fold(r))
-			}
-		}
-		return b.String()
-	}
 	pieces := []string{"a", "Z", "k", "\u212a", " ", "  ", "\t", "\n", "\u00a0", "\u3000", "ß", "ẞ", "Σ", "ς", "日本", "\xff", "\xe2\x82", "!", "0"}
 	var texts []string
 	for n := 70; n < 270; n++ { // around the ends of pieces
-		for _, end := range []string{" ", "  \u00a0", " b", "日", "\xe2\x82 x", "\xe2\x82\xac"} {
+		for _, end := range []string{" ", "  \u00a0", " b", "日", "\xe2\x82 x", "\xe2\x82\xac", "\U0008a1f4\x8f", "\u20ac\x80\x80\x80"} {
 			texts = append(texts, strings.Repeat("a", n)+end, strings.Repeat("a ", n/2)+end, strings.Repeat(" ", n)+end)
 		}
 	}
@@ -278,10 +265,11 @@ func TestTextHashIsHashOfNormalized(t *testing.T) {
 		}
 		texts = append(texts, b.String())
 	}
+	hk := newHashKey()
 	for _, s := range texts {
 		want := normalized(s)
-		h, ok := textHash(s)
-		if ok != (want != "") || h != maphash.String(textSeed, want) {
+		h, ok := hk.textHash(s)
+		if ok != (want != "") || h != hk.hash(hk.text, []byte(want)) {
 			t.Fatalf("textHash(%q) = %x, %v; want the hash of %q", s, h, ok, want)
 		}
 	}
@@ -396,7 +384,7 @@ func TestSetMatchesStandalone(t *testing.T) {
 	keyFor := func(p Policy, room, user, text string) string {
 		r, u := keyOf(p.Scope, room, user)
 		if p.Algorithm == AlgRepeat {
-			h, _ := textHash(text)
+			h, _ := s.state.Load().hk.textHash(text)
 			return fmt.Sprint(r, "\x00", u, "\x00", h)
 		}
 		return r + "\x00" + u
@@ -632,7 +620,7 @@ func TestSweepCompacts(t *testing.T) {
 	if n := s.Sweep(at(2500)); n != 5000 {
 		t.Errorf("Sweep forgot %d keys, want 5000", n)
 	}
-	tb := s.policies[0].store.(*table[slidingState, uint32, slidingKernel])
+	tb := s.state.Load().stores[0].(*table[slidingState, uint32, slidingKernel])
 	if len(tb.states) > 8 || tb.index.n != 1 || len(tb.index.slots) > 8 {
 		t.Errorf("after compaction: %d slots, %d in the index of %d slots", len(tb.states), tb.index.n, len(tb.index.slots))
 	}
@@ -649,6 +637,8 @@ func TestSweepCompacts(t *testing.T) {
 
 func TestConcurrentUse(t *testing.T) {
 	s := mustSet(t, append(DefaultPolicies(), allPolicies()...), WithMaxKeys(200))
+	s.Observe(chat.Event{TS: at(0), Room: "r0", User: "u0", Text: "hi"})
+	saved := s.AppendState(nil)
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Add(1)
@@ -664,8 +654,17 @@ func TestConcurrentUse(t *testing.T) {
 				case 1:
 					s.Stats()
 				case 2:
-					if r.IntN(20) == 0 {
+					switch r.IntN(40) {
+					case 0, 1:
 						s.Sweep(now)
+					case 2:
+						s.AppendState(nil)
+					case 3:
+						s.CopyState().Append(nil)
+					case 4:
+						if err := s.LoadState(saved); err != nil {
+							t.Error(err)
+						}
 					}
 				case 3, 4, 5:
 					s.Check(now, room, user, "hi", true)

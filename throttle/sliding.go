@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"cmp"
+	"encoding/binary"
 	"math"
 	"time"
 
@@ -192,4 +193,41 @@ func (k slidingKernel) hit(s *slidingState, ring []uint32, at int64) bool {
 
 func (k slidingKernel) atRest(s *slidingState, ring []uint32, now int64) bool {
 	return s.total == 0 || rolling.FloorDiv(now, k.res)-k.n+1 > s.last
+}
+
+// A saved sliding window is its newest bucket, then its ring, in which
+// most buckets are usually empty: for each bucket that holds hits, how
+// many empty ones come before it (after the one before), then its count;
+// and last, how many empty ones end the ring. The total is the sum.
+func (k slidingKernel) appendState(b []byte, s *slidingState, ring []uint32) []byte {
+	b = binary.AppendVarint(b, s.last)
+	next := 0
+	for i, c := range ring {
+		if c != 0 {
+			b = binary.AppendUvarint(b, uint64(i-next))
+			b = binary.AppendUvarint(b, uint64(c))
+			next = i + 1
+		}
+	}
+	return binary.AppendUvarint(b, uint64(len(ring)-next))
+}
+
+// readState takes any ring, and a newest bucket that an instant in int64
+// has. (The total must be the ring's sum: decide's walk to the bucket that
+// frees ends only then.)
+func (k slidingKernel) readState(r *reader, s *slidingState, ring []uint32) {
+	s.last = r.period(k.res)
+	for next := 0; r.err == nil; {
+		i := next + int(r.uvarintUpTo(uint64(len(ring)-next), "empty buckets"))
+		if i == len(ring) {
+			return
+		}
+		c := r.uint32()
+		if c == 0 {
+			r.fail("an empty bucket among those that hold hits")
+		}
+		ring[i] = c
+		s.total += int64(c)
+		next = i + 1
+	}
 }

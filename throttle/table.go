@@ -24,6 +24,14 @@ type store interface {
 	active(now int64, fn func(room, user string, v Verdict, since int64))
 	sweep(now int64) int
 	stats() (keys int, evicted, expired uint64)
+	// copyState copies the keys and counters, and returns what appends
+	// them to a saved state (see Set.AppendState), which may run later,
+	// from any goroutine.
+	copyState() (appendTo func(b []byte) []byte)
+	// loadState returns a new store of the same policy, with key hk,
+	// holding what r reads: what appendState wrote, with keys marked
+	// only if mark.
+	loadState(r *reader, hk *hashKey, mark bool) (store, error)
 }
 
 // A crossing is one that observeAll found: of the key of message j.
@@ -65,7 +73,8 @@ type msg struct {
 // normalized text (textHash): 16 bytes with nothing to clone or allocate,
 // for keys that are nearly all new. Two keys are taken for one only if
 // both hashes agree, which takes a collision of random 64-bit values (the
-// hashes are seeded, so none can be made on purpose): a new key is taken
+// hashes are keyed with a secret, so none can be made on purpose; see
+// hashKey): a new key is taken
 // for one of the n tracked ones with a probability below n/2^64, under 1 in
 // 10^14 with the default cap of 100,000 keys, or once in more than 500
 // years of 10,000 new keys a second. A hashed key's room and user are
@@ -89,7 +98,8 @@ type table[S, E any, K kernel[S, E]] struct {
 	scope     Scope
 	hashed    bool // the key includes a text hash (Repeat)
 	keyPart   uint8
-	groupHash uint64 // nameHash(""), the name hash of a group's key
+	hk        *hashKey // the Set's
+	groupHash uint64   // nameHash(""), the name hash of a group's key
 	stride    int
 	max       int
 
@@ -128,14 +138,14 @@ const (
 
 const none = -1
 
-func newTable[S, E any, K kernel[S, E]](k K, scope Scope, hashed bool, max int) *table[S, E, K] {
+func newTable[S, E any, K kernel[S, E]](k K, scope Scope, hashed bool, max int, hk *hashKey) *table[S, E, K] {
 	stride := k.stride()
 	return &table[S, E, K]{
 		k: k, scope: scope, hashed: hashed, stride: stride, max: max,
-		keyPart:   map[Scope]uint8{ScopeUser: keyUser, ScopeRoom: keyRoom, ScopeUserInRoom: keyRoomUser}[scope],
-		groupHash: nameHash(""),
-		index:     newIndex(0),
-		head:      none, tail: none, free: none,
+		keyPart: map[Scope]uint8{ScopeUser: keyUser, ScopeRoom: keyRoom, ScopeUserInRoom: keyRoomUser}[scope],
+		hk:      hk, groupHash: hk.nameHash(""),
+		index: newIndex(0),
+		head:  none, tail: none, free: none,
 		zero: make([]E, stride),
 	}
 }

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"encoding/binary"
 	"time"
 
 	"github.com/chatpulse/chatpulse/chat"
@@ -128,4 +129,16 @@ func (k bucketKernel) hit(s *bucketState, _ []struct{}, at int64) bool {
 func (k bucketKernel) atRest(s *bucketState, _ []struct{}, now int64) bool {
 	level, _ := k.advance(*s, now)
 	return level == k.capacity
+}
+
+func (k bucketKernel) appendState(b []byte, s *bucketState, _ []struct{}) []byte {
+	b = binary.AppendVarint(b, s.last)
+	return binary.AppendUvarint(b, uint64(s.level))
+}
+
+// readState takes any last (a hit may come at any instant), and a level
+// that the bucket holds: from empty to full.
+func (k bucketKernel) readState(r *reader, s *bucketState, _ []struct{}) {
+	s.last = r.varint()
+	s.level = int64(r.uvarintUpTo(uint64(k.capacity), "level"))
 }

@@ -52,6 +52,12 @@ type kernel[S, E any] interface {
 	// atRest reports that the key's state at now is the same as fresh,
 	// so forgetting the key changes no answer.
 	atRest(s *S, ext []E, now int64) bool
+	// appendState appends s and ext, as readState reads them back.
+	appendState(b []byte, s *S, ext []E) []byte
+	// readState reads what appendState wrote into s and ext (zero), and
+	// fails r unless it is a state that hits at instants in int64 can
+	// make: one on which the other methods keep their promises.
+	readState(r *reader, s *S, ext []E)
 }
 
 // noExt is the stride and slot of a kernel whose state has no variable

@@ -1,0 +1,149 @@
+package throttle
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// stateVersion is the first byte of a saved state, the version of its
+// format: a state of another format is refused, not misread.
+const stateVersion = 1
+
+// AppendState appends the Set's whole state to b and returns the extended
+// buffer. Loaded by LoadState into a Set made with the same policies and
+// options, it makes that Set answer every later call as this one would:
+// the same Results of Check, the same Active, the same alerts from the
+// same messages, the same keys and evictions in Stats. (Not the decision
+// counters of Stats: they count Checks, which change no state.)
+//
+// It may run while other calls do. It holds each policy's lock only while
+// it copies the policy's slabs, flat slices that copy at memory speed, and
+// encodes the copy after releasing the lock, before it copies the next
+// policy. The state is the state of one instant only if no Observe,
+// ObserveBatch or Sweep runs meanwhile: each policy is copied at its own
+// instant. CopyState takes the copies alone, to be encoded later.
+//
+// The format, in which every number is a varint as encoding/binary writes
+// them (zig-zag for times, which may be negative):
+//
+//	version     1 byte, stateVersion
+//	hash key    40 bytes (see hashKey)
+//	max keys    the cap of WithMaxKeys
+//	policies    how many, then for each one:
+//	  policy    its settings, as text (length, bytes)
+//	  keys      how many, then how many the cap evicted, how many expired
+//	  then each key, from the least to the most recently observed:
+//	    flags   1 byte: 1 if marked as over, 2 if its names are kept
+//	    since   if marked: when it crossed
+//	    key     its name (length, bytes): the user, the room, appendKey of
+//	            both, or "" for a group; for a repeat policy, its two
+//	            hashes instead (16 bytes, little-endian)
+//	    names   if kept (repeat policies): room and user (length, bytes)
+//	    state   the algorithm's (each kernel's appendState)
+func (s *Set) AppendState(b []byte) []byte {
+	st := s.state.Load()
+	return s.appendState(b, st, func(i int, b []byte) []byte { return st.stores[i].copyState()(b) })
+}
+
+// appendState appends st, with part appending the keys of policy i.
+func (s *Set) appendState(b []byte, st *state, part func(i int, b []byte) []byte) []byte {
+	b = append(b, stateVersion)
+	b = st.hk.append(b)
+	b = binary.AppendUvarint(b, uint64(s.maxKeys))
+	b = binary.AppendUvarint(b, uint64(len(s.policies)))
+	for i, p := range s.policies {
+		b = appendString(b, describe(p.Policy))
+		b = part(i, b)
+	}
+	return b
+}
+
+// A StateCopy is a Set's state as CopyState copied it, not yet encoded.
+type StateCopy struct {
+	s        *Set
+	st       *state
+	policies []func(b []byte) []byte
+}
+
+// CopyState copies the Set's state, holding each policy's lock only while
+// it copies that policy's slabs, as AppendState does, but does not encode
+// it: the copy's Append does, later and from any goroutine, while the Set
+// goes on. So a caller that must take the state of one instant, and stops
+// observing messages meanwhile, stops only for the copies: 1 to 5 ms a
+// policy of 100,000 keys (BenchmarkState), where encoding takes 1.5 to 3
+// times as long. The copy takes as much memory as the Set's slabs until
+// it is dropped.
+func (s *Set) CopyState() *StateCopy {
+	c := &StateCopy{s: s, st: s.state.Load()}
+	for _, store := range c.st.stores {
+		c.policies = append(c.policies, store.copyState())
+	}
+	return c
+}
+
+// Append appends the state copied to b, as AppendState would have at the
+// time of the copy, and returns the extended buffer.
+func (c *StateCopy) Append(b []byte) []byte {
+	return c.s.appendState(b, c.st, func(i int, b []byte) []byte { return c.policies[i](b) })
+}
+
+// LoadState replaces the Set's state with one that AppendState saved from
+// a Set with the same policies (names, order, algorithms, settings, modes
+// and rooms) and the same cap on keys. It refuses any other, and any
+// state that is not one such a Set can hold: it reads bytes from a disk
+// or a network as if they were hostile, never allocates more than a Set
+// at its cap holds, and never panics. On error, the Set is left empty, as
+// NewSet makes it.
+//
+// The new state replaces the old one at once: a call that runs meanwhile
+// answers from one or the other. A message observed meanwhile may be
+// recorded in the state that is replaced, and lost: load before
+// observing.
+func (s *Set) LoadState(b []byte) error {
+	st, err := s.readState(&reader{b: b})
+	if err != nil {
+		st = s.emptyState(s.state.Load().hk)
+		err = fmt.Errorf("throttle: loading a state: %w", err)
+	}
+	s.state.Store(st)
+	return err
+}
+
+func (s *Set) readState(r *reader) (*state, error) {
+	if v := r.byte(); r.err == nil && v != stateVersion {
+		return nil, fmt.Errorf("format version %d, not %d", v, stateVersion)
+	}
+	key := r.next(hashKeyLen)
+	if m := r.uvarint(); r.err == nil && m != uint64(s.maxKeys) {
+		return nil, fmt.Errorf("saved with at most %d keys per policy, not %d", m, s.maxKeys)
+	}
+	if n := r.uvarint(); r.err == nil && n != uint64(len(s.policies)) {
+		return nil, fmt.Errorf("%d policies, not %d", n, len(s.policies))
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	hk := readHashKey(key)
+	st, cur := &state{hk: hk}, s.state.Load()
+	for i, p := range s.policies {
+		if saved, want := r.string(), describe(p.Policy); r.err == nil && saved != want {
+			return nil, fmt.Errorf("policy %d is %q, not %q", i, saved, want)
+		}
+		store, err := cur.stores[i].loadState(r, hk, p.enforce)
+		if err != nil {
+			return nil, fmt.Errorf("policy %q: %w", p.Name, err)
+		}
+		st.stores = append(st.stores, store)
+	}
+	if len(r.b) > 0 {
+		return nil, fmt.Errorf("%d bytes after the last policy", len(r.b))
+	}
+	return st, nil
+}
+
+// describe is the text of p's settings in a saved state: equal for two
+// policies exactly when they keep the same state from the same messages.
+func describe(p Policy) string {
+	return fmt.Sprintf("%s: %s %s %s, limit %d, window %v, resolution %v, burst %d, rooms %q",
+		p.Name, p.Scope, p.Algorithm, p.Mode, p.Limit, p.Window, p.Resolution, p.Burst, p.Rooms)
+}

@@ -1,0 +1,201 @@
+package throttle
+
+import (
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/chatpulse/chatpulse/chat"
+)
+
+// The flags of a saved key.
+const (
+	savedMark  = 1 << iota // marked as over: since follows
+	savedNames             // a hashed key's names follow
+)
+
+// A tableCopy is what appendState copies of a table under its lock: the
+// slabs as they are, free places too. They are flat (but long and names,
+// whose strings are not copied), so the copy is a few memory copies,
+// faster than a walk of the list, let alone its encoding.
+type tableCopy[S, E any] struct {
+	states           []entry[S]
+	links            []link
+	ext              []E
+	long             []string
+	names            map[int32]names
+	tail             int32
+	n                int
+	evicted, expired uint64
+}
+
+func (t *table[S, E, K]) copyState() func(b []byte) []byte {
+	c := t.copySlabs()
+	return func(b []byte) []byte { return t.appendCopy(b, c) }
+}
+
+func (t *table[S, E, K]) copySlabs() *tableCopy[S, E] {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return &tableCopy[S, E]{
+		states: slices.Clone(t.states), links: slices.Clone(t.links), ext: slices.Clone(t.ext),
+		long: slices.Clone(t.long), names: maps.Clone(t.names),
+		tail: t.tail, n: t.n, evicted: t.evicted, expired: t.expired,
+	}
+}
+
+// appendCopy encodes c, a copy of t, with t's lock released. Keys go from
+// the least to the most recently observed, so that loadState puts each
+// one in turn at the head of the list.
+func (t *table[S, E, K]) appendCopy(b []byte, c *tableCopy[S, E]) []byte {
+	b = binary.AppendUvarint(b, uint64(c.n))
+	b = binary.AppendUvarint(b, c.evicted)
+	b = binary.AppendUvarint(b, c.expired)
+	for i := c.tail; i != none; i = c.links[i].prev {
+		e := &c.states[i]
+		var flags byte
+		if e.since != chat.Never {
+			flags |= savedMark
+		}
+		if t.hashed && e.klen == hasNames {
+			flags |= savedNames
+		}
+		b = append(b, flags)
+		if flags&savedMark != 0 {
+			b = binary.AppendVarint(b, e.since)
+		}
+		switch {
+		case t.hashed:
+			b = append(b, e.key[:16]...)
+		case e.klen == longName:
+			b = appendString(b, c.long[i])
+		default:
+			b = binary.AppendUvarint(b, uint64(e.klen))
+			b = append(b, e.key[:e.klen]...)
+		}
+		if flags&savedNames != 0 {
+			b = appendString(b, c.names[i].room)
+			b = appendString(b, c.names[i].user)
+		}
+		b = t.k.appendState(b, &e.st, c.ext[int(i)*t.stride:int(i+1)*t.stride])
+	}
+	return b
+}
+
+// loadState reads the keys into a new table, as many as they say but no
+// more than max, nor than the bytes left can hold, each checked before it
+// is added. Each key is added at the head of the list, as a new key is,
+// so the list is made as it is used; its places are 0 to n-1 (a state
+// that changes no answer: places are only where keys are).
+func (t *table[S, E, K]) loadState(r *reader, hk *hashKey, mark bool) (store, error) {
+	nt := newTable[S, E](t.k, t.scope, t.hashed, t.max, hk)
+	n := int(r.uvarintUpTo(uint64(t.max), "keys"))
+	nt.evicted, nt.expired = r.uvarint(), r.uvarint()
+	if r.err != nil {
+		return nil, r.err
+	}
+	// A key takes at least 3 bytes (flags, name or hashes, state): room
+	// for the keys that the bytes left can hold, but their ext, which may
+	// be thousands of times larger than its bytes, grows as keys come.
+	if c := min(n, len(r.b)/3); c > 0 {
+		nt.states = make([]entry[S], 0, c)
+		nt.links = make([]link, 0, c)
+		nt.index = newIndex(c)
+	}
+	for j := range n {
+		nt.loadKey(r, mark)
+		if r.err != nil {
+			return nil, fmt.Errorf("key %d of %d: %w", j, n, r.err)
+		}
+	}
+	return nt, nil
+}
+
+// loadKey reads one key and adds it at the head of the list.
+func (t *table[S, E, K]) loadKey(r *reader, mark bool) {
+	flags := r.byte()
+	if flags&^(savedMark|savedNames) != 0 || flags&savedNames != 0 && !t.hashed {
+		r.fail("flags %#x", flags)
+	}
+	since := int64(chat.Never)
+	if flags&savedMark != 0 {
+		if since = r.varint(); since == chat.Never {
+			r.fail("marked at chat.Never")
+		}
+	}
+	var m msg // the key as a message would make it
+	var pair []byte
+	if t.hashed {
+		pair = r.next(16)
+	} else {
+		name := r.string()
+		m.room, m.user = t.namesOf(r, name)
+	}
+	if flags&savedNames != 0 {
+		m.room, m.user = r.string(), r.string()
+		if room, user := keyOf(t.scope, m.room, m.user); room != m.room || user != m.user {
+			r.fail("names %q and %q do not make a key of scope %s", m.room, m.user, t.scope)
+		}
+	}
+	switch {
+	case r.err != nil:
+		return
+	case flags&savedMark != 0 && !mark:
+		r.fail("a key of a shadow policy is marked")
+		return
+	case t.hashed && flags&savedMark != 0 && flags&savedNames == 0:
+		r.fail("a marked key without its names")
+		return
+	case flags&savedNames != 0 && !mark:
+		r.fail("a key of a shadow policy keeps its names")
+		return
+	}
+	m.roomHash, m.userHash = t.hk.nameHash(m.room), t.hk.nameHash(m.user)
+	var k key
+	if t.hashed {
+		m.text = binary.LittleEndian.Uint64(pair[8:])
+		t.keyOf(&m, &k)
+		name := binary.LittleEndian.Uint64(pair[:8])
+		if flags&savedNames != 0 && k.pair.name != name {
+			r.fail("names %q and %q do not hash to the key's", m.room, m.user)
+			return
+		}
+		k.pair.name, k.hash = name, pairHash(name, m.text)
+	} else {
+		t.keyOf(&m, &k)
+	}
+	if t.find(&k) != none {
+		r.fail("twice")
+		return
+	}
+	i := t.add(&k)
+	e := &t.states[i]
+	e.since = since
+	t.k.readState(r, &e.st, t.extOf(i))
+	if flags&savedNames != 0 {
+		if t.names == nil {
+			t.names = make(map[int32]names)
+		}
+		t.names[i] = names{m.room, m.user}
+		e.klen = hasNames
+	}
+}
+
+// namesOf is the room and user of a plain table's key name, as keyOf
+// gives them; it fails r unless name is one that setKey keeps.
+func (t *table[S, E, K]) namesOf(r *reader, name string) (room, user string) {
+	switch t.keyPart {
+	case keyRoomUser: // appendKey's, which splitKey trusts
+		n, w := binary.Uvarint([]byte(name[:min(len(name), binary.MaxVarintLen64)]))
+		if w <= 0 || n > uint64(len(name)-w) || w != len(binary.AppendUvarint(nil, n)) {
+			r.fail("%q is not the name of a key of scope %s", name, t.scope)
+			return "", ""
+		}
+	case keyGroup:
+		if name != "" {
+			r.fail("%q is not the name of a group", name)
+		}
+	}
+	return splitKey(name, t.scope)
+}
