@@ -204,7 +204,8 @@ func measureFanout(t fanoutTarget, n int, d time.Duration) (fanoutResult, error)
 }
 
 // chatpulseFrame reads a chatpulse frame: a view (timed by its as_of) or
-// a push's alerts.
+// a push's alerts (or, from chatpulse before they were coalesced, one
+// alert).
 func chatpulseFrame(b []byte) frameInfo {
 	var f struct {
 		Type string `json:"type"`
@@ -213,7 +214,7 @@ func chatpulseFrame(b []byte) frameInfo {
 		} `json:"data"`
 	}
 	switch {
-	case bytes.HasPrefix(b, []byte(`{"type":"alerts"`)):
+	case bytes.HasPrefix(b, []byte(`{"type":"alert`)):
 		return frameInfo{data: 1, alerts: 1}
 	case json.Unmarshal(b, &f) != nil || f.Type != "view":
 		return frameInfo{}
