@@ -30,16 +30,17 @@ const (
 // renderer goroutines compute views for it (render.go), so a slow view
 // (group mode asks other instances) never holds up a join, a leave or a
 // subscribe. Every push interval it hands every watched view to the
-// renderers, and only views that changed come back to it, to be given, the
-// same bytes, to every watcher. A view is rendered by one job at a time
-// and the hub applies versions in the order they were computed, so a
-// client never gets an older version of a view after a newer one.
+// renderers, and gives each that changed, the same bytes, to every
+// watcher. A view is in one render job at a time and the hub applies its
+// versions in the order they were computed, so a client never gets an
+// older version of a view after a newer one.
 //
 // A client keeps only the newest pending version of each view (latest
 // wins), so a slow reader skips versions and holds nothing up: not the hub,
 // not ingest, not other clients. What a client costs the hub is what it
 // watches: a leave walks the client's own subscriptions, and a push walks
-// the views, of which there are at most maxRoomViews plus two per window.
+// the views, of which there are at most maxRoomViews plus two per window
+// and the alerts.
 //
 // Alerts are coalesced into the push (alerts.go): one frame per push to the
 // clients that subscribed to them.

@@ -64,18 +64,10 @@ func (q *renderQueue) first(v *watched) {
 // channel and the next job, or nil (a case that never fires) if there is
 // none.
 func (q *renderQueue) offer(jobs chan *renderJob) (chan<- *renderJob, *renderJob) {
-	if q.next == nil {
+	for q.next == nil {
 		switch {
 		case len(q.firsts) > 0:
-			n := min(len(q.firsts), passBatch)
-			q.next = &renderJob{first: true, items: make([]renderItem, n)}
-			for i, v := range q.firsts[:n] {
-				q.next.items[i] = renderItem{v: v, key: v.key}
-			}
-			q.firsts = q.firsts[n:]
-			if len(q.firsts) == 0 {
-				q.firsts = nil // let the backing array go
-			}
+			q.next = q.takeFirsts()
 		case len(q.batches) > 0:
 			q.next = q.batches[0]
 			q.batches = q.batches[1:]
@@ -84,6 +76,28 @@ func (q *renderQueue) offer(jobs chan *renderJob) (chan<- *renderJob, *renderJob
 		}
 	}
 	return jobs, q.next
+}
+
+// takeFirsts makes a job of the next new views that someone still
+// watches; nil if none of them is.
+func (q *renderQueue) takeFirsts() *renderJob {
+	n := min(len(q.firsts), passBatch)
+	j := &renderJob{first: true, items: make([]renderItem, 0, n)}
+	for _, v := range q.firsts[:n] {
+		if len(v.watchers) == 0 {
+			v.busy = false // its watchers left before it was computed
+			continue
+		}
+		j.items = append(j.items, renderItem{v: v, key: v.key})
+	}
+	clear(q.firsts[:n])
+	if q.firsts = q.firsts[n:]; len(q.firsts) == 0 {
+		q.firsts = nil // let the backing array go
+	}
+	if len(j.items) == 0 {
+		return nil
+	}
+	return j
 }
 
 // taken notes that a renderer took the offered job.
