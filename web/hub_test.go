@@ -256,12 +256,12 @@ func TestHubAlerts(t *testing.T) {
 		sendFrame(t, c, `{"type":"subscribe","view":"overview"}`)
 	}
 	sendFrame(t, sub, `{"type":"subscribe","view":"alerts"}`)
+	for _, frames := range []<-chan testFrame{subFrames, otherFrames} { // the hub has the subscriptions
+		waitFrame(t, frames, "overview", func(f testFrame) bool { return f.View == "overview" })
+	}
 	sendFrame(t, sub, `{"type":"subscribe","view":"alerts","window":"1m"}`)
 	if f := waitFrame(t, subFrames, "error", func(f testFrame) bool { return f.Type == "error" }); f.Error != "view alerts takes no window and no room" {
 		t.Fatalf("error %q", f.Error)
-	}
-	for _, frames := range []<-chan testFrame{subFrames, otherFrames} { // the hub has the subscriptions
-		waitFrame(t, frames, "overview", func(f testFrame) bool { return f.View == "overview" })
 	}
 
 	const total = 1000
