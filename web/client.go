@@ -94,14 +94,24 @@ func (c *client) readLoop() {
 	}
 }
 
-// handle parses and checks a frame from the browser and hands the hub what
-// it asks for.
+// handle hands the hub what a frame from the browser asks for.
 func (c *client) handle(data []byte) error {
+	op, k, err := parseFrame(data, c.hub.windows())
+	if err != nil {
+		return err
+	}
+	c.hub.ask(request{op: op, c: c, key: k})
+	return nil
+}
+
+// parseFrame parses and checks a frame from the browser: a subscription or
+// an unsubscription of a valid view.
+func parseFrame(data []byte, windows []string) (requestOp, viewKey, error) {
 	var m clientMsg
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&m); err != nil {
-		return fmt.Errorf(`frames are JSON objects like {"type":"subscribe","view":"overview","window":"1m"}: %v`, err)
+		return 0, viewKey{}, fmt.Errorf(`frames are JSON objects like {"type":"subscribe","view":"overview","window":"1m"}: %v`, err)
 	}
 	var op requestOp
 	switch m.Type {
@@ -110,14 +120,10 @@ func (c *client) handle(data []byte) error {
 	case "unsubscribe":
 		op = unsubscribe
 	default:
-		return fmt.Errorf("type must be subscribe or unsubscribe, got %q", m.Type)
+		return 0, viewKey{}, fmt.Errorf("type must be subscribe or unsubscribe, got %q", m.Type)
 	}
-	k, err := m.key(c.hub.windows())
-	if err != nil {
-		return err
-	}
-	c.hub.ask(request{op: op, c: c, key: k})
-	return nil
+	k, err := m.key(windows)
+	return op, k, err
 }
 
 // leave tells the hub a client's connection ended and wakes its writer,

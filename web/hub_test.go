@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -329,4 +330,53 @@ func TestPendingAlerts(t *testing.T) {
 			t.Fatalf("after take: %s", f.frame)
 		}
 	}
+}
+
+// FuzzParseFrame: any frame from a browser is refused with an error or
+// names a view that can be served: a known kind, a configured window, and a
+// room, valid, exactly when the view is a room's.
+func FuzzParseFrame(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"subscribe","view":"overview","window":"1m"}`,
+		`{"type":"unsubscribe","view":"room","room":"lobby"}`,
+		`{"type":"subscribe","view":"rooms","window":"1h"}`,
+		`{"type":"subscribe","view":"alerts"}`,
+		`{"type":"subscribe","view":"room","room":"\ud800"}`,
+		`{"type":"subscribe","view":"alerts","window":"1m"}`,
+		`{"type":"subscribe","view":"overview","room":"x"}`,
+		`{"type":"subscribe","view":"overview"} {}`,
+		`not json`, `null`, `{}`,
+	} {
+		f.Add([]byte(s))
+	}
+	windows := []string{"1m", "5m", "1h"}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		op, k, err := parseFrame(data, windows)
+		if err != nil {
+			return
+		}
+		if op != subscribe && op != unsubscribe {
+			t.Fatalf("%q: op %v", data, op)
+		}
+		switch k.kind {
+		case viewAlerts:
+			if k.window != "" || k.room != "" {
+				t.Fatalf("%q: %+v", data, k)
+			}
+			return
+		case viewOverview, viewRooms:
+			if k.room != "" {
+				t.Fatalf("%q: %+v", data, k)
+			}
+		case viewRoom:
+			if chat.CheckName("room", k.room) != nil {
+				t.Fatalf("%q: room %q", data, k.room)
+			}
+		default:
+			t.Fatalf("%q: kind %q", data, k.kind)
+		}
+		if !slices.Contains(windows, k.window) {
+			t.Fatalf("%q: window %q", data, k.window)
+		}
+	})
 }
