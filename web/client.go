@@ -1,10 +1,9 @@
 package web
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,37 +18,49 @@ const (
 	pingPeriod       = pongWait * 9 / 10
 	maxFrame         = 4 << 10 // client frames are small JSON requests
 	maxSubscriptions = 64      // per connection
-	maxAlertsQueued  = 64      // per connection; older ones are dropped first
+	maxErrorsQueued  = 64      // per connection; later ones are dropped
 	framesPerSecond  = 20      // client frames, with a burst of twice that
 )
 
-// client is one websocket connection: one reader goroutine, which owns its
-// subscriptions and the rate of its requests, and one writer goroutine.
-// Between the hub and the writer sit the pending frames: the newest unsent
-// version of each view (latest wins), the alerts and the errors.
+// client is one websocket connection: one reader goroutine, which owns the
+// rate of its requests, and one writer goroutine. The hub owns what it
+// watches. Between the hub and the writer sit the pending frames: the
+// newest unsent version of each view (latest wins), the alerts and the
+// errors; the writer sends all of them in one write to the network.
 type client struct {
 	hub     *hub
 	conn    *websocket.Conn
-	wake    chan struct{} // something is pending
+	out     *batchConn // conn's network connection
+	wake    chan struct{}
 	limiter *rate.Limiter
-	subs    map[viewKey]bool // owned by the reader
+
+	// Owned by the hub.
+	subs    []viewKey // what it watches, at most maxSubscriptions
+	touched bool      // given something in the current push
 
 	mu      sync.Mutex
-	pending map[viewKey][]byte // the newest unsent frame of each view
-	order   []viewKey          // pending keys in the order they came
-	alerts  [][]byte
+	pending []pendingView // in the order they came
+	alerts  []alertFrame  // at most maxAlertFrames
+	lost    int64         // alerts in frames dropped unsent
 	errs    [][]byte
 	closed  bool
 }
 
+// pendingView is the newest unsent frame of a view.
+type pendingView struct {
+	key   viewKey
+	frame []byte
+}
+
 // serveWS upgrades a request to a websocket client.
 func (h *hub) serveWS(w http.ResponseWriter, r *http.Request) {
-	conn, err := h.upgrader.Upgrade(w, r, nil) // answers 403 for a foreign origin
+	hw := &hijackWriter{ResponseWriter: w}
+	conn, err := h.upgrader.Upgrade(hw, r, nil) // answers 403 for a foreign origin
 	if err != nil {
 		return
 	}
-	c := &client{hub: h, conn: conn, wake: make(chan struct{}, 1), pending: map[viewKey][]byte{},
-		subs: map[viewKey]bool{}, limiter: rate.NewLimiter(framesPerSecond, 2*framesPerSecond)}
+	c := &client{hub: h, conn: conn, out: hw.conn, wake: make(chan struct{}, 1),
+		limiter: rate.NewLimiter(framesPerSecond, 2*framesPerSecond)}
 	if !h.ask(request{op: join, c: c}) {
 		conn.Close()
 		return
@@ -81,40 +92,42 @@ func (c *client) readLoop() {
 	}
 }
 
-// handle parses and checks a frame from the browser and hands the hub what
-// it asks for.
+// handle hands the hub what a frame from the browser asks for.
 func (c *client) handle(data []byte) error {
-	var m clientMsg
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&m); err != nil {
-		return fmt.Errorf(`frames are JSON objects like {"type":"subscribe","view":"overview","window":"1m"}: %v`, err)
-	}
-	if m.Type != "subscribe" && m.Type != "unsubscribe" {
-		return fmt.Errorf("type must be subscribe or unsubscribe, got %q", m.Type)
-	}
-	k, err := m.key(c.hub.windows())
+	op, k, err := parseFrame(data, c.hub.windows())
 	if err != nil {
 		return err
 	}
-	switch m.Type {
-	case "subscribe":
-		if c.subs[k] {
-			return nil
-		}
-		if len(c.subs) >= maxSubscriptions {
-			return fmt.Errorf("at most %d subscriptions per connection", maxSubscriptions)
-		}
-		c.subs[k] = true
-		c.hub.ask(request{op: subscribe, c: c, key: k})
-	case "unsubscribe":
-		if c.subs[k] {
-			delete(c.subs, k)
-			c.hub.ask(request{op: unsubscribe, c: c, key: k})
-		}
-	}
+	c.hub.ask(request{op: op, c: c, key: k})
 	return nil
 }
+
+// parseFrame parses and checks a frame from the browser: a subscription or
+// an unsubscription of a valid view. A frame is read as strictly as any
+// request (decodeObject): exact field names, and a room that says exactly
+// what it unescapes to.
+func parseFrame(data []byte, windows []string) (requestOp, viewKey, error) {
+	f, err := decodeObject(data, frameShape, frameFields)
+	if err != nil {
+		return 0, viewKey{}, err
+	}
+	m := clientMsg{Type: f["type"], View: viewKind(f["view"]), Window: f["window"], Room: f["room"]}
+	var op requestOp
+	switch m.Type {
+	case "subscribe":
+		op = subscribe
+	case "unsubscribe":
+		op = unsubscribe
+	default:
+		return 0, viewKey{}, fmt.Errorf("type must be subscribe or unsubscribe, got %q", m.Type)
+	}
+	k, err := m.key(windows)
+	return op, k, err
+}
+
+const frameShape = `frames are JSON objects like {"type":"subscribe","view":"overview","window":"1m"}`
+
+var frameFields = map[string]kind{"type": text, "view": text, "window": text, "room": name}
 
 // leave tells the hub a client's connection ended and wakes its writer,
 // which closes it.
@@ -137,17 +150,11 @@ func (c *client) writeLoop() {
 	for {
 		select {
 		case <-c.wake:
-			frames = c.take(frames[:0])
-			for _, f := range frames {
-				c.conn.SetWriteDeadline(time.Now().Add(writeWait))
-				if err := c.conn.WriteMessage(websocket.TextMessage, f); err != nil {
-					return
-				}
-			}
-			c.mu.Lock()
-			closed := c.closed
-			c.mu.Unlock()
-			if closed {
+			var closed bool
+			frames, closed = c.take(frames[:0])
+			err := c.write(frames)
+			clear(frames) // hold no frame while idle
+			if err != nil || closed {
 				return
 			}
 		case <-ping.C:
@@ -158,53 +165,80 @@ func (c *client) writeLoop() {
 	}
 }
 
-// take empties the client's queues: errors, then views, then alerts.
-func (c *client) take(frames [][]byte) [][]byte {
+// write sends frames in one write to the network.
+func (c *client) write(frames [][]byte) error {
+	if len(frames) == 0 {
+		return nil
+	}
+	c.out.gather()
+	for _, f := range frames {
+		c.conn.SetWriteDeadline(time.Now().Add(writeWait))
+		if err := c.conn.WriteMessage(websocket.TextMessage, f); err != nil {
+			c.out.flush()
+			return err
+		}
+	}
+	return c.out.flush()
+}
+
+// take empties the client's queues (errors, then views, then alerts), and
+// says whether the client has left.
+func (c *client) take(frames [][]byte) ([][]byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	frames = append(frames, c.errs...)
-	for _, k := range c.order {
-		if f, ok := c.pending[k]; ok {
-			frames = append(frames, f)
-		}
+	for _, p := range c.pending {
+		frames = append(frames, p.frame)
 	}
-	frames = append(frames, c.alerts...)
+	if c.lost > 0 {
+		frames = append(frames, newAlertFrame(nil, c.lost).frame)
+	}
+	for _, a := range c.alerts {
+		frames = append(frames, a.frame)
+	}
 	clear(c.pending)
-	c.order, c.alerts, c.errs = c.order[:0], nil, nil
-	return frames
+	clear(c.alerts)
+	c.pending, c.alerts, c.errs, c.lost = c.pending[:0], c.alerts[:0], nil, 0
+	return frames, c.closed
 }
 
-// queueView replaces any unsent version of the view: latest wins.
+// queueView replaces any unsent version of the view: latest wins. The
+// caller wakes the writer.
 func (c *client) queueView(k viewKey, frame []byte) {
 	c.mu.Lock()
-	if _, ok := c.pending[k]; !ok {
-		c.order = append(c.order, k)
+	defer c.mu.Unlock()
+	for i := range c.pending {
+		if c.pending[i].key == k {
+			c.pending[i].frame = frame
+			return
+		}
 	}
-	c.pending[k] = frame
-	c.mu.Unlock()
-	c.notify()
+	c.pending = append(c.pending, pendingView{k, frame})
 }
 
 // dropView forgets an unsent version of a view no longer watched.
 func (c *client) dropView(k viewKey) {
 	c.mu.Lock()
-	delete(c.pending, k)
+	c.pending = slices.DeleteFunc(c.pending, func(p pendingView) bool { return p.key == k })
 	c.mu.Unlock()
 }
 
-func (c *client) queueAlert(frame []byte) {
+// queueAlerts queues a push's alerts frame; a client that has not written
+// for maxAlertFrames pushes loses the oldest, and is told how many alerts
+// it lost. The caller wakes the writer.
+func (c *client) queueAlerts(f alertFrame) {
 	c.mu.Lock()
-	if len(c.alerts) == maxAlertsQueued {
-		c.alerts = c.alerts[1:]
+	if len(c.alerts) == maxAlertFrames {
+		c.lost += c.alerts[0].n
+		c.alerts = append(c.alerts[:0], c.alerts[1:]...)
 	}
-	c.alerts = append(c.alerts, frame)
+	c.alerts = append(c.alerts, f)
 	c.mu.Unlock()
-	c.notify()
 }
 
 func (c *client) queueError(msg string) {
 	c.mu.Lock()
-	if len(c.errs) < maxAlertsQueued {
+	if len(c.errs) < maxErrorsQueued {
 		c.errs = append(c.errs, errorFrame(msg))
 	}
 	c.mu.Unlock()

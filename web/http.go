@@ -109,6 +109,9 @@ func New(views Views, thr Throttle, opts Options) *Server {
 	opts.Registerer.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "chatpulse_ws_clients", Help: "Websocket clients connected.",
 	}, func() float64 { return float64(s.hub.connected()) }))
+	opts.Registerer.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "chatpulse_ws_views", Help: "Distinct views pushed to websocket clients.",
+	}, func() float64 { return float64(s.hub.watchedViews()) }))
 	s.routes()
 	return s
 }
@@ -118,8 +121,9 @@ func New(views Views, thr Throttle, opts Options) *Server {
 // wait for it.
 func (s *Server) Run(stop <-chan struct{}) { s.hub.run(stop) }
 
-// Alert sends an alert to every dashboard. It never blocks: if the hub is
-// that far behind, the alert is dropped (it is on NATS too).
+// Alert sends an alert to the dashboards that subscribed to alerts, with
+// the next push. It never blocks: if the hub is that far behind, the alert
+// is dropped (it is on NATS too) and counted as omitted.
 func (s *Server) Alert(a throttle.Alert) { s.hub.alert(a) }
 
 // Routes the guard tells apart: the health checks need no token and

@@ -1,8 +1,9 @@
 package web
 
 import (
-	"bytes"
+	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,39 +13,71 @@ import (
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
+// Hub limits, for all clients together.
+const (
+	// maxRoomViews bounds the distinct room views watched at once: each
+	// costs a render per push, whoever asked for it. The overview and rooms
+	// views are not counted (there are two per window), so a fresh
+	// dashboard always gets them.
+	maxRoomViews = 10_000
+	renderers    = 4  // goroutines computing views for the hub
+	passBatch    = 64 // views per render job of a push
+)
+
 // hub pushes views to websocket clients. One goroutine (run) owns the set
-// of clients, what each watches and the last version of each view pushed;
-// readers send it their requests. Every push interval it computes each view
-// that someone watches once, and only if it changed since the last push
-// gives the same bytes to every watcher. A client keeps only the newest
-// pending version of each view (latest wins), so a slow reader skips
-// versions and holds nothing up: not the hub, not ingest, not other
-// clients. Since only the hub queues views, a client never gets an older
-// version after a newer one.
+// of clients, what each watches, the views watched and the last version of
+// each pushed; readers send it their requests. It computes nothing itself:
+// renderer goroutines compute views for it (render.go), so a slow view
+// (group mode asks other instances) never holds up a join, a leave or a
+// subscribe. Every push interval it hands every watched view to the
+// renderers, and gives each that changed, the same bytes, to every
+// watcher. A view is in one render job at a time and the hub applies its
+// versions in the order they were computed, so a client never gets an
+// older version of a view after a newer one.
 //
-// The hub knows views only by their keys; its config computes them.
+// A client keeps only the newest pending version of each view (latest
+// wins), so a slow reader skips versions and holds nothing up: not the hub,
+// not ingest, not other clients. What a client costs the hub is what it
+// watches: a leave walks the client's own subscriptions, and a push walks
+// the views, of which there are at most maxRoomViews plus two per window
+// and the alerts.
+//
+// Alerts are coalesced into the push (alerts.go): one frame per push to the
+// clients that subscribed to them.
 type hub struct {
 	hubConfig
 	upgrader websocket.Upgrader
 	alerts   chan throttle.Alert
+	missed   atomic.Int64 // alerts dropped because the hub was behind
 	requests chan request
+	jobs     chan *renderJob
+	results  chan *renderJob
 	stopped  chan struct{} // closed when run returns
 	count    atomic.Int64  // clients, for the metric
+	nviews   atomic.Int64  // distinct views watched, for the metric
 
 	// Owned by run.
-	clients  map[*client]bool
-	watchers map[viewKey]map[*client]bool
-	last     map[viewKey]pushedView
+	clients   map[*client]struct{}
+	views     map[viewKey]*watched
+	roomViews int // of views, those of a room
+	renders   renderQueue
+	pending   pendingAlerts
 }
 
 // hubConfig is what a hub needs from the server it serves.
 type hubConfig struct {
-	// render computes a view: its JSON, and the same without as_of to
-	// tell whether anything but the time changed.
-	render       func(viewKey) (data, stamp []byte, err error)
+	render       renderFunc
 	windows      func() []string // the configured windows, the default first
 	pushInterval time.Duration
 	checkOrigin  func(*http.Request) bool // may this request open a websocket?
+}
+
+// watched is a view that someone watches.
+type watched struct {
+	key      viewKey
+	watchers map[*client]struct{}
+	last     rendering // the version pushed last; no frame before the first
+	busy     bool      // a render job holds it
 }
 
 func newHub(cfg hubConfig) *hub {
@@ -52,10 +85,11 @@ func newHub(cfg hubConfig) *hub {
 		hubConfig: cfg,
 		alerts:    make(chan throttle.Alert, 256),
 		requests:  make(chan request, 1024),
+		jobs:      make(chan *renderJob),
+		results:   make(chan *renderJob, renderers),
 		stopped:   make(chan struct{}),
-		clients:   map[*client]bool{},
-		watchers:  map[viewKey]map[*client]bool{},
-		last:      map[viewKey]pushedView{},
+		clients:   map[*client]struct{}{},
+		views:     map[viewKey]*watched{},
 	}
 	// Write buffers come from a pool and go back after each message, so an
 	// idle client holds none.
@@ -67,9 +101,13 @@ func newHub(cfg hubConfig) *hub {
 // out, until stop is closed.
 func (h *hub) run(stop <-chan struct{}) {
 	defer close(h.stopped)
+	for range renderers {
+		go h.renderer()
+	}
 	t := time.NewTicker(h.pushInterval)
 	defer t.Stop()
 	for {
+		jobs, next := h.renders.offer(h.jobs)
 		select {
 		case <-stop:
 			for c := range h.clients {
@@ -78,13 +116,14 @@ func (h *hub) run(stop <-chan struct{}) {
 			return
 		case r := <-h.requests:
 			h.serve(r)
+		case jobs <- next:
+			h.renders.taken()
+		case j := <-h.results:
+			h.apply(j)
 		case <-t.C:
 			h.push()
 		case a := <-h.alerts:
-			frame := alertFrame(a)
-			for c := range h.clients {
-				c.queueAlert(frame)
-			}
+			h.pending.add(a)
 		}
 	}
 }
@@ -93,70 +132,95 @@ func (h *hub) serve(r request) {
 	c, k := r.c, r.key
 	switch r.op {
 	case join:
-		h.clients[c] = true
+		h.clients[c] = struct{}{}
 		h.count.Add(1)
 	case leave:
-		for k := range h.watchers {
-			h.unwatch(c, k)
+		for _, k := range c.subs {
+			h.release(c, k)
 		}
+		c.subs = nil
 		delete(h.clients, c)
 		h.count.Add(-1)
 	case subscribe:
-		if !h.clients[c] {
-			return // it left meanwhile
+		if err := h.watch(c, k); err != nil {
+			c.queueError(err.Error())
 		}
-		if h.watchers[k] == nil {
-			h.watchers[k] = map[*client]bool{}
-		}
-		h.watchers[k][c] = true
-		v, ok := h.last[k]
-		if !ok { // nobody watched it: compute it now
-			data, stamp, err := h.render(k)
-			if err != nil {
-				c.queueError(err.Error())
-				h.unwatch(c, k)
-				return
-			}
-			v = pushedView{viewFrame(k, data), stamp}
-			h.last[k] = v
-		}
-		c.queueView(k, v.frame) // the current version at once
 	case unsubscribe:
 		h.unwatch(c, k)
 		c.dropView(k)
 	}
 }
 
+// watch adds c to k's watchers and gives it the current version, or asks
+// for the first one if nobody watched k.
+func (h *hub) watch(c *client, k viewKey) error {
+	if _, ok := h.clients[c]; !ok {
+		return nil // it left meanwhile
+	}
+	if slices.Contains(c.subs, k) {
+		return nil
+	}
+	if len(c.subs) >= maxSubscriptions {
+		return fmt.Errorf("at most %d subscriptions per connection", maxSubscriptions)
+	}
+	v := h.views[k]
+	if v == nil {
+		if k.kind == viewRoom && h.roomViews >= maxRoomViews {
+			return fmt.Errorf("the server already pushes %d room views, its limit: subscribe to this room later", maxRoomViews)
+		}
+		v = &watched{key: k, watchers: map[*client]struct{}{}}
+		h.views[k] = v
+		h.nviews.Add(1)
+		if k.kind == viewRoom {
+			h.roomViews++
+		}
+		if k.kind != viewAlerts {
+			h.renders.first(v)
+		}
+	}
+	v.watchers[c] = struct{}{}
+	c.subs = append(c.subs, k)
+	if v.last.frame != nil {
+		c.queueView(k, v.last.frame) // the current version at once
+		c.notify()
+	}
+	return nil
+}
+
+// unwatch removes c from k's watchers.
 func (h *hub) unwatch(c *client, k viewKey) {
-	delete(h.watchers[k], c)
-	if len(h.watchers[k]) == 0 {
-		delete(h.watchers, k)
-		delete(h.last, k)
+	if i := slices.Index(c.subs, k); i >= 0 {
+		c.subs = slices.Delete(c.subs, i, i+1)
+		h.release(c, k)
 	}
 }
 
-// push computes every watched view once and hands changed ones to their
-// watchers.
-func (h *hub) push() {
-	for k, watchers := range h.watchers {
-		data, stamp, err := h.render(k)
-		if err != nil || bytes.Equal(h.last[k].stamp, stamp) {
-			continue
-		}
-		v := pushedView{viewFrame(k, data), stamp}
-		h.last[k] = v
-		for c := range watchers {
-			c.queueView(k, v.frame)
-		}
+// release removes c from the watchers of k, one of its subscriptions, and
+// forgets k when nobody is left.
+func (h *hub) release(c *client, k viewKey) {
+	v := h.views[k]
+	if v == nil {
+		return
+	}
+	delete(v.watchers, c)
+	if len(v.watchers) > 0 {
+		return
+	}
+	delete(h.views, k)
+	h.nviews.Add(-1)
+	if k.kind == viewRoom {
+		h.roomViews--
 	}
 }
 
-// alert sends an alert to every client. It never blocks: if the hub is
-// that far behind, the alert is dropped (it is on NATS too).
+// alert hands an alert to the hub, for the next push. It never blocks: if
+// the hub is that far behind, the alert is dropped (it is on NATS too) and
+// counted in the next frame's omitted.
 func (h *hub) alert(a throttle.Alert) {
 	select {
 	case h.alerts <- a:
 	default:
+		h.missed.Add(1)
 	}
 }
 
@@ -173,11 +237,8 @@ func (h *hub) ask(r request) bool {
 // connected is how many clients the hub has, for the metric.
 func (h *hub) connected() int64 { return h.count.Load() }
 
-// pushedView is the last version of a view the hub pushed.
-type pushedView struct {
-	frame []byte // as sent
-	stamp []byte // the data without as_of, to tell a change
-}
+// watchedViews is how many distinct views the hub pushes, for the metric.
+func (h *hub) watchedViews() int64 { return h.nviews.Load() }
 
 // request is a reader's message to the hub.
 type request struct {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/chatpulse/chatpulse/throttle"
+	"github.com/chatpulse/chatpulse/aggregator"
 )
 
 // The views the hub pushes (contract section 4): what names one, how the
@@ -17,7 +17,8 @@ type viewKind string
 const (
 	viewOverview viewKind = "overview"
 	viewRoom     viewKind = "room"
-	viewRooms    viewKind = "rooms" // the rooms list, an addition to the contract's two views
+	viewRooms    viewKind = "rooms"  // the rooms list, an addition to the contract's two views
+	viewAlerts   viewKind = "alerts" // throttle alerts, coalesced (alerts.go)
 )
 
 // viewKey names one pushed view; window is always a configured name.
@@ -29,15 +30,21 @@ type viewKey struct {
 
 // clientMsg is a frame from the browser.
 type clientMsg struct {
-	Type   string   `json:"type"`
-	View   viewKind `json:"view"`
-	Window string   `json:"window"`
-	Room   string   `json:"room"`
+	Type   string
+	View   viewKind
+	Window string
+	Room   string
 }
 
 // key validates a subscription against the configured windows and names it
 // canonically.
 func (m clientMsg) key(windows []string) (viewKey, error) {
+	if m.View == viewAlerts {
+		if m.Window != "" || m.Room != "" {
+			return viewKey{}, fmt.Errorf("view alerts takes no window and no room")
+		}
+		return viewKey{kind: viewAlerts}, nil
+	}
 	win, err := windowName(m.Window, windows)
 	if err != nil {
 		return viewKey{}, err
@@ -54,32 +61,56 @@ func (m clientMsg) key(windows []string) (viewKey, error) {
 		}
 		k.room = m.Room
 	default:
-		return k, fmt.Errorf("view must be overview, room or rooms, got %q", m.View)
+		return k, fmt.Errorf("view must be overview, room, rooms or alerts, got %q", m.View)
 	}
 	return k, nil
 }
 
-// render computes a view for the hub: its JSON, and the same without as_of
-// to tell whether anything but the time changed. k is valid; pushed views
-// list the default number of top users and rooms, and up to maxLimit rooms.
-func (s *Server) render(k viewKey) (data, stamp []byte, err error) {
+// RoomActivity is optional for Views. A Views that has it lets the hub
+// skip the room views that cannot have changed: a room without messages
+// (one nobody talks in, or that does not exist) answers the empty view of
+// contract section 3, zeros and nulls, until a message comes, so once the
+// hub has pushed that view it need not compute it again while the room
+// stays inactive. Without it, every watched view is computed every push.
+type RoomActivity interface {
+	// RoomActive reports whether room may have messages in some window.
+	// It must never answer false for a room with messages; answering
+	// true for one whose last messages just left is fine.
+	RoomActive(room string) bool
+}
+
+// render computes a view for the hub (a renderFunc). k is valid; pushed
+// views list the default number of top users and rooms, and up to maxLimit
+// rooms.
+func (s *Server) render(k viewKey, last rendering) (rendering, error) {
 	now := s.nowMs()
-	var v any
+	var (
+		v     any
+		err   error
+		quiet bool
+	)
 	switch k.kind {
 	case viewOverview:
 		v, err = s.views.Overview(k.window, defaultK, now)
 	case viewRoom:
-		v, err = s.views.Room(k.room, k.window, defaultK, now)
+		activity, ok := s.views.(RoomActivity)
+		if ok && last.quiet && !activity.RoomActive(k.room) {
+			return rendering{quiet: true}, nil // still the empty view
+		}
+		var r aggregator.Room
+		r, err = s.views.Room(k.room, k.window, defaultK, now)
+		v, quiet = r, ok && r.Messages == 0
 	case viewRooms:
 		v, err = s.views.Rooms(k.window, maxLimit, now)
 	}
 	if err != nil {
-		return nil, nil, err
+		return rendering{}, err
 	}
-	if data, err = json.Marshal(v); err != nil {
-		return nil, nil, err
+	data, err := json.Marshal(v)
+	if err != nil {
+		return rendering{}, err
 	}
-	return data, withoutAsOf(data), nil
+	return rendering{frame: viewFrame(k, data), stamp: withoutAsOf(data), quiet: quiet}, nil
 }
 
 // withoutAsOf blanks the as_of value of a view's JSON.
@@ -104,14 +135,6 @@ func viewFrame(k viewKey, data []byte) []byte {
 		Room   string   `json:"room"`
 	}{"view", k.kind, k.window, k.room})
 	return slices.Concat(head[:len(head)-1], []byte(`,"data":`), data, []byte("}"))
-}
-
-func alertFrame(a throttle.Alert) []byte {
-	b, _ := json.Marshal(struct {
-		Type string         `json:"type"`
-		Data throttle.Alert `json:"data"`
-	}{"alert", a})
-	return b
 }
 
 func errorFrame(msg string) []byte {

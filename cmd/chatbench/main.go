@@ -2,10 +2,11 @@
 //
 //	chatbench ingest   events/s of chatpulse's ingest beside a raw NATS subscriber, and replay speed
 //	chatbench check    latency of throttle checks over NATS and HTTP at a steady rate, while events flow
-//	chatbench fanout   websocket delivery lag and cost per client with thousands of dashboards
+//	chatbench fanout   websocket delivery lag and cost per client with thousands of dashboards, beside Centrifugo
+//	chatbench stall    a fresh dashboard's first view while thousands of hostile connections watch nonexistent rooms, and leave
 //	chatbench group    CPU per event of a group of members beside one standalone instance, failover, view latency
 //
-// ingest runs everything in process; check and fanout drive a chatpulse
+// ingest runs everything in process; check, fanout and stall drive a chatpulse
 // that is already running (go run ./cmd/chatpulse), as clients would.
 package main
 
@@ -15,9 +16,9 @@ import (
 )
 
 func main() {
-	cmds := map[string]func([]string) error{"ingest": ingestCmd, "check": checkCmd, "fanout": fanoutCmd, "group": groupCmd}
+	cmds := map[string]func([]string) error{"ingest": ingestCmd, "check": checkCmd, "fanout": fanoutCmd, "stall": stallCmd, "group": groupCmd}
 	if len(os.Args) < 2 || cmds[os.Args[1]] == nil {
-		fmt.Fprintln(os.Stderr, "usage: chatbench ingest|check|fanout|group [flags]   (chatbench <cmd> -h for the flags)")
+		fmt.Fprintln(os.Stderr, "usage: chatbench ingest|check|fanout|stall|group [flags]   (chatbench <cmd> -h for the flags)")
 		os.Exit(2)
 	}
 	if err := cmds[os.Args[1]](os.Args[2:]); err != nil {

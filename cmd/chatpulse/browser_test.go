@@ -119,6 +119,7 @@ func TestBrowserDashboard(t *testing.T) {
 			t.Errorf("alert %q does not mention %q", text, want)
 		}
 	}
+	b.waitText("#alert-count", "1 alert")
 	b.wait("mallory over the limit now", `document.querySelector('#active tr[data-user="mallory"][data-room="lobby"][data-policy="user_room_flood"]') !== null`)
 	b.waitText("#top-talker", "mallory")
 

@@ -12,12 +12,13 @@ import (
 )
 
 type frame struct {
-	Type   string          `json:"type"`
-	View   string          `json:"view"`
-	Window string          `json:"window"`
-	Room   string          `json:"room"`
-	Data   json.RawMessage `json:"data"`
-	Error  string          `json:"error"`
+	Type    string          `json:"type"`
+	View    string          `json:"view"`
+	Window  string          `json:"window"`
+	Room    string          `json:"room"`
+	Data    json.RawMessage `json:"data"`
+	Error   string          `json:"error"`
+	Omitted int             `json:"omitted"`
 }
 
 // dial opens /ws with the given Origin header ("" for none).
@@ -152,7 +153,7 @@ func TestWebsocket(t *testing.T) {
 	// Bad frames get error frames, and the connection stays open.
 	for msg, want := range map[string]string{
 		`not json`:                           "frames are JSON objects",
-		`{"type":"subscribe","view":"nope"}`: `view must be overview, room or rooms, got "nope"`,
+		`{"type":"subscribe","view":"nope"}`: `view must be overview, room, rooms or alerts, got "nope"`,
 		`{"type":"subscribe","view":"overview","window":"2m"}`: `unknown window "2m"; configured: 1m, 5m, 1h`,
 		`{"type":"subscribe","view":"room","room":""}`:         "room: must be 1..128 bytes, got 0",
 		`{"type":"dance"}`: "type must be subscribe or unsubscribe",
@@ -262,14 +263,21 @@ func TestSlowClient(t *testing.T) {
 	}
 }
 
-// Dashboards get throttle alerts, and one client flooding the server with
-// frames is refused without hurting another.
+// Dashboards that subscribe to alerts get them, coalesced into the push,
+// and the others get none; one client flooding the server with frames is
+// refused without hurting another.
 func TestWebsocketAlertsAndFlood(t *testing.T) {
 	tm := startMain(t, "--push-interval", "100ms")
 	a := tm.mustDial().reading(t)
-	send(t, a, `{"type":"subscribe","view":"overview"}`)
-	if f, ok := next(t, a, 5*time.Second); !ok || f.Type != "view" {
-		t.Fatalf("first frame: %+v", f)
+	quiet := tm.mustDial().reading(t)
+	send(t, a, `{"type":"subscribe","view":"alerts"}`)
+	for _, c := range []*wsClient{a, quiet} {
+		// The hub serves a client's frames in order: once the view is
+		// here, so is the subscription to alerts.
+		send(t, c, `{"type":"subscribe","view":"overview"}`)
+		if f, ok := next(t, c, 5*time.Second); !ok || f.Type != "view" {
+			t.Fatalf("first frame: %+v", f)
+		}
 	}
 
 	flood := tm.mustDial().reading(t)
@@ -289,28 +297,71 @@ func TestWebsocketAlertsAndFlood(t *testing.T) {
 		limited = f.Type == "error" && strings.Contains(f.Error, "too many requests")
 	}
 
+	// 11 messages from alice: one alert. Then 11 from each of 60 others in
+	// one burst: more alerts than a frame holds if they come in one push.
 	for i := range 11 {
 		tm.publish("chat.lobby.alice", fmt.Sprintf(`{"room":"lobby","user":"alice","text":"%d"}`, i))
 	}
-	var alert struct {
+	type alert struct {
 		Policy, Room, User string
 		Count, Limit       int
 	}
-	for views := 0; ; {
+	var first alert
+	for views := 0; first.User == ""; {
 		f, ok := next(t, a, 10*time.Second)
 		if !ok {
-			t.Fatalf("no alert frame (%d views meanwhile)", views)
+			t.Fatalf("no alerts frame (%d views meanwhile)", views)
 		}
 		if f.Type == "view" {
 			views++
 			continue
 		}
-		if f.Type == "alert" {
-			json.Unmarshal(f.Data, &alert)
-			break
+		var alerts []alert
+		if f.Type != "alerts" || json.Unmarshal(f.Data, &alerts) != nil || len(alerts) != 1 || f.Omitted != 0 {
+			t.Fatalf("frame %+v", f)
+		}
+		first = alerts[0]
+	}
+	if first.Policy != "user_room_flood" || first.Room != "lobby" || first.User != "alice" || first.Count != 11 || first.Limit != 10 {
+		t.Fatalf("alert: %+v", first)
+	}
+	const others = 60
+	for u := range others {
+		for i := range 11 {
+			tm.publish("chat.lobby.x", fmt.Sprintf(`{"room":"lobby","user":"u%d","text":"%d"}`, u, i))
 		}
 	}
-	if alert.Policy != "user_room_flood" || alert.Room != "lobby" || alert.User != "alice" || alert.Count != 11 || alert.Limit != 10 {
-		t.Fatalf("alert: %+v", alert)
+	tm.nc.Flush()
+	users := map[string]bool{}
+	seen := 0
+	for seen < others {
+		f, ok := next(t, a, 10*time.Second)
+		if !ok {
+			t.Fatalf("%d of %d alerts delivered or omitted", seen, others)
+		}
+		if f.Type != "alerts" {
+			continue
+		}
+		var alerts []alert
+		json.Unmarshal(f.Data, &alerts)
+		if len(alerts) > 50 {
+			t.Fatalf("%d alerts in one frame", len(alerts))
+		}
+		for _, al := range alerts {
+			if users[al.User] || al.User == "alice" {
+				t.Fatalf("%s's alert again", al.User)
+			}
+			users[al.User] = true
+		}
+		seen += len(alerts) + f.Omitted
+	}
+	if seen != others || len(users) == 0 {
+		t.Fatalf("%d alerts delivered, %d delivered or omitted, of %d", len(users), seen, others)
+	}
+	quiet.Close()
+	for f := range quiet.frames {
+		if f.Type == "alerts" {
+			t.Fatal("alerts to a client that did not subscribe to them")
+		}
 	}
 }

@@ -2,7 +2,8 @@
 //
 // Everything live comes over one websocket (/ws): the overview of every
 // configured window (for the top-talker strip), the rooms list of the
-// selected window, and a room's view in every window while its detail shows.
+// selected window, a room's view in every window while its detail shows, and
+// the throttle alerts (one frame per push, with a count of those left out).
 // The wanted subscriptions are derived from the route and the window; after
 // any change, or after a reconnect, reconcile() sends what differs. Frames
 // only record data and mark a part of the page dirty; the page is redrawn at
@@ -77,7 +78,8 @@ const state = {
   overview: new Map(), // window -> overview data
   rooms: null, // rooms view of the selected window
   room: new Map(), // window -> room view of the room in the route
-  alerts: [], // newest first
+  alerts: [], // newest first, at most MAX_ALERTS
+  alertTotal: 0, // alerts since the page opened, shown or left out
   active: null, // the last /api/v1/throttle/active answer
   activeError: false,
 };
@@ -121,6 +123,7 @@ const subKey = (view, window, room = '') => JSON.stringify([view, window, room])
 function wanted() {
   const want = new Map();
   const add = (m) => want.set(subKey(m.view, m.window, m.room), m);
+  add({ view: 'alerts' });
   for (const w of state.windows) add({ view: 'overview', window: w.name });
   if (state.route.name === 'dashboard' && state.window) add({ view: 'rooms', window: state.window });
   if (state.route.name === 'room') {
@@ -341,8 +344,12 @@ function onFrame(msg) {
       }
       break;
     }
-    case 'alert':
-      addAlert(msg.data);
+    case 'alerts':
+      // One frame per push, oldest first, with a count of those left out.
+      for (const a of msg.data || []) addAlert(a);
+      state.alertTotal += msg.omitted || 0;
+      showAlertCount();
+      if (visible.moderation) pollActive(); // show the new keys over their limits now
       break;
     case 'error':
       toast(msg.error);
@@ -667,6 +674,7 @@ function renderRoom() {
 
 function addAlert(a) {
   state.alerts.unshift(a);
+  state.alertTotal += 1;
   const list = $('alerts');
   const when = new Date(a.at);
   const li = el('li', { class: 'alert new', data: { testid: 'alert', policy: a.policy, user: a.user, room: a.room } },
@@ -679,11 +687,17 @@ function addAlert(a) {
     state.alerts.pop();
     list.lastElementChild.remove();
   }
+}
+
+// showAlertCount shows how many alerts came since the page opened, those
+// the list shows and those it does not.
+function showAlertCount() {
+  if (!state.alertTotal) return;
   $('alerts-empty').hidden = true;
   const badge = $('alert-count');
   badge.hidden = false;
-  badge.textContent = plural(state.alerts.length, 'alert', 'alerts');
-  if (visible.moderation) pollActive(); // show the new key over its limit now
+  badge.textContent = plural(state.alertTotal, 'alert', 'alerts');
+  badge.title = state.alertTotal > state.alerts.length ? `the newest ${state.alerts.length} are listed` : '';
 }
 
 // who names a key the way alerts do: user in room, policy below.
