@@ -26,6 +26,7 @@ type Aggregator struct {
 	clock int64 // as_of so far: the latest now or accepted event time seen
 	late  []uint64
 	pairs map[pairKey]*pair
+	peak  struct{ rooms, users, pairs int } // the maps' sizes, for shrunk
 
 	buckets []int64 // scratch: an event's bucket in each window
 }
@@ -45,9 +46,10 @@ type window struct {
 }
 
 type room struct {
-	name string
-	w    []roomWin
-	live int // windows in which it has messages
+	name  string
+	pairs []*pair // its talkers, in any window
+	w     []roomWin
+	live  int // windows in which it has messages
 }
 
 type roomWin struct {
@@ -73,11 +75,12 @@ type userWin struct {
 type pairKey struct{ room, user string }
 
 type pair struct {
-	room *room
-	user *user
-	at   int // index in user.pairs
-	w    []pairWin
-	live int
+	room   *room
+	user   *user
+	at     int // index in user.pairs
+	inRoom int // index in room.pairs
+	w      []pairWin
+	live   int
 }
 
 type pairWin struct {
@@ -106,7 +109,7 @@ func New(windows []rolling.Window) (*Aggregator, error) {
 		n := spec.Buckets()
 		w := &window{Window: spec, i: i, n: int64(n), res: spec.Res.Milliseconds(), head: chat.Never, total: rolling.NewCounter(n)}
 		w.pairs = rolling.NewKeyed(n, func(p *pairWin) *rolling.Tally { return &p.tally }, a.pairFell(w))
-		w.rooms = rolling.NewKeyed(n, func(r *roomWin) *rolling.Tally { return &r.tally }, a.roomFell)
+		w.rooms = rolling.NewKeyed(n, func(r *roomWin) *rolling.Tally { return &r.tally }, a.roomFell(w))
 		a.ws = append(a.ws, w)
 	}
 	return a, nil
@@ -121,35 +124,75 @@ func (a *Aggregator) pairFell(w *window) func(*pairWin, int64) {
 		p := pw.pair
 		u := p.user
 		if pw.tally.Count == 0 {
-			p.room.w[i].distinct--
+			rw := &p.room.w[i]
+			rw.distinct--
+			rw.talkers.Fell(rw.distinct)
 			if p.live--; p.live == 0 {
-				delete(a.pairs, pairKey{p.room.name, u.name})
-				last := len(u.pairs) - 1
-				u.pairs[p.at] = u.pairs[last]
-				u.pairs[p.at].at = p.at
-				u.pairs[last] = nil
-				u.pairs = u.pairs[:last]
+				a.forgetPair(p)
 			}
 		}
 		uw := &u.w[i]
 		if uw.count -= k; uw.count == 0 {
 			w.users--
+			w.topUsers.Fell(w.users)
 			if u.live--; u.live == 0 { // so all its pairs are gone too
 				delete(a.users, u.name)
+				a.users = shrunk(a.users, &a.peak.users)
 			}
 		}
 	}
 }
 
-func (a *Aggregator) roomFell(rw *roomWin, _ int64) {
-	if rw.tally.Count > 0 {
-		return
-	}
-	r := rw.room
-	if r.live--; r.live == 0 {
-		delete(a.rooms, r.name)
+func (a *Aggregator) roomFell(w *window) func(*roomWin, int64) {
+	return func(rw *roomWin, _ int64) {
+		if rw.tally.Count > 0 {
+			return
+		}
+		w.topRooms.Fell(w.rooms.Keys())
+		r := rw.room
+		if r.live--; r.live == 0 {
+			delete(a.rooms, r.name)
+			a.rooms = shrunk(a.rooms, &a.peak.rooms)
+		}
 	}
 }
+
+// forgetPair drops a pair that has no messages left in any window.
+func (a *Aggregator) forgetPair(p *pair) {
+	delete(a.pairs, pairKey{p.room.name, p.user.name})
+	a.pairs = shrunk(a.pairs, &a.peak.pairs)
+	u, r := p.user, p.room
+	last := len(u.pairs) - 1
+	u.pairs[p.at] = u.pairs[last]
+	u.pairs[p.at].at = p.at
+	u.pairs[last] = nil
+	u.pairs = u.pairs[:last]
+	last = len(r.pairs) - 1
+	r.pairs[p.inRoom] = r.pairs[last]
+	r.pairs[p.inRoom].inRoom = p.inRoom
+	r.pairs[last] = nil
+	r.pairs = r.pairs[:last]
+}
+
+// shrunk returns m, or a copy of it once it holds less than a quarter of
+// the keys it held at its peak: Go maps never give back the space of
+// deleted keys, and a flood of keys that went quiet would keep it. The
+// copy costs O(len(m)), paid for by the three times as many deletions
+// since the peak.
+func shrunk[K comparable, V any](m map[K]V, peak *int) map[K]V {
+	if *peak < minShrink || 4*len(m) >= *peak {
+		return m
+	}
+	c := make(map[K]V, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	*peak = len(m)
+	return c
+}
+
+// minShrink is the smallest peak worth shrinking a map from.
+const minShrink = 64
 
 // tick moves the clock to T = max(now, newest accepted event time), the
 // as_of of every answer. It never goes back, even if the wall clock does:
@@ -253,6 +296,7 @@ func (a *Aggregator) newRoom(name string) *room {
 		rw.item = topk.Item{Name: r.name, Count: &rw.tally.Count}
 	}
 	a.rooms[r.name] = r
+	a.peak.rooms = max(a.peak.rooms, len(a.rooms))
 	return r
 }
 
@@ -263,6 +307,7 @@ func (a *Aggregator) newUser(name string) *user {
 		uw.item = topk.Item{Name: u.name, Count: &uw.count}
 	}
 	a.users[u.name] = u
+	a.peak.users = max(a.peak.users, len(a.users))
 	return u
 }
 
@@ -275,14 +320,16 @@ func (a *Aggregator) newPair(roomName, userName string) *pair {
 	if u == nil {
 		u = a.newUser(userName)
 	}
-	p := &pair{room: r, user: u, at: len(u.pairs), w: make([]pairWin, len(a.ws))}
+	p := &pair{room: r, user: u, at: len(u.pairs), inRoom: len(r.pairs), w: make([]pairWin, len(a.ws))}
 	for i := range p.w {
 		pw := &p.w[i]
 		pw.pair = p
 		pw.item = topk.Item{Name: u.name, Count: &pw.tally.Count}
 	}
 	u.pairs = append(u.pairs, p)
+	r.pairs = append(r.pairs, p)
 	a.pairs[pairKey{r.name, u.name}] = p
+	a.peak.pairs = max(a.peak.pairs, len(a.pairs))
 	return p
 }
 

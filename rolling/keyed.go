@@ -115,15 +115,28 @@ func (w *Keyed[K]) Advance(b int64) {
 		// Bucket s reuses the slot of bucket s-n, which leaves the window; a
 		// jump of a whole window or more expires every bucket held, once.
 		n := int64(len(w.ring))
+		expired := false
 		for old := w.head - n + 1; old <= min(w.head, b-n); old++ {
-			w.expire(old)
+			expired = w.expire(old) || expired
+		}
+		if expired && w.keys == 0 {
+			// Nothing is left: no slot needs the room it once had.
+			for i, keys := range w.ring {
+				if cap(keys) > minSlot {
+					w.ring[i] = nil
+				}
+			}
 		}
 	}
 	w.head = b
 }
 
-// expire drops bucket old from every key listed in its slot.
-func (w *Keyed[K]) expire(old int64) {
+// minSlot is the capacity a slot may keep whatever the window holds.
+const minSlot = 64
+
+// expire drops bucket old from every key listed in its slot, and reports
+// whether there were any.
+func (w *Keyed[K]) expire(old int64) bool {
 	i := slot(old, len(w.ring))
 	keys := w.ring[i]
 	for _, key := range keys {
@@ -132,13 +145,22 @@ func (w *Keyed[K]) expire(old int64) {
 		t.Count -= c.n
 		if t.Count == 0 {
 			w.keys--
+			t.cells, t.off = nil, 0 // a key with nothing here holds nothing here
 		}
 		if w.fell != nil {
 			w.fell(key, c.n)
 		}
 	}
 	clear(keys) // let forgotten keys be collected
-	w.ring[i] = keys[:0]
+	// The slot will list the keys of a bucket to come, about as many as the
+	// one that left in steady state; after a flood, far fewer, so a slot
+	// much larger than the whole window's keys gives its room back.
+	if cap(keys) > 2*w.keys+minSlot {
+		w.ring[i] = nil
+	} else {
+		w.ring[i] = keys[:0]
+	}
+	return len(keys) > 0
 }
 
 // Add counts k > 0 events of key in bucket b, like Counter.Add.
