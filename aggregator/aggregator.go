@@ -3,7 +3,7 @@ package aggregator
 import (
 	"errors"
 	"fmt"
-	"strings"
+	"math"
 	"sync"
 
 	"github.com/chatpulse/chatpulse/chat"
@@ -25,8 +25,8 @@ type Aggregator struct {
 	users map[string]*user
 	clock int64 // as_of so far: the latest now or accepted event time seen
 	late  []uint64
-	pairs map[pairKey]*pair
-	peak  struct{ rooms, users, pairs int } // the maps' sizes, for shrunk
+	pairs pairTable
+	peak  struct{ rooms, users int } // the maps' sizes, for shrunk
 
 	buckets []int64 // scratch: an event's bucket in each window
 }
@@ -37,56 +37,14 @@ type window struct {
 	n        int64
 	res      int64 // ms
 	head     int64 // bucket of the aggregator's clock
+	start    int64 // the head bucket's first instant, in ms
+	next     int64 // the next bucket's: the window moves when the clock gets there
 	total    rolling.Counter
 	pairs    *rolling.Keyed[*pairWin]
 	rooms    *rolling.Keyed[*roomWin]
 	users    int // users with messages in this window
 	topRooms topk.Heap
 	topUsers topk.Heap
-}
-
-type room struct {
-	name  string
-	pairs []*pair // its talkers, in any window
-	w     []roomWin
-	live  int // windows in which it has messages
-}
-
-type roomWin struct {
-	room     *room
-	tally    rolling.Tally
-	item     topk.Item // in the window's top rooms
-	talkers  topk.Heap // its users in this window
-	distinct int       // users with messages here in this window
-}
-
-type user struct {
-	name  string
-	pairs []*pair // the rooms it talks in, in any window
-	w     []userWin
-	live  int
-}
-
-type userWin struct {
-	count int64     // the sum of its pairs' counts in this window
-	item  topk.Item // in the window's top users
-}
-
-type pairKey struct{ room, user string }
-
-type pair struct {
-	room   *room
-	user   *user
-	at     int // index in user.pairs
-	inRoom int // index in room.pairs
-	w      []pairWin
-	live   int
-}
-
-type pairWin struct {
-	pair  *pair
-	tally rolling.Tally
-	item  topk.Item // in the room's talkers
 }
 
 // New returns an aggregator over the given windows (see rolling.ParseWindows).
@@ -97,7 +55,7 @@ func New(windows []rolling.Window) (*Aggregator, error) {
 	a := &Aggregator{
 		rooms:   make(map[string]*room),
 		users:   make(map[string]*user),
-		pairs:   make(map[pairKey]*pair),
+		pairs:   newPairTable(),
 		clock:   chat.Never,
 		late:    make([]uint64, len(windows)),
 		buckets: make([]int64, len(windows)),
@@ -107,7 +65,7 @@ func New(windows []rolling.Window) (*Aggregator, error) {
 			return nil, fmt.Errorf("aggregator: window %q: %w", spec.Name, err)
 		}
 		n := spec.Buckets()
-		w := &window{Window: spec, i: i, n: int64(n), res: spec.Res.Milliseconds(), head: chat.Never, total: rolling.NewCounter(n)}
+		w := &window{Window: spec, i: i, n: int64(n), res: spec.Res.Milliseconds(), head: chat.Never, next: chat.Never, total: rolling.NewCounter(n)}
 		w.pairs = rolling.NewKeyed(n, func(p *pairWin) *rolling.Tally { return &p.tally }, a.pairFell(w))
 		w.rooms = rolling.NewKeyed(n, func(r *roomWin) *rolling.Tally { return &r.tally }, a.roomFell(w))
 		a.ws = append(a.ws, w)
@@ -157,43 +115,6 @@ func (a *Aggregator) roomFell(w *window) func(*roomWin, int64) {
 	}
 }
 
-// forgetPair drops a pair that has no messages left in any window.
-func (a *Aggregator) forgetPair(p *pair) {
-	delete(a.pairs, pairKey{p.room.name, p.user.name})
-	a.pairs = shrunk(a.pairs, &a.peak.pairs)
-	u, r := p.user, p.room
-	last := len(u.pairs) - 1
-	u.pairs[p.at] = u.pairs[last]
-	u.pairs[p.at].at = p.at
-	u.pairs[last] = nil
-	u.pairs = u.pairs[:last]
-	last = len(r.pairs) - 1
-	r.pairs[p.inRoom] = r.pairs[last]
-	r.pairs[p.inRoom].inRoom = p.inRoom
-	r.pairs[last] = nil
-	r.pairs = r.pairs[:last]
-}
-
-// shrunk returns m, or a copy of it once it holds less than a quarter of
-// the keys it held at its peak: Go maps never give back the space of
-// deleted keys, and a flood of keys that went quiet would keep it. The
-// copy costs O(len(m)), paid for by the three times as many deletions
-// since the peak.
-func shrunk[K comparable, V any](m map[K]V, peak *int) map[K]V {
-	if *peak < minShrink || 4*len(m) >= *peak {
-		return m
-	}
-	c := make(map[K]V, len(m))
-	for k, v := range m {
-		c[k] = v
-	}
-	*peak = len(m)
-	return c
-}
-
-// minShrink is the smallest peak worth shrinking a map from.
-const minShrink = 64
-
 // tick moves the clock to T = max(now, newest accepted event time), the
 // as_of of every answer. It never goes back, even if the wall clock does:
 // what expired stays expired.
@@ -206,7 +127,14 @@ func (w *window) bucket(t int64) int64 { return rolling.FloorDiv(t, w.res) }
 
 // advance moves every structure of the window to bucket b.
 func (w *window) advance(b int64) {
-	w.head = max(w.head, b)
+	if b <= w.head {
+		return
+	}
+	w.head, w.start = b, b*w.res
+	w.next = math.MaxInt64 // the end of time, where t+res would overflow
+	if w.start <= math.MaxInt64-w.res {
+		w.next = w.start + w.res
+	}
 	w.total.Count(b)
 	w.pairs.Advance(b)
 	w.rooms.Advance(b)
@@ -229,29 +157,21 @@ func (a *Aggregator) Observe(now int64, evs []chat.Event, late []int) []int {
 }
 
 func (a *Aggregator) observe(ev *chat.Event) bool {
-	counted := false
-	for _, w := range a.ws { // Observe moved every head to now: none is Never
-		b := w.bucket(ev.TS)
-		if b <= w.head-w.n {
-			a.late[w.i]++
-			b = lateBucket
-		} else {
-			counted = true
-		}
-		a.buckets[w.i] = b
-	}
-	if !counted {
-		return false
-	}
 	if ev.TS > a.clock {
 		// Move every window first, so that what this event's time expires
-		// is gone (and maybe forgotten) before the event is counted.
+		// is gone (and maybe forgotten) before the event is counted, in
+		// every window's newest bucket.
 		a.advance(ev.TS)
+		for _, w := range a.ws {
+			a.buckets[w.i] = w.head
+		}
+	} else if !a.place(ev.TS) {
+		return false
 	}
 
-	p := a.pairs[pairKey{ev.Room, ev.User}]
+	p, h := a.pairs.get(ev.Room, ev.User)
 	if p == nil {
-		p = a.newPair(ev.Room, ev.User)
+		p = a.newPair(ev.Room, ev.User, h)
 	}
 	r, u := p.room, p.user
 	for _, w := range a.ws {
@@ -285,53 +205,30 @@ func (a *Aggregator) observe(ev *chat.Event) bool {
 	return true
 }
 
+// place finds the bucket in every window of an event no newer than the
+// clock, marking the windows it is too old for, and reports whether any
+// window counts it. Most events land in the head bucket, which takes no
+// division to see.
+func (a *Aggregator) place(ts int64) bool {
+	counted := false
+	for _, w := range a.ws { // Observe moved every head to now: none is Never
+		b := w.head
+		if ts < w.start {
+			b = w.bucket(ts)
+		}
+		if b <= w.head-w.n {
+			a.late[w.i]++
+			b = lateBucket
+		} else {
+			counted = true
+		}
+		a.buckets[w.i] = b
+	}
+	return counted
+}
+
 // lateBucket marks a window that skips the event at hand.
 const lateBucket = -1 << 63
-
-func (a *Aggregator) newRoom(name string) *room {
-	r := &room{name: strings.Clone(name), w: make([]roomWin, len(a.ws))}
-	for i := range r.w {
-		rw := &r.w[i]
-		rw.room = r
-		rw.item = topk.Item{Name: r.name, Count: &rw.tally.Count}
-	}
-	a.rooms[r.name] = r
-	a.peak.rooms = max(a.peak.rooms, len(a.rooms))
-	return r
-}
-
-func (a *Aggregator) newUser(name string) *user {
-	u := &user{name: strings.Clone(name), w: make([]userWin, len(a.ws))}
-	for i := range u.w {
-		uw := &u.w[i]
-		uw.item = topk.Item{Name: u.name, Count: &uw.count}
-	}
-	a.users[u.name] = u
-	a.peak.users = max(a.peak.users, len(a.users))
-	return u
-}
-
-func (a *Aggregator) newPair(roomName, userName string) *pair {
-	r := a.rooms[roomName]
-	if r == nil {
-		r = a.newRoom(roomName)
-	}
-	u := a.users[userName]
-	if u == nil {
-		u = a.newUser(userName)
-	}
-	p := &pair{room: r, user: u, at: len(u.pairs), inRoom: len(r.pairs), w: make([]pairWin, len(a.ws))}
-	for i := range p.w {
-		pw := &p.w[i]
-		pw.pair = p
-		pw.item = topk.Item{Name: u.name, Count: &pw.tally.Count}
-	}
-	u.pairs = append(u.pairs, p)
-	r.pairs = append(r.pairs, p)
-	a.pairs[pairKey{r.name, u.name}] = p
-	a.peak.pairs = max(a.peak.pairs, len(a.pairs))
-	return p
-}
 
 // Advance brings every window up to now, forgetting what expired. Counts are
 // right without it (every read catches up first); it only frees memory
@@ -345,6 +242,8 @@ func (a *Aggregator) Advance(now int64) {
 func (a *Aggregator) advance(now int64) {
 	t := a.tick(now)
 	for _, w := range a.ws {
-		w.advance(w.bucket(t))
+		if t >= w.next {
+			w.advance(w.bucket(t))
+		}
 	}
 }

@@ -219,5 +219,5 @@ type Stats struct {
 func (a *Aggregator) Stats() Stats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return Stats{Rooms: len(a.rooms), Users: len(a.users), Pairs: len(a.pairs), Late: slices.Clone(a.late)}
+	return Stats{Rooms: len(a.rooms), Users: len(a.users), Pairs: a.pairs.n, Late: slices.Clone(a.late)}
 }
