@@ -8,6 +8,7 @@ import (
 
 	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/rolling"
 )
 
 // A key flood (issue 12): users events from as many new users over rooms
@@ -110,5 +111,45 @@ func TestFloodGivesMemoryBack(t *testing.T) {
 	}
 	if afterLive > 2*freshLive {
 		t.Errorf("the aggregator keeps %d KiB after the flood, more than twice the %d KiB of a fresh one", afterLive>>10, freshLive>>10)
+	}
+}
+
+// BenchmarkFlood is issue 12's flood at full size: 2,000,000 new users over
+// 100,000 rooms in 60 s of chat time, with a 10 s window, then 30 s of the
+// steady load alone. It reports the heap in use at its peak (sampled every
+// second of chat time, garbage included), the live bytes per tracked
+// (room, user) pair per window at the end of the flood, and the heap in use
+// once the flood has left the window, against a fresh process's. Run it
+// with -benchtime 1x.
+func BenchmarkFlood(b *testing.B) {
+	ws, _ := rolling.ParseWindows("10s")
+	for b.Loop() {
+		_, base := heap()
+		a, _ := aggregator.New(ws)
+		var peak uint64
+		var liveAtEnd uint64
+		var st aggregator.Stats
+		f := flood{users: 2_000_000, rooms: 100_000, start: 5, secs: 60, end: 95}
+		sec := 0
+		f.sample = func() {
+			sec++
+			s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/unused:bytes"}}
+			metrics.Read(s)
+			peak = max(peak, s[0].Value.Uint64()+s[1].Value.Uint64())
+			if sec == int(f.start+f.secs) { // the flood's last second
+				liveAtEnd, _ = heap()
+				st = a.Stats()
+			}
+		}
+		f.run(a)
+		live, after := heap()
+		runtime.KeepAlive(a)
+		b.ReportMetric(float64(base)/(1<<20), "MiB-before")
+		b.ReportMetric(float64(peak)/(1<<20), "MiB-peak")
+		b.ReportMetric(float64(liveAtEnd)/(1<<20), "MiB-live-at-flood-end")
+		b.ReportMetric(float64(st.Pairs), "pairs-at-flood-end")
+		b.ReportMetric(float64(liveAtEnd-base)/float64(st.Pairs*len(ws)), "B/pair/window")
+		b.ReportMetric(float64(after)/(1<<20), "MiB-after")
+		b.ReportMetric(float64(live)/(1<<20), "MiB-live-after")
 	}
 }

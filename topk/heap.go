@@ -16,6 +16,7 @@ func (h *Heap) rebuild(all iter.Seq[*Item]) {
 			h.es = append(h.es, entry{n: n, pre: prefix(it.Name), ver: it.ver, it: it})
 		}
 	}
+	h.built = len(h.es)
 	h.heapify()
 }
 

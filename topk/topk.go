@@ -1,6 +1,7 @@
 // Package topk ranks keys by a count that rises and falls, and answers "the
-// k largest" without sorting all keys: a max-heap with lazy deletion and a
-// floor under which keys are not ranked until someone asks.
+// k largest" without sorting all keys: a max-heap with lazy deletion, a
+// floor under which keys are not ranked, and no upkeep at all while nobody
+// reads.
 //
 // Counts here rise one event at a time and fall in bulk when a window's
 // buckets expire. An indexed heap would have to sift every key whose count
@@ -13,17 +14,26 @@
 // has one). So expiry is O(1) per key and Top(1) is O(log n) amortized: every
 // entry is pushed once and popped at most once.
 //
-// Most keys never matter: a read asks for the top ten or a hundred of a
-// hundred thousand users. So the heap keeps a floor, and a key whose count
-// is at or below it is not pushed at all; the invariant is that every key
-// above the floor has an entry at least as large as its count. Compaction
-// raises the floor to keep about four times the largest k asked so far
-// (at least 64 keys) above it, so in steady state only the busiest keys
-// cost a push. When expiry has lowered so many counts that fewer than k
-// keys are left above the floor, Top rebuilds the heap from every key
-// (which its caller lists), at floor zero, once: O(n), and rare, because it
-// takes that many keys falling below a floor that was chosen with room to
-// spare.
+// Most pushes would never matter, and the heap skips them:
+//
+//   - A read asks for the top ten or a hundred of a hundred thousand users.
+//     So the heap keeps a floor, and a key whose count is at or below it is
+//     not pushed at all; the invariant is that every key above the floor
+//     has an entry at least as large as its count. Compaction raises the
+//     floor to keep about four times the largest k asked so far (at least
+//     64 keys) above it, so only the busiest keys cost a push. When expiry
+//     has lowered so many counts that fewer than k keys are left above the
+//     floor, Top rebuilds the heap from every key, which its caller lists
+//     (O(n), rare: it takes that many keys falling below a floor chosen with
+//     room to spare).
+//   - Most rankings are not read at all (a room nobody looks at, a window
+//     no dashboard shows). A heap starts off, and while it is off, Push does
+//     nothing; Top turns it on by rebuilding it from every key. A heap that
+//     has taken more pushes since its last read than four times the keys it
+//     was last rebuilt from turns itself off again and lets go of its
+//     entries. So upkeep between reads never costs more than the rebuild it
+//     saves, and the rebuild is paid for by those pushes and the events
+//     that brought new keys: O(1) amortized per event either way.
 //
 // What bounds the stale entries is compaction: when stale entries outnumber
 // the live ones by staleFactor (the heap holds 1+staleFactor times the
@@ -64,12 +74,15 @@ type entry struct {
 }
 
 // Heap is a max-heap of items by count with lazy deletion and a floor. The
-// zero value is an empty heap with floor zero.
+// zero value is an empty heap, off until the first Top.
 type Heap struct {
 	es      []entry
 	limit   int     // compact when the heap holds more entries than this
 	floor   int64   // items counted at or below it need no entry
 	want    int     // the largest k asked of Top: what the floor keeps room for
+	on      bool    // kept up by Push; off, Top rebuilds it first
+	idle    int     // pushes taken since the last Top
+	built   int     // items with a count at the last rebuild: its cost
 	pending []*Item // pushed but not yet in es
 	taken   []entry // scratch for Top
 }
@@ -90,12 +103,21 @@ const (
 	keepFactor = 4
 	// minKeep is the fewest keys compaction keeps above the floor.
 	minKeep = 64
+	// idleFactor is how many pushes per key of the last rebuild a heap
+	// takes without a read before it turns off; minIdle keeps small heaps
+	// from turning off and on all the time.
+	idleFactor = 4
+	minIdle    = 1024
 )
 
 // Push records that it's count rose. Call it after every increase; a
 // decrease needs no call, but a fall to zero needs Fell.
 func (h *Heap) Push(it *Item) {
-	if it.pending || *it.Count <= h.floor {
+	if !h.on || it.pending || *it.Count <= h.floor {
+		return
+	}
+	if h.idle++; h.idle > idleFactor*h.built+minIdle {
+		h.reset() // nobody reads it: the next Top rebuilds
 		return
 	}
 	it.pending = true
@@ -118,7 +140,7 @@ func (h *Heap) Fell(live int) {
 	}
 }
 
-// reset empties the heap and gives its memory back.
+// reset empties the heap, gives its memory back and turns it off.
 func (h *Heap) reset() {
 	for _, it := range h.pending {
 		it.pending = false
@@ -159,9 +181,14 @@ func prefix(s string) uint64 {
 // Top appends to dst the k items with the largest counts (count above
 // zero), largest first, ties by the smaller name. all lists every item
 // that may have a count (items at zero are skipped); Top walks it only
-// when the floor hides items it needs.
+// when the heap is off or the floor hides items it needs.
 func (h *Heap) Top(k int, dst []*Item, all iter.Seq[*Item]) []*Item {
 	h.want = max(h.want, k)
+	h.idle = 0
+	if !h.on {
+		h.rebuild(all)
+		h.on = true
+	}
 	h.flush()
 	start := len(dst)
 	dst = h.top(k, dst)

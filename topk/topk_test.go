@@ -218,6 +218,38 @@ func TestFellForgets(t *testing.T) {
 	}
 }
 
+// A heap nobody reads stops taking pushes and lets go of its entries; the
+// next read rebuilds it and is right.
+func TestIdleHeapTurnsOff(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 1))
+	ks := newKeys(500)
+	var h Heap
+	if h.Push(&ks[0].Item); h.Len() != 0 {
+		t.Fatalf("a heap never read took a push")
+	}
+	for round := range 5 {
+		h.Top(3, nil, all(ks)) // on
+		off := false
+		for range 10 * (idleFactor*len(ks) + minIdle) {
+			x := ks[r.IntN(len(ks))]
+			x.count++
+			h.Push(&x.Item)
+			if !h.on {
+				off = true
+				if h.Len() != 0 {
+					t.Fatalf("round %d: off with %d entries", round, h.Len())
+				}
+			}
+		}
+		if !off {
+			t.Fatalf("round %d: still on after %d pushes without a read", round, 10*(idleFactor*len(ks)+minIdle))
+		}
+		if got, want := names(h.Top(10, nil, all(ks))), bruteTop(ks, 10); !slices.Equal(got, want) {
+			t.Fatalf("round %d: top 10 = %v, want %v", round, got, want)
+		}
+	}
+}
+
 func TestTopDoesNotAllocate(t *testing.T) {
 	ks := newKeys(1000)
 	var h Heap
