@@ -29,6 +29,7 @@ type Aggregator struct {
 	peak  struct{ rooms, users int } // the maps' sizes, for shrunk
 
 	buckets []int64 // scratch: an event's bucket in each window
+	found   []*pair // scratch: the pairs of a batch's events
 }
 
 type window struct {
@@ -148,15 +149,26 @@ func (a *Aggregator) Observe(now int64, evs []chat.Event, late []int) []int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.advance(now)
+	// Find every event's pair first: each lookup is a few cache misses, and
+	// in a loop of lookups alone they overlap, where between the counting
+	// of one event and the next they would wait their turn.
+	found := a.found[:0]
 	for i := range evs {
-		if !a.observe(&evs[i]) {
+		p, _ := a.pairs.get(evs[i].Room, evs[i].User)
+		found = append(found, p)
+	}
+	for i := range evs {
+		if !a.observe(&evs[i], found[i]) {
 			late = append(late, i)
 		}
 	}
+	clear(found) // keep no forgotten pair reachable
+	a.found = found[:0]
 	return late
 }
 
-func (a *Aggregator) observe(ev *chat.Event) bool {
+// observe counts one event, whose pair was p (or none) when the batch began.
+func (a *Aggregator) observe(ev *chat.Event, p *pair) bool {
 	if ev.TS > a.clock {
 		// Move every window first, so that what this event's time expires
 		// is gone (and maybe forgotten) before the event is counted, in
@@ -169,9 +181,11 @@ func (a *Aggregator) observe(ev *chat.Event) bool {
 		return false
 	}
 
-	p, h := a.pairs.get(ev.Room, ev.User)
-	if p == nil {
-		p = a.newPair(ev.Room, ev.User, h)
+	if p == nil || p.live == 0 { // new, or forgotten since the batch began
+		var h uint64
+		if p, h = a.pairs.get(ev.Room, ev.User); p == nil {
+			p = a.newPair(ev.Room, ev.User, h)
+		}
 	}
 	r, u := p.room, p.user
 	for _, w := range a.ws {
@@ -186,13 +200,13 @@ func (a *Aggregator) observe(ev *chat.Event) bool {
 			p.live++
 			rw.distinct++
 		}
-		w.pairs.Add(pw, b, 1)
+		w.pairs.Add(pw, &pw.tally, b, 1)
 		rw.talkers.Push(&pw.item)
 
 		if rw.tally.Count == 0 {
 			r.live++
 		}
-		w.rooms.Add(rw, b, 1)
+		w.rooms.Add(rw, &rw.tally, b, 1)
 		w.topRooms.Push(&rw.item)
 
 		if uw.count == 0 {

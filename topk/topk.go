@@ -113,9 +113,13 @@ const (
 // Push records that it's count rose. Call it after every increase; a
 // decrease needs no call, but a fall to zero needs Fell.
 func (h *Heap) Push(it *Item) {
-	if !h.on || it.pending || *it.Count <= h.floor {
-		return
+	if h.on && !it.pending && *it.Count > h.floor {
+		h.take(it)
 	}
+}
+
+// take is Push for an item that needs an entry.
+func (h *Heap) take(it *Item) {
 	if h.idle++; h.idle > idleFactor*h.built+minIdle {
 		h.reset() // nobody reads it: the next Top rebuilds
 		return
