@@ -134,8 +134,14 @@ func (w *Keyed[K]) Advance(b int64) {
 	w.head = b
 }
 
-// minSlot is the capacity a slot may keep whatever the window holds.
-const minSlot = 64
+const (
+	// minSlot is the capacity a slot may keep whatever the window holds.
+	minSlot = 64
+	// keepCells is the capacity of older cells a key may keep while it has
+	// nothing in the window: enough for a key that comes and goes to stop
+	// allocating, too little to matter.
+	keepCells = 4
+)
 
 // expire drops bucket old from every key listed in its slot, and reports
 // whether there were any. It first takes the bucket from every key, then
@@ -152,7 +158,9 @@ func (w *Keyed[K]) expire(old int64) bool {
 		t.Count -= c.n
 		if t.Count == 0 {
 			w.keys--
-			t.cells, t.off = nil, 0 // a key with nothing here holds nothing here
+			if cap(t.cells) > keepCells { // a key with nothing here holds little here
+				t.cells, t.off = nil, 0
+			}
 		}
 		lost = append(lost, c.n)
 	}
