@@ -5,8 +5,8 @@ import "iter"
 // The heap proper: rebuilding, compaction (where the floor rises) and the
 // sift operations.
 
-// rebuild drops every entry and pushes one per item of all with a count, at
-// floor zero. The next compaction raises the floor again.
+// rebuild drops every entry and pushes one per item of all with a count,
+// from floor zero up to where settle puts it.
 func (h *Heap) rebuild(all iter.Seq[*Item]) {
 	clear(h.es)
 	h.es, h.floor = h.es[:0], 0
@@ -17,26 +17,48 @@ func (h *Heap) rebuild(all iter.Seq[*Item]) {
 		}
 	}
 	h.built = len(h.es)
-	h.heapify()
+	h.settle()
 }
 
 // compact rebuilds the heap from the newest entry of every item above the
-// floor, at its current count, first raising the floor if more items are
-// above it than reads need.
+// floor, at its current count.
 func (h *Heap) compact() {
 	live := h.keep(h.es, h.floor)
-	if keep := keepFactor * max(h.want, minKeep/keepFactor); len(live) > 2*keep {
-		// The keep-th largest count becomes the floor's successor: keys
-		// tied with it stay, so at least keep keys are above the floor.
-		h.floor = max(h.floor, kth(live, keep)-1)
-		live = h.keep(live, h.floor)
-	}
 	clear(h.es[len(live):]) // let dropped items be collected
 	h.es = live
-	h.heapify()
+	h.settle()
+}
+
+// settle raises the floor if far more items are above it than reads need,
+// dropping the entries it leaves under, and restores the heap order over
+// entries whose counts are current.
+func (h *Heap) settle() {
+	if keep := keepFactor * max(h.want, minKeep/keepFactor); len(h.es) > 2*keep {
+		// The keep-th largest count becomes the floor's successor: keys
+		// tied with it stay, so at least keep keys are above the floor.
+		h.floor = max(h.floor, kth(h.es, keep)-1)
+		n := len(h.es)
+		h.es = above(h.es, h.floor)
+		clear(h.es[len(h.es):n])
+	}
+	for i := len(h.es)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+	h.limit = (1+staleFactor)*len(h.es) + minLimit
 	if cap(h.es) > 4*h.limit { // the heap shrank a lot: give the memory back
 		h.es = append([]entry(nil), h.es...)
 	}
+}
+
+// above filters es in place to the entries counted above floor.
+func above(es []entry, floor int64) []entry {
+	kept := es[:0]
+	for _, e := range es {
+		if e.n > floor {
+			kept = append(kept, e)
+		}
+	}
+	return kept
 }
 
 // keep filters es in place to the current entries of items counted above
@@ -50,15 +72,6 @@ func (h *Heap) keep(es []entry, floor int64) []entry {
 		}
 	}
 	return live
-}
-
-// heapify restores the heap order over es in O(n) and sets the next
-// compaction's limit.
-func (h *Heap) heapify() {
-	for i := len(h.es)/2 - 1; i >= 0; i-- {
-		h.down(i)
-	}
-	h.limit = (1+staleFactor)*len(h.es) + minLimit
 }
 
 // kth reorders es and returns the k-th largest count among them (1-based,
