@@ -27,6 +27,9 @@ import (
 // Heap entries and ring slots point at per-window structs; a key that is
 // forgotten is dropped from the maps and the lists here, and the heaps and
 // rings let go of it as its counts fall (topk.Heap.Fell, rolling.Keyed).
+// The heaps hold nothing that the keys do not: a heap that is off is
+// rebuilt from them by the next read, so a copy of the state can leave
+// every heap off (its zero value).
 
 type room struct {
 	name  string

@@ -4,12 +4,13 @@ import "hash/maphash"
 
 // pairTable finds a (room, user) pair by the two names: every event's first
 // step. It is a hash table with open addressing and linear probing over a
-// power-of-two array of slots, each holding a pair and the hash of its
-// names, and nothing else. A Go map would hold the two names as its key
-// and compare them where they are stored, a cache miss each; here a slot
-// whose hash matches is checked against the pair itself and its user,
-// which the event needs next anyway (the user keeps its name inside it,
-// see user.setName). Hashes are seeded per table, so nobody can choose
+// power-of-two array of slots, each holding a pair, its user and the hash
+// of their names, and nothing else. A Go map would hold the two names as
+// its key and compare them where they are stored, a cache miss each; here
+// a slot whose hash matches is checked against the pair itself and its
+// user, which the event needs next anyway (the user keeps its name inside
+// it, see user.setName), both found from the slot so that their misses
+// overlap. Hashes are seeded per table, so nobody can choose
 // names that collide.
 //
 // Slots are kept between a quarter and three quarters full: a table grows
@@ -27,6 +28,7 @@ type pairTable struct {
 type pairSlot struct {
 	h uint64
 	p *pair // nil: the slot is free
+	u *user // p's, so that checking a match loads p and u side by side
 }
 
 const minSlots = 64
@@ -51,7 +53,7 @@ func (t *pairTable) get(room, user string) (*pair, uint64) {
 		if s.p == nil {
 			return nil, h
 		}
-		if s.h == h && s.p.user.name == user && s.p.room.name == room {
+		if s.h == h && s.u.name == user && s.p.room.name == room {
 			return s.p, h
 		}
 	}
@@ -62,17 +64,17 @@ func (t *pairTable) put(h uint64, p *pair) {
 	if 4*(t.n+1) > 3*len(t.slots) {
 		t.resize(2 * len(t.slots))
 	}
-	t.place(h, p)
+	t.place(pairSlot{h, p, p.user})
 	t.n++
 }
 
-func (t *pairTable) place(h uint64, p *pair) {
+func (t *pairTable) place(s pairSlot) {
 	mask := len(t.slots) - 1
-	i := int(h) & mask
+	i := int(s.h) & mask
 	for t.slots[i].p != nil {
 		i = (i + 1) & mask
 	}
-	t.slots[i] = pairSlot{h, p}
+	t.slots[i] = s
 }
 
 // delete removes p, which is in the table.
@@ -108,7 +110,7 @@ func (t *pairTable) resize(size int) {
 	t.slots = make([]pairSlot, max(size, minSlots))
 	for _, s := range old {
 		if s.p != nil {
-			t.place(s.h, s.p)
+			t.place(s)
 		}
 	}
 }
