@@ -119,37 +119,55 @@ func TestFloodGivesMemoryBack(t *testing.T) {
 // steady load alone. It reports the heap in use at its peak (sampled every
 // second of chat time, garbage included), the live bytes per tracked
 // (room, user) pair per window at the end of the flood, and the heap in use
-// once the flood has left the window, against a fresh process's. Run it
-// with -benchtime 1x.
+// once the flood has left the window, against a fresh process's: once with
+// no reads (a deployment used only for throttling), once with a dashboard
+// reading the overview and the busiest 50 rooms every second. Run it with
+// -benchtime 1x.
 func BenchmarkFlood(b *testing.B) {
-	ws, _ := rolling.ParseWindows("10s")
-	for b.Loop() {
-		_, base := heap()
-		a, _ := aggregator.New(ws)
-		var peak uint64
-		var liveAtEnd uint64
-		var st aggregator.Stats
-		f := flood{users: 2_000_000, rooms: 100_000, start: 5, secs: 60, end: 95}
-		sec := 0
-		f.sample = func() {
-			sec++
-			s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/unused:bytes"}}
-			metrics.Read(s)
-			peak = max(peak, s[0].Value.Uint64()+s[1].Value.Uint64())
-			if sec == int(f.start+f.secs) { // the flood's last second
-				liveAtEnd, _ = heap()
-				st = a.Stats()
-			}
+	for _, read := range []bool{false, true} {
+		name := "no-reads"
+		if read {
+			name = "dashboard"
 		}
-		f.run(a)
-		live, after := heap()
-		runtime.KeepAlive(a)
-		b.ReportMetric(float64(base)/(1<<20), "MiB-before")
-		b.ReportMetric(float64(peak)/(1<<20), "MiB-peak")
-		b.ReportMetric(float64(liveAtEnd)/(1<<20), "MiB-live-at-flood-end")
-		b.ReportMetric(float64(st.Pairs), "pairs-at-flood-end")
-		b.ReportMetric(float64(liveAtEnd-base)/float64(st.Pairs*len(ws)), "B/pair/window")
-		b.ReportMetric(float64(after)/(1<<20), "MiB-after")
-		b.ReportMetric(float64(live)/(1<<20), "MiB-live-after")
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				floodOnce(b, read)
+			}
+		})
 	}
+}
+
+func floodOnce(b *testing.B, read bool) {
+	ws, _ := rolling.ParseWindows("10s")
+	_, base := heap()
+	a, _ := aggregator.New(ws)
+	var peak, liveAtEnd uint64
+	var st aggregator.Stats
+	f := flood{users: 2_000_000, rooms: 100_000, start: 5, secs: 60, end: 95}
+	sec := int64(0)
+	f.sample = func() {
+		sec++
+		if read {
+			now := floodT0 + sec*1000
+			a.Overview("", 10, now)
+			a.Rooms("", 50, now)
+		}
+		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/unused:bytes"}}
+		metrics.Read(s)
+		peak = max(peak, s[0].Value.Uint64()+s[1].Value.Uint64())
+		if sec == f.start+f.secs { // the flood's last second
+			liveAtEnd, _ = heap()
+			st = a.Stats()
+		}
+	}
+	f.run(a)
+	live, after := heap()
+	runtime.KeepAlive(a)
+	b.ReportMetric(float64(base)/(1<<20), "MiB-before")
+	b.ReportMetric(float64(peak)/(1<<20), "MiB-peak")
+	b.ReportMetric(float64(liveAtEnd)/(1<<20), "MiB-live-at-flood-end")
+	b.ReportMetric(float64(st.Pairs), "pairs-at-flood-end")
+	b.ReportMetric(float64(liveAtEnd-base)/float64(st.Pairs*len(ws)), "B/pair/window")
+	b.ReportMetric(float64(after)/(1<<20), "MiB-after")
+	b.ReportMetric(float64(live)/(1<<20), "MiB-live-after")
 }

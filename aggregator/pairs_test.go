@@ -17,14 +17,14 @@ func TestPairTable(t *testing.T) {
 	}
 	tab := newPairTable()
 	model := map[[2]string]*pair{}
-	for step := range 200_000 {
+	for step := range 100_000 {
 		rn, un := key()
 		p, h := tab.get(rn, un)
 		if p != model[[2]string{rn, un}] {
 			t.Fatalf("step %d: get(%s, %s) = %p, want %p", step, rn, un, p, model[[2]string{rn, un}])
 		}
 		switch {
-		case p == nil && (step/20_000)%2 == 0: // phases of growth and of decay
+		case p == nil && (step/10_000)%2 == 0: // phases of growth and of decay
 			if rooms[rn] == nil {
 				rooms[rn] = &room{name: rn}
 			}
