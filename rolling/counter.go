@@ -67,7 +67,7 @@ func (c *Counter) advance(b int64) {
 // older ones still in the window are added where they belong; older than
 // that is ErrLate.
 func (c *Counter) Add(b int64, k int64) error {
-	if b == c.head {
+	if b == c.head && b != never {
 		c.counts[c.hs] += k
 		c.total += k
 		return nil
