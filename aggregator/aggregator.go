@@ -3,7 +3,7 @@ package aggregator
 import (
 	"errors"
 	"fmt"
-	"strings"
+	"math"
 	"sync"
 
 	"github.com/chatpulse/chatpulse/chat"
@@ -25,9 +25,11 @@ type Aggregator struct {
 	users map[string]*user
 	clock int64 // as_of so far: the latest now or accepted event time seen
 	late  []uint64
-	pairs map[pairKey]*pair
+	pairs pairTable
+	peak  struct{ rooms, users int } // the maps' sizes, for shrunk
 
 	buckets []int64 // scratch: an event's bucket in each window
+	found   []*pair // scratch: the pairs of a batch's events
 }
 
 type window struct {
@@ -36,54 +38,14 @@ type window struct {
 	n        int64
 	res      int64 // ms
 	head     int64 // bucket of the aggregator's clock
+	start    int64 // the head bucket's first instant, in ms
+	next     int64 // the next bucket's: the window moves when the clock gets there
 	total    rolling.Counter
 	pairs    *rolling.Keyed[*pairWin]
 	rooms    *rolling.Keyed[*roomWin]
 	users    int // users with messages in this window
 	topRooms topk.Heap
 	topUsers topk.Heap
-}
-
-type room struct {
-	name string
-	w    []roomWin
-	live int // windows in which it has messages
-}
-
-type roomWin struct {
-	room     *room
-	tally    rolling.Tally
-	item     topk.Item // in the window's top rooms
-	talkers  topk.Heap // its users in this window
-	distinct int       // users with messages here in this window
-}
-
-type user struct {
-	name  string
-	pairs []*pair // the rooms it talks in, in any window
-	w     []userWin
-	live  int
-}
-
-type userWin struct {
-	count int64     // the sum of its pairs' counts in this window
-	item  topk.Item // in the window's top users
-}
-
-type pairKey struct{ room, user string }
-
-type pair struct {
-	room *room
-	user *user
-	at   int // index in user.pairs
-	w    []pairWin
-	live int
-}
-
-type pairWin struct {
-	pair  *pair
-	tally rolling.Tally
-	item  topk.Item // in the room's talkers
 }
 
 // New returns an aggregator over the given windows (see rolling.ParseWindows).
@@ -94,7 +56,7 @@ func New(windows []rolling.Window) (*Aggregator, error) {
 	a := &Aggregator{
 		rooms:   make(map[string]*room),
 		users:   make(map[string]*user),
-		pairs:   make(map[pairKey]*pair),
+		pairs:   newPairTable(),
 		clock:   chat.Never,
 		late:    make([]uint64, len(windows)),
 		buckets: make([]int64, len(windows)),
@@ -104,9 +66,9 @@ func New(windows []rolling.Window) (*Aggregator, error) {
 			return nil, fmt.Errorf("aggregator: window %q: %w", spec.Name, err)
 		}
 		n := spec.Buckets()
-		w := &window{Window: spec, i: i, n: int64(n), res: spec.Res.Milliseconds(), head: chat.Never, total: rolling.NewCounter(n)}
+		w := &window{Window: spec, i: i, n: int64(n), res: spec.Res.Milliseconds(), head: chat.Never, next: chat.Never, total: rolling.NewCounter(n)}
 		w.pairs = rolling.NewKeyed(n, func(p *pairWin) *rolling.Tally { return &p.tally }, a.pairFell(w))
-		w.rooms = rolling.NewKeyed(n, func(r *roomWin) *rolling.Tally { return &r.tally }, a.roomFell)
+		w.rooms = rolling.NewKeyed(n, func(r *roomWin) *rolling.Tally { return &r.tally }, a.roomFell(w))
 		a.ws = append(a.ws, w)
 	}
 	return a, nil
@@ -121,33 +83,36 @@ func (a *Aggregator) pairFell(w *window) func(*pairWin, int64) {
 		p := pw.pair
 		u := p.user
 		if pw.tally.Count == 0 {
-			p.room.w[i].distinct--
+			rw := &p.room.w[i]
+			rw.distinct--
+			rw.talkers.Fell(rw.distinct)
 			if p.live--; p.live == 0 {
-				delete(a.pairs, pairKey{p.room.name, u.name})
-				last := len(u.pairs) - 1
-				u.pairs[p.at] = u.pairs[last]
-				u.pairs[p.at].at = p.at
-				u.pairs[last] = nil
-				u.pairs = u.pairs[:last]
+				a.forgetPair(p)
 			}
 		}
 		uw := &u.w[i]
 		if uw.count -= k; uw.count == 0 {
 			w.users--
+			w.topUsers.Fell(w.users)
 			if u.live--; u.live == 0 { // so all its pairs are gone too
 				delete(a.users, u.name)
+				a.users = shrunk(a.users, &a.peak.users)
 			}
 		}
 	}
 }
 
-func (a *Aggregator) roomFell(rw *roomWin, _ int64) {
-	if rw.tally.Count > 0 {
-		return
-	}
-	r := rw.room
-	if r.live--; r.live == 0 {
-		delete(a.rooms, r.name)
+func (a *Aggregator) roomFell(w *window) func(*roomWin, int64) {
+	return func(rw *roomWin, _ int64) {
+		if rw.tally.Count > 0 {
+			return
+		}
+		w.topRooms.Fell(w.rooms.Keys())
+		r := rw.room
+		if r.live--; r.live == 0 {
+			delete(a.rooms, r.name)
+			a.rooms = shrunk(a.rooms, &a.peak.rooms)
+		}
 	}
 }
 
@@ -163,7 +128,14 @@ func (w *window) bucket(t int64) int64 { return rolling.FloorDiv(t, w.res) }
 
 // advance moves every structure of the window to bucket b.
 func (w *window) advance(b int64) {
-	w.head = max(w.head, b)
+	if b <= w.head {
+		return
+	}
+	w.head, w.start = b, b*w.res
+	w.next = math.MaxInt64 // the end of time, where t+res would overflow
+	if w.start <= math.MaxInt64-w.res {
+		w.next = w.start + w.res
+	}
 	w.total.Count(b)
 	w.pairs.Advance(b)
 	w.rooms.Advance(b)
@@ -177,38 +149,43 @@ func (a *Aggregator) Observe(now int64, evs []chat.Event, late []int) []int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.advance(now)
+	// Find every event's pair first: each lookup is a few cache misses, and
+	// in a loop of lookups alone they overlap, where between the counting
+	// of one event and the next they would wait their turn.
+	found := a.found[:0]
 	for i := range evs {
-		if !a.observe(&evs[i]) {
+		p, _ := a.pairs.get(evs[i].Room, evs[i].User)
+		found = append(found, p)
+	}
+	for i := range evs {
+		if !a.observe(&evs[i], found[i]) {
 			late = append(late, i)
 		}
 	}
+	clear(found) // keep no forgotten pair reachable
+	a.found = found[:0]
 	return late
 }
 
-func (a *Aggregator) observe(ev *chat.Event) bool {
-	counted := false
-	for _, w := range a.ws { // Observe moved every head to now: none is Never
-		b := w.bucket(ev.TS)
-		if b <= w.head-w.n {
-			a.late[w.i]++
-			b = lateBucket
-		} else {
-			counted = true
-		}
-		a.buckets[w.i] = b
-	}
-	if !counted {
-		return false
-	}
+// observe counts one event, whose pair was p (or none) when the batch began.
+func (a *Aggregator) observe(ev *chat.Event, p *pair) bool {
 	if ev.TS > a.clock {
 		// Move every window first, so that what this event's time expires
-		// is gone (and maybe forgotten) before the event is counted.
+		// is gone (and maybe forgotten) before the event is counted, in
+		// every window's newest bucket.
 		a.advance(ev.TS)
+		for _, w := range a.ws {
+			a.buckets[w.i] = w.head
+		}
+	} else if !a.place(ev.TS) {
+		return false
 	}
 
-	p := a.pairs[pairKey{ev.Room, ev.User}]
-	if p == nil {
-		p = a.newPair(ev.Room, ev.User)
+	if p == nil || p.live == 0 { // new, or forgotten since the batch began
+		var h uint64
+		if p, h = a.pairs.get(ev.Room, ev.User); p == nil {
+			p = a.newPair(ev.Room, ev.User, h)
+		}
 	}
 	r, u := p.room, p.user
 	for _, w := range a.ws {
@@ -223,13 +200,13 @@ func (a *Aggregator) observe(ev *chat.Event) bool {
 			p.live++
 			rw.distinct++
 		}
-		w.pairs.Add(pw, b, 1)
+		w.pairs.Add(pw, &pw.tally, b, 1)
 		rw.talkers.Push(&pw.item)
 
 		if rw.tally.Count == 0 {
 			r.live++
 		}
-		w.rooms.Add(rw, b, 1)
+		w.rooms.Add(rw, &rw.tally, b, 1)
 		w.topRooms.Push(&rw.item)
 
 		if uw.count == 0 {
@@ -242,49 +219,30 @@ func (a *Aggregator) observe(ev *chat.Event) bool {
 	return true
 }
 
+// place finds the bucket in every window of an event no newer than the
+// clock, marking the windows it is too old for, and reports whether any
+// window counts it. Most events land in the head bucket, which takes no
+// division to see.
+func (a *Aggregator) place(ts int64) bool {
+	counted := false
+	for _, w := range a.ws { // Observe moved every head to now: none is Never
+		b := w.head
+		if ts < w.start {
+			b = w.bucket(ts)
+		}
+		if b <= w.head-w.n {
+			a.late[w.i]++
+			b = lateBucket
+		} else {
+			counted = true
+		}
+		a.buckets[w.i] = b
+	}
+	return counted
+}
+
 // lateBucket marks a window that skips the event at hand.
 const lateBucket = -1 << 63
-
-func (a *Aggregator) newRoom(name string) *room {
-	r := &room{name: strings.Clone(name), w: make([]roomWin, len(a.ws))}
-	for i := range r.w {
-		rw := &r.w[i]
-		rw.room = r
-		rw.item = topk.Item{Name: r.name, Count: &rw.tally.Count}
-	}
-	a.rooms[r.name] = r
-	return r
-}
-
-func (a *Aggregator) newUser(name string) *user {
-	u := &user{name: strings.Clone(name), w: make([]userWin, len(a.ws))}
-	for i := range u.w {
-		uw := &u.w[i]
-		uw.item = topk.Item{Name: u.name, Count: &uw.count}
-	}
-	a.users[u.name] = u
-	return u
-}
-
-func (a *Aggregator) newPair(roomName, userName string) *pair {
-	r := a.rooms[roomName]
-	if r == nil {
-		r = a.newRoom(roomName)
-	}
-	u := a.users[userName]
-	if u == nil {
-		u = a.newUser(userName)
-	}
-	p := &pair{room: r, user: u, at: len(u.pairs), w: make([]pairWin, len(a.ws))}
-	for i := range p.w {
-		pw := &p.w[i]
-		pw.pair = p
-		pw.item = topk.Item{Name: u.name, Count: &pw.tally.Count}
-	}
-	u.pairs = append(u.pairs, p)
-	a.pairs[pairKey{r.name, u.name}] = p
-	return p
-}
 
 // Advance brings every window up to now, forgetting what expired. Counts are
 // right without it (every read catches up first); it only frees memory
@@ -298,6 +256,8 @@ func (a *Aggregator) Advance(now int64) {
 func (a *Aggregator) advance(now int64) {
 	t := a.tick(now)
 	for _, w := range a.ws {
-		w.advance(w.bucket(t))
+		if t >= w.next {
+			w.advance(w.bucket(t))
+		}
 	}
 }

@@ -35,6 +35,7 @@ type sim struct {
 	rooms []string
 	users []string
 	seed  uint64
+	crowd bool // many users, big batches and pauses: rankings use their floors
 }
 
 func newSim(t *testing.T, seed uint64, windows string) *sim {
@@ -72,6 +73,8 @@ func (s *sim) event(maxLate int64) chat.Event {
 
 func (s *sim) step(i int) {
 	switch p := s.r.IntN(100); {
+	case s.crowd && p >= 78 && p < 81: // a pause: most of the largest window expires
+		s.now += 40_000 + s.r.Int64N(15_000)
 	case p < 70: // time passes a little
 		s.now += s.r.Int64N(700)
 	case p < 75: // a gap longer than every window
@@ -81,6 +84,9 @@ func (s *sim) step(i int) {
 	}
 	if s.r.IntN(3) > 0 {
 		batch := make([]chat.Event, 1+s.r.IntN(6))
+		if s.crowd {
+			batch = make([]chat.Event, 1+s.r.IntN(200))
+		}
 		maxLate := []int64{0, 2_000, 30_000, 400_000}[s.r.IntN(4)]
 		for j := range batch {
 			batch[j] = s.event(maxLate)
@@ -138,6 +144,22 @@ func TestOracle(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// With thousands of users the rankings keep only the busiest above their
+// floors, and reads after a pause have to rebuild them.
+func TestOracleCrowd(t *testing.T) {
+	for seed := range uint64(2) {
+		s := newSim(t, seed, "5s:1s,1m")
+		s.crowd = true
+		s.users = s.users[:0]
+		for i := range 3000 {
+			s.users = append(s.users, fmt.Sprintf("u%04d", i))
+		}
+		for i := range 3000 {
+			s.step(i)
+		}
 	}
 }
 

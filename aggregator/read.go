@@ -3,6 +3,7 @@ package aggregator
 import (
 	"cmp"
 	"fmt"
+	"iter"
 	"slices"
 	"strings"
 
@@ -57,6 +58,39 @@ func (a *Aggregator) read(win string, now int64) (w *window, t, b int64, err err
 	return w, t, b, nil
 }
 
+// The items of window i's rankings, for a heap that must rebuild (see
+// topk.Heap.Top): every user, every room, and a room's talkers.
+
+func (a *Aggregator) userItems(i int) iter.Seq[*topk.Item] {
+	return func(yield func(*topk.Item) bool) {
+		for _, u := range a.users {
+			if !yield(&u.w[i].item) {
+				return
+			}
+		}
+	}
+}
+
+func (a *Aggregator) roomItems(i int) iter.Seq[*topk.Item] {
+	return func(yield func(*topk.Item) bool) {
+		for _, r := range a.rooms {
+			if !yield(&r.w[i].item) {
+				return
+			}
+		}
+	}
+}
+
+func (r *room) talkerItems(i int) iter.Seq[*topk.Item] {
+	return func(yield func(*topk.Item) bool) {
+		for _, p := range r.pairs {
+			if !yield(&p.w[i].item) {
+				return
+			}
+		}
+	}
+}
+
 func (w *window) rate(messages int64) float64 { return float64(messages) / w.Size.Seconds() }
 
 func talkers(items []*topk.Item) []Talker {
@@ -82,12 +116,12 @@ func (a *Aggregator) Overview(win string, k int, now int64) (Overview, error) {
 		Messages:      w.total.Count(b),
 		DistinctUsers: w.users,
 		ActiveRooms:   w.rooms.Keys(),
-		TopUsers:      talkers(w.topUsers.Top(k, items[:0])),
+		TopUsers:      talkers(w.topUsers.Top(k, items[:0], a.userItems(w.i))),
 		Series:        w.total.Series(b, make([]int64, 0, w.n)),
 	}
 	v.Rate = w.rate(v.Messages)
 	v.TopTalker = topTalker(v.TopUsers)
-	top := w.topRooms.Top(k, items[:0])
+	top := w.topRooms.Top(k, items[:0], a.roomItems(w.i))
 	v.TopRooms = make([]RoomCount, len(top))
 	for i, it := range top {
 		v.TopRooms[i] = RoomCount{Room: it.Name, Messages: *it.Count}
@@ -103,13 +137,14 @@ func (a *Aggregator) Rooms(win string, limit int, now int64) (Rooms, error) {
 	if err != nil {
 		return Rooms{}, err
 	}
-	top := w.topRooms.Top(limit, nil)
+	top := w.topRooms.Top(limit, nil, a.roomItems(w.i))
 	v := Rooms{Window: w.Name, AsOf: chat.Time(t), Rooms: make([]RoomSummary, len(top))}
 	var one [1]*topk.Item
 	for i, it := range top {
-		rw := &a.rooms[it.Name].w[w.i]
+		r := a.rooms[it.Name]
+		rw := &r.w[w.i]
 		s := RoomSummary{Room: it.Name, Messages: *it.Count, Rate: w.rate(*it.Count), DistinctUsers: rw.distinct}
-		if tt := rw.talkers.Top(1, one[:0]); len(tt) > 0 {
+		if tt := rw.talkers.Top(1, one[:0], r.talkerItems(w.i)); len(tt) > 0 {
 			s.TopTalker = &Talker{User: tt[0].Name, Messages: *tt[0].Count}
 		}
 		v.Rooms[i] = s
@@ -138,7 +173,7 @@ func (a *Aggregator) Room(name, win string, k int, now int64) (Room, error) {
 	v.Messages = rw.tally.Count
 	v.Rate = w.rate(v.Messages)
 	v.DistinctUsers = rw.distinct
-	v.TopUsers = talkers(rw.talkers.Top(k, items[:0]))
+	v.TopUsers = talkers(rw.talkers.Top(k, items[:0], r.talkerItems(w.i)))
 	v.TopTalker = topTalker(v.TopUsers)
 	v.Series = w.rooms.Series(rw, series)
 	return v, nil
@@ -184,5 +219,5 @@ type Stats struct {
 func (a *Aggregator) Stats() Stats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return Stats{Rooms: len(a.rooms), Users: len(a.users), Pairs: len(a.pairs), Late: slices.Clone(a.late)}
+	return Stats{Rooms: len(a.rooms), Users: len(a.users), Pairs: a.pairs.n, Late: slices.Clone(a.late)}
 }

@@ -22,6 +22,7 @@ type Counter struct {
 	counts []int64
 	total  int64
 	head   int64
+	hs     int // the head's slot: most adds land there and need no division
 }
 
 // NewCounter returns a counter over n buckets.
@@ -59,13 +60,22 @@ func (c *Counter) advance(b int64) {
 			c.counts[i] = 0
 		}
 	}
-	c.head = b
+	c.head, c.hs = b, c.slot(b)
 }
 
 // Add counts k events in bucket b. Buckets newer than the head move it;
 // older ones still in the window are added where they belong; older than
 // that is ErrLate.
 func (c *Counter) Add(b int64, k int64) error {
+	if b == c.head && b != never {
+		c.counts[c.hs] += k
+		c.total += k
+		return nil
+	}
+	return c.add(b, k)
+}
+
+func (c *Counter) add(b int64, k int64) error {
 	c.advance(b)
 	if b <= c.head-int64(len(c.counts)) {
 		return ErrLate

@@ -80,16 +80,19 @@ func (t *Tally) dropOldest() cell {
 // its oldest cell (that very bucket, since cells are in order) and its count
 // falls; the owner hears of it through fell. Memory is bounded by the (key,
 // bucket) pairs inside the window; a key whose count reaches zero holds
-// nothing here and is the owner's to forget.
+// nothing here and is the owner's to forget, and a slot keeps the room a
+// flood made it take only while the window still holds about that many
+// keys.
 //
 // K is the owner's handle for a key (a pointer to its struct); tally finds
 // the key's Tally from it.
 type Keyed[K any] struct {
-	ring  [][]K
-	head  int64
-	keys  int // keys with Count > 0
-	tally func(K) *Tally
-	fell  func(key K, k int64)
+	ring   [][]K
+	head   int64
+	keys   int // keys with Count > 0
+	tally  func(K) *Tally
+	onFell func(key K, k int64)
+	lost   []int64 // scratch for expire: what each key of a slot lost
 }
 
 // NewKeyed returns a keyed window of n buckets. fell, if not nil, is called
@@ -98,7 +101,7 @@ func NewKeyed[K any](n int, tally func(K) *Tally, fell func(key K, k int64)) *Ke
 	if n < 1 {
 		panic("rolling: a window needs at least one bucket")
 	}
-	return &Keyed[K]{ring: make([][]K, n), head: never, tally: tally, fell: fell}
+	return &Keyed[K]{ring: make([][]K, n), head: never, tally: tally, onFell: fell}
 }
 
 // Keys is the number of distinct keys with events in the window as of the
@@ -115,34 +118,85 @@ func (w *Keyed[K]) Advance(b int64) {
 		// Bucket s reuses the slot of bucket s-n, which leaves the window; a
 		// jump of a whole window or more expires every bucket held, once.
 		n := int64(len(w.ring))
+		expired := false
 		for old := w.head - n + 1; old <= min(w.head, b-n); old++ {
-			w.expire(old)
+			expired = w.expire(old) || expired
+		}
+		if expired && w.keys == 0 {
+			// Nothing is left: no slot needs the room it once had.
+			for i, keys := range w.ring {
+				if cap(keys) > minSlot {
+					w.ring[i] = nil
+				}
+			}
 		}
 	}
 	w.head = b
 }
 
-// expire drops bucket old from every key listed in its slot.
-func (w *Keyed[K]) expire(old int64) {
+const (
+	// minSlot is the capacity a slot may keep whatever the window holds.
+	minSlot = 64
+	// keepCells is the capacity of older cells a key may keep while it has
+	// nothing in the window: enough for a key that comes and goes to stop
+	// allocating, too little to matter.
+	keepCells = 4
+)
+
+// expire drops bucket old from every key listed in its slot, and reports
+// whether there were any. It first takes the bucket from every key, then
+// tells the owner: in a loop that only drops cells, the cache misses of
+// reaching each key overlap, and the owner's work runs on keys already at
+// hand.
+func (w *Keyed[K]) expire(old int64) bool {
 	i := slot(old, len(w.ring))
 	keys := w.ring[i]
+	lost := w.lost[:0]
 	for _, key := range keys {
 		t := w.tally(key)
 		c := t.dropOldest() // == bucket old: older cells expired before it
 		t.Count -= c.n
 		if t.Count == 0 {
 			w.keys--
+			if cap(t.cells) > keepCells { // a key with nothing here holds little here
+				t.cells, t.off = nil, 0
+			}
 		}
-		if w.fell != nil {
-			w.fell(key, c.n)
+		lost = append(lost, c.n)
+	}
+	if w.onFell != nil {
+		for j, key := range keys {
+			w.onFell(key, lost[j])
 		}
 	}
+	w.lost = lost[:0]
 	clear(keys) // let forgotten keys be collected
-	w.ring[i] = keys[:0]
+	// The slot will list the keys of a bucket to come, about as many as the
+	// one that left in steady state; after a flood, far fewer, so a slot
+	// much larger than the whole window's keys gives its room back.
+	if cap(keys) > 2*w.keys+minSlot {
+		w.ring[i] = nil
+	} else {
+		w.ring[i] = keys[:0]
+	}
+	if cap(w.lost) > 2*w.keys+minSlot {
+		w.lost = nil
+	}
+	return len(keys) > 0
 }
 
-// Add counts k > 0 events of key in bucket b, like Counter.Add.
-func (w *Keyed[K]) Add(key K, b int64, k int64) error {
+// Add counts k > 0 events of key, whose Tally is t, in bucket b, like
+// Counter.Add.
+func (w *Keyed[K]) Add(key K, t *Tally, b int64, k int64) error {
+	if k > 0 && t.Count > 0 && b == t.last.b { // the key's newest bucket: in the window
+		t.Count += k
+		t.last.n += k
+		return nil
+	}
+	return w.add(key, t, b, k)
+}
+
+func (w *Keyed[K]) add(key K, t *Tally, b int64, k int64) error {
 	if k < 1 {
 		panic("rolling: Keyed.Add needs k > 0")
 	}
@@ -150,15 +204,11 @@ func (w *Keyed[K]) Add(key K, b int64, k int64) error {
 	if b <= w.head-int64(len(w.ring)) {
 		return ErrLate
 	}
-	t := w.tally(key)
 	t.Count += k
 	switch {
 	case t.Count == k: // new in the window
 		w.keys++
 		t.last = cell{b, k}
-	case b == t.last.b:
-		t.last.n += k
-		return nil
 	case b > t.last.b:
 		t.push(t.last)
 		t.last = cell{b, k}

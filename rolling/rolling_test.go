@@ -232,7 +232,7 @@ func TestKeyedOracle(t *testing.T) {
 			for range c {
 				want = o.add(k.id, b)
 			}
-			if err := w.Add(k, b, c); !errors.Is(err, want) {
+			if err := w.Add(k, &k.Tally, b, c); !errors.Is(err, want) {
 				t.Fatalf("seed %d step %d: add(%d) = %v, want %v", seed, step, b, err, want)
 			}
 			if want == nil {
@@ -248,10 +248,10 @@ func TestKeyedSteadyStateAllocs(t *testing.T) {
 	w := NewKeyed(60, func(k *testKey) *Tally { return &k.Tally }, nil)
 	b := int64(0)
 	for ; b < 1000; b++ {
-		w.Add(k, b, 1)
+		w.Add(k, &k.Tally, b, 1)
 	}
 	allocs := testing.AllocsPerRun(1000, func() {
-		w.Add(k, b, 1)
+		w.Add(k, &k.Tally, b, 1)
 		b++
 	})
 	if allocs != 0 {

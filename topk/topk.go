@@ -1,5 +1,7 @@
 // Package topk ranks keys by a count that rises and falls, and answers "the
-// k largest" without sorting all keys: a max-heap with lazy deletion.
+// k largest" without sorting all keys: a max-heap with lazy deletion, a
+// floor under which keys are not ranked, and no upkeep at all while nobody
+// reads.
 //
 // Counts here rise one event at a time and fall in bulk when a window's
 // buckets expire. An indexed heap would have to sift every key whose count
@@ -12,12 +14,37 @@
 // has one). So expiry is O(1) per key and Top(1) is O(log n) amortized: every
 // entry is pushed once and popped at most once.
 //
+// Most pushes would never matter, and the heap skips them:
+//
+//   - A read asks for the top ten or a hundred of a hundred thousand users.
+//     So the heap keeps a floor, and a key whose count is at or below it is
+//     not pushed at all; the invariant is that every key above the floor
+//     has an entry at least as large as its count. Compaction raises the
+//     floor to keep about four times the largest k asked so far (at least
+//     64 keys) above it, so only the busiest keys cost a push. When expiry
+//     has lowered so many counts that fewer than k keys are left above the
+//     floor, Top rebuilds the heap from every key, which its caller lists
+//     (O(n), rare: it takes that many keys falling below a floor chosen with
+//     room to spare).
+//   - Most rankings are not read at all (a room nobody looks at, a window
+//     no dashboard shows). A heap starts off, and while it is off, Push does
+//     nothing; Top turns it on by rebuilding it from every key. A heap that
+//     has taken more pushes since its last read than four times the keys it
+//     was last rebuilt from turns itself off again and lets go of its
+//     entries. So upkeep between reads never costs more than the rebuild it
+//     saves, and the rebuild is paid for by those pushes and the events
+//     that brought new keys: O(1) amortized per event either way.
+//
 // What bounds the stale entries is compaction: when stale entries outnumber
 // the live ones by staleFactor (the heap holds 1+staleFactor times the
 // entries it kept at the last compaction, plus a little), the next push
 // rebuilds it from one entry per live key in O(n). A rebuild follows at
 // least staleFactor times as many pushes as it keeps entries, so it is O(1)
-// amortized per push, and memory stays O(live keys), never O(events).
+// amortized per push, and memory stays O(live keys), never O(events). The
+// owner also calls Fell whenever one of its keys falls to zero, so that
+// keys that were forgotten (a flood of users that went quiet) do not stay
+// reachable from stale entries: a heap whose keys are all gone lets go of
+// everything.
 //
 // Pushes are also coalesced: Push collects up to maxPending distinct items
 // and flushes them together (Top flushes first), so a key that rises many
@@ -26,6 +53,8 @@
 // Order: more counts first, then the smaller name (bytewise), the order of
 // every ranking in chatpulse. Nothing here is safe for concurrent use.
 package topk
+
+import "iter"
 
 // Item is a key as the heap sees it. Embed one in the owner's per-key
 // struct, which must not move: the heap keeps pointers to items.
@@ -44,10 +73,16 @@ type entry struct {
 	ver uint32
 }
 
-// Heap is a max-heap of items by count with lazy deletion.
+// Heap is a max-heap of items by count with lazy deletion and a floor. The
+// zero value is an empty heap, off until the first Top.
 type Heap struct {
 	es      []entry
 	limit   int     // compact when the heap holds more entries than this
+	floor   int64   // items counted at or below it need no entry
+	want    int     // the largest k asked of Top: what the floor keeps room for
+	on      bool    // kept up by Push; off, Top rebuilds it first
+	idle    int     // pushes taken since the last Top
+	built   int     // items with a count at the last rebuild: its cost
 	pending []*Item // pushed but not yet in es
 	taken   []entry // scratch for Top
 }
@@ -62,12 +97,31 @@ const (
 	// into the heap. A busy key pushed many times in between costs one
 	// entry, not one per increment.
 	maxPending = 64
+	// keepFactor is how many keys, per key asked of Top, compaction keeps
+	// above the floor: the room that expiry has to eat into before a read
+	// must rebuild.
+	keepFactor = 4
+	// minKeep is the fewest keys compaction keeps above the floor.
+	minKeep = 64
+	// idleFactor is how many pushes per key of the last rebuild a heap
+	// takes without a read before it turns off; minIdle keeps small heaps
+	// from turning off and on all the time.
+	idleFactor = 4
+	minIdle    = 1024
 )
 
 // Push records that it's count rose. Call it after every increase; a
-// decrease needs no call.
+// decrease needs no call, but a fall to zero needs Fell.
 func (h *Heap) Push(it *Item) {
-	if it.pending {
+	if h.on && !it.pending && *it.Count > h.floor {
+		h.take(it)
+	}
+}
+
+// take is Push for an item that needs an entry.
+func (h *Heap) take(it *Item) {
+	if h.idle++; h.idle > idleFactor*h.built+minIdle {
+		h.reset() // nobody reads it: the next Top rebuilds
 		return
 	}
 	it.pending = true
@@ -77,12 +131,33 @@ func (h *Heap) Push(it *Item) {
 	}
 }
 
+// Fell records that one of the heap's items fell to zero, leaving live items
+// with a count above zero. The heap drops its stale entries once they
+// outnumber the live items, and everything once no item is live, so that
+// it never keeps forgotten keys reachable.
+func (h *Heap) Fell(live int) {
+	switch {
+	case live == 0:
+		h.reset()
+	case len(h.es) > (1+staleFactor)*live+minLimit:
+		h.compact()
+	}
+}
+
+// reset empties the heap, gives its memory back and turns it off.
+func (h *Heap) reset() {
+	for _, it := range h.pending {
+		it.pending = false
+	}
+	*h = Heap{want: h.want}
+}
+
 // flush pushes a fresh entry for every pending item, at its count now.
 func (h *Heap) flush() {
 	for _, it := range h.pending {
 		it.pending = false
-		if *it.Count == 0 {
-			continue // fell to nothing since: its older entries are stale
+		if *it.Count <= h.floor {
+			continue // fell since, or a compaction raised the floor
 		}
 		if len(h.es) >= max(h.limit, minLimit) {
 			h.compact()
@@ -108,9 +183,28 @@ func prefix(s string) uint64 {
 }
 
 // Top appends to dst the k items with the largest counts (count above
-// zero), largest first, ties by the smaller name.
-func (h *Heap) Top(k int, dst []*Item) []*Item {
+// zero), largest first, ties by the smaller name. all lists every item
+// that may have a count (items at zero are skipped); Top walks it only
+// when the heap is off or the floor hides items it needs.
+func (h *Heap) Top(k int, dst []*Item, all iter.Seq[*Item]) []*Item {
+	h.want = max(h.want, k)
+	h.idle = 0
+	if !h.on {
+		h.rebuild(all)
+		h.on = true
+	}
 	h.flush()
+	start := len(dst)
+	dst = h.top(k, dst)
+	if len(dst)-start < k && h.floor > 0 {
+		h.rebuild(all)
+		dst = h.top(k, dst[:start])
+	}
+	return dst
+}
+
+// top pops up to k items above the floor, pushing back what it took.
+func (h *Heap) top(k int, dst []*Item) []*Item {
 	start := len(dst)
 	taken := h.taken[:0]
 	for len(dst)-start < k && len(h.es) > 0 {
@@ -118,12 +212,14 @@ func (h *Heap) Top(k int, dst []*Item) []*Item {
 		if e.ver != e.it.ver {
 			continue // superseded by a newer push
 		}
-		if n := *e.it.Count; n != e.n || n == 0 {
-			if n > 0 { // it fell since: re-rank it where it stands now
-				e.it.ver++
-				e.n, e.ver = n, e.it.ver
-				h.push(e)
-			}
+		n := *e.it.Count
+		if n <= h.floor {
+			continue // it needs no entry now; if it rises, it is pushed
+		}
+		if n != e.n { // it fell since: re-rank it where it stands now
+			e.it.ver++
+			e.n, e.ver = n, e.it.ver
+			h.push(e)
 			continue
 		}
 		taken = append(taken, e)
@@ -139,84 +235,3 @@ func (h *Heap) Top(k int, dst []*Item) []*Item {
 
 // Len is the number of entries held, stale and pending ones included.
 func (h *Heap) Len() int { return len(h.es) + len(h.pending) }
-
-// compact rebuilds the heap from the newest entry of every live item, at
-// its current count.
-func (h *Heap) compact() {
-	live := h.es[:0]
-	for _, e := range h.es {
-		if e.ver == e.it.ver && *e.it.Count > 0 {
-			e.n = *e.it.Count
-			live = append(live, e)
-		}
-	}
-	clear(h.es[len(live):]) // let dropped items be collected
-	h.es = live
-	for i := len(h.es)/2 - 1; i >= 0; i-- {
-		h.down(i)
-	}
-	h.limit = (1+staleFactor)*len(h.es) + minLimit
-	if cap(h.es) > 4*h.limit { // the heap shrank a lot: give the memory back
-		h.es = append([]entry(nil), h.es...)
-	}
-}
-
-func less(a, b *entry) bool {
-	if a.n != b.n {
-		return a.n > b.n
-	}
-	if a.pre != b.pre {
-		return a.pre < b.pre
-	}
-	return a.it.Name < b.it.Name
-}
-
-func (h *Heap) push(e entry) {
-	h.es = append(h.es, e)
-	h.up(len(h.es) - 1)
-}
-
-func (h *Heap) pop() entry {
-	top := h.es[0]
-	last := len(h.es) - 1
-	h.es[0] = h.es[last]
-	h.es[last] = entry{}
-	h.es = h.es[:last]
-	if last > 0 {
-		h.down(0)
-	}
-	return top
-}
-
-func (h *Heap) up(i int) {
-	e := h.es[i]
-	for i > 0 {
-		p := (i - 1) / 2
-		if !less(&e, &h.es[p]) {
-			break
-		}
-		h.es[i] = h.es[p]
-		i = p
-	}
-	h.es[i] = e
-}
-
-func (h *Heap) down(i int) {
-	n := len(h.es)
-	e := h.es[i]
-	for {
-		c := 2*i + 1
-		if c >= n {
-			break
-		}
-		if r := c + 1; r < n && less(&h.es[r], &h.es[c]) {
-			c = r
-		}
-		if !less(&h.es[c], &e) {
-			break
-		}
-		h.es[i] = h.es[c]
-		i = c
-	}
-	h.es[i] = e
-}

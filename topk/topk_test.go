@@ -2,6 +2,7 @@ package topk
 
 import (
 	"fmt"
+	"iter"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -29,6 +30,28 @@ func newKeys(n int) []*key {
 		ks[i].Item = Item{Name: name, Count: &ks[i].count}
 	}
 	return ks
+}
+
+// all lists the keys for Top's rebuilds.
+func all(ks []*key) iter.Seq[*Item] {
+	return func(yield func(*Item) bool) {
+		for _, x := range ks {
+			if !yield(&x.Item) {
+				return
+			}
+		}
+	}
+}
+
+// live counts the keys above zero, as an owner would for Fell.
+func live(ks []*key) int {
+	n := 0
+	for _, x := range ks {
+		if x.count > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // bruteTop sorts every key: the oracle.
@@ -62,33 +85,75 @@ func names(items []*Item) []string {
 
 func TestTopOracle(t *testing.T) {
 	for seed := range uint64(300) {
-		r := rand.New(rand.NewPCG(seed, 3))
-		ks := newKeys(1 + r.IntN(40))
-		var h Heap
-		for step := range 2000 {
-			x := ks[r.IntN(len(ks))]
-			switch p := r.IntN(100); {
-			case p < 55:
-				x.count += int64(1 + r.IntN(2))
-				h.Push(&x.Item)
-			case p < 85:
+		oracleRun(t, seed, 1+int(seed%40), 2000, 2)
+	}
+}
+
+// With thousands of keys and small reads, compaction raises the floor and
+// expiry then eats into what is above it, so Top has to rebuild.
+func TestTopOracleFloor(t *testing.T) {
+	total := 0
+	for seed := range uint64(12) {
+		rose, rebuilds := oracleRun(t, seed, 300+int(seed)*100, 20_000, 5+int(seed%3)*20)
+		if !rose {
+			t.Errorf("seed %d: the floor never rose", seed)
+		}
+		total += rebuilds
+	}
+	if total < 10 {
+		t.Errorf("%d rebuilds in all", total)
+	}
+}
+
+// oracleRun pushes, lowers and reads n keys at random for steps steps,
+// reading up to maxK at a time, and compares every read with bruteTop. It
+// reports whether the floor rose, and how many reads had to rebuild.
+func oracleRun(t *testing.T, seed uint64, n, steps, maxK int) (rose bool, rebuilds int) {
+	r := rand.New(rand.NewPCG(seed, 3))
+	ks := newKeys(n)
+	var h Heap
+	for step := range steps {
+		rose = rose || h.floor > 0
+		x := ks[r.IntN(len(ks))]
+		if r.IntN(4) == 0 { // some keys are much busier
+			x = ks[r.IntN(min(len(ks), 8))]
+		}
+		switch p := r.IntN(10_000); {
+		case p < 5500:
+			x.count += int64(1 + r.IntN(2))
+			h.Push(&x.Item)
+		case p < 8500:
+			if x.count > 0 {
 				x.count -= min(x.count, int64(1+r.IntN(3))) // expiry: no call
-			case p < 87:
-				for _, y := range ks { // everything expires
-					y.count = 0
-				}
-			default:
-				k := 1 + r.IntN(len(ks)+2)
-				got, want := names(h.Top(k, nil)), bruteTop(ks, k)
-				if !slices.Equal(got, want) {
-					t.Fatalf("seed %d step %d: top %d = %v, want %v", seed, step, k, got, want)
+				if x.count == 0 {
+					h.Fell(live(ks))
 				}
 			}
-			if h.Len() > (1+staleFactor)*len(ks)+minLimit+maxPending+1 {
-				t.Fatalf("seed %d step %d: %d entries for %d keys", seed, step, h.Len(), len(ks))
+		case p < 8505:
+			for _, y := range ks { // everything expires
+				y.count = 0
+			}
+			h.Fell(0)
+		case p < 8510:
+			for _, y := range ks { // a big expiry: most keys fall below the floor
+				y.count = min(y.count, int64(1+r.IntN(3)))
+			}
+		case p < 8700:
+			k := 1 + r.IntN(maxK)
+			floor := h.floor
+			got, want := names(h.Top(k, nil, all(ks))), bruteTop(ks, k)
+			if !slices.Equal(got, want) {
+				t.Fatalf("seed %d step %d: top %d = %v, want %v", seed, step, k, got, want)
+			}
+			if h.floor < floor {
+				rebuilds++
 			}
 		}
+		if h.Len() > (1+staleFactor)*len(ks)+minLimit+maxPending+1 {
+			t.Fatalf("seed %d step %d: %d entries for %d keys", seed, step, h.Len(), len(ks))
+		}
 	}
+	return rose, rebuilds
 }
 
 func TestTies(t *testing.T) {
@@ -98,7 +163,7 @@ func TestTies(t *testing.T) {
 		ks[i].count = 7
 		h.Push(&ks[i].Item)
 	}
-	if got := names(h.Top(3, nil)); !slices.Equal(got, []string{"a-long-shared-prefix-001=7", "a-long-shared-prefix-004=7", "k000=7"}) {
+	if got := names(h.Top(3, nil, all(ks))); !slices.Equal(got, []string{"a-long-shared-prefix-001=7", "a-long-shared-prefix-004=7", "k000=7"}) {
 		t.Fatalf("ties: %v", got)
 	}
 }
@@ -126,6 +191,65 @@ func TestCompactionBoundsMemory(t *testing.T) {
 	}
 }
 
+// A heap whose keys all fell to zero holds nothing, not even capacity: a
+// flood of keys that went quiet is not kept reachable.
+func TestFellForgets(t *testing.T) {
+	ks := newKeys(10_000)
+	var h Heap
+	for _, x := range ks {
+		x.count = 1
+		h.Push(&x.Item)
+	}
+	h.Top(10, nil, all(ks))
+	for i, x := range ks {
+		x.count = 0
+		h.Fell(len(ks) - 1 - i)
+		if h.Len() > (1+staleFactor)*(len(ks)-1-i)+minLimit+maxPending {
+			t.Fatalf("%d entries for %d live keys", h.Len(), len(ks)-1-i)
+		}
+	}
+	if h.Len() != 0 || cap(h.es) != 0 || cap(h.pending) != 0 {
+		t.Fatalf("%d entries, capacity %d and %d kept", h.Len(), cap(h.es), cap(h.pending))
+	}
+	ks[3].count = 2 // and it still works
+	h.Push(&ks[3].Item)
+	if got := names(h.Top(2, nil, all(ks))); !slices.Equal(got, []string{ks[3].Name + "=2"}) {
+		t.Fatalf("after forgetting: %v", got)
+	}
+}
+
+// A heap nobody reads stops taking pushes and lets go of its entries; the
+// next read rebuilds it and is right.
+func TestIdleHeapTurnsOff(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 1))
+	ks := newKeys(500)
+	var h Heap
+	if h.Push(&ks[0].Item); h.Len() != 0 {
+		t.Fatalf("a heap never read took a push")
+	}
+	for round := range 5 {
+		h.Top(3, nil, all(ks)) // on
+		off := false
+		for range 10 * (idleFactor*len(ks) + minIdle) {
+			x := ks[r.IntN(len(ks))]
+			x.count++
+			h.Push(&x.Item)
+			if !h.on {
+				off = true
+				if h.Len() != 0 {
+					t.Fatalf("round %d: off with %d entries", round, h.Len())
+				}
+			}
+		}
+		if !off {
+			t.Fatalf("round %d: still on after %d pushes without a read", round, 10*(idleFactor*len(ks)+minIdle))
+		}
+		if got, want := names(h.Top(10, nil, all(ks))), bruteTop(ks, 10); !slices.Equal(got, want) {
+			t.Fatalf("round %d: top 10 = %v, want %v", round, got, want)
+		}
+	}
+}
+
 func TestTopDoesNotAllocate(t *testing.T) {
 	ks := newKeys(1000)
 	var h Heap
@@ -134,8 +258,9 @@ func TestTopDoesNotAllocate(t *testing.T) {
 		h.Push(&x.Item)
 	}
 	dst := make([]*Item, 0, 10)
-	h.Top(10, dst)
-	if a := testing.AllocsPerRun(100, func() { h.Top(10, dst[:0]) }); a != 0 {
+	seq := all(ks)
+	h.Top(10, dst, seq)
+	if a := testing.AllocsPerRun(100, func() { h.Top(10, dst[:0], seq) }); a != 0 {
 		t.Fatalf("%v allocations per Top", a)
 	}
 }
@@ -172,6 +297,6 @@ func BenchmarkTop10(b *testing.B) {
 	dst := make([]*Item, 0, 10)
 	b.ReportAllocs()
 	for b.Loop() {
-		dst = h.Top(10, dst[:0])
+		dst = h.Top(10, dst[:0], all(ks))
 	}
 }

@@ -18,6 +18,7 @@ type Oracle struct {
 	windows []rolling.Window
 	clock   int64
 	evs     []chat.Event
+	kept    int // events kept at the last prune
 }
 
 // New returns an oracle over the given windows.
@@ -44,7 +45,28 @@ func (o *Oracle) Observe(now int64, evs []chat.Event) (late []int) {
 		e.Room, e.User = strings.Clone(e.Room), strings.Clone(e.User)
 		o.evs = append(o.evs, e)
 	}
+	if len(o.evs) >= 2*o.kept {
+		o.prune()
+	}
 	return late
+}
+
+// prune drops the events that no window can count any more: the clock
+// never goes back, so they are gone for good. It only keeps the oracle
+// quick; what it answers is the same.
+func (o *Oracle) prune() {
+	kept := o.evs[:0]
+	for _, e := range o.evs {
+		for _, w := range o.windows {
+			if w.Bucket(e.TS) > w.Bucket(o.clock)-int64(w.Buckets()) {
+				kept = append(kept, e)
+				break
+			}
+		}
+	}
+	clear(o.evs[len(kept):])
+	o.evs = kept
+	o.kept = max(len(kept), 1024)
 }
 
 func (o *Oracle) window(name string) rolling.Window {
