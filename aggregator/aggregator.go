@@ -53,25 +53,29 @@ func New(windows []rolling.Window) (*Aggregator, error) {
 	if len(windows) == 0 {
 		return nil, errors.New("aggregator: no windows")
 	}
-	a := &Aggregator{
-		rooms:   make(map[string]*room),
-		users:   make(map[string]*user),
-		pairs:   newPairTable(),
-		clock:   chat.Never,
-		late:    make([]uint64, len(windows)),
-		buckets: make([]int64, len(windows)),
-	}
-	for i, spec := range windows {
+	for _, spec := range windows {
 		if err := spec.Validate(); err != nil {
 			return nil, fmt.Errorf("aggregator: window %q: %w", spec.Name, err)
 		}
+	}
+	a := &Aggregator{}
+	a.init(windows)
+	return a, nil
+}
+
+// init makes a empty, over valid windows (its lock aside: LoadState holds
+// it meanwhile).
+func (a *Aggregator) init(windows []rolling.Window) {
+	a.ws, a.found, a.peak = nil, nil, struct{ rooms, users int }{}
+	a.rooms, a.users, a.pairs = make(map[string]*room), make(map[string]*user), newPairTable()
+	a.clock, a.late, a.buckets = chat.Never, make([]uint64, len(windows)), make([]int64, len(windows))
+	for i, spec := range windows {
 		n := spec.Buckets()
 		w := &window{Window: spec, i: i, n: int64(n), res: spec.Res.Milliseconds(), head: chat.Never, next: chat.Never, total: rolling.NewCounter(n)}
 		w.pairs = rolling.NewKeyed(n, func(p *pairWin) *rolling.Tally { return &p.tally }, a.pairFell(w))
 		w.rooms = rolling.NewKeyed(n, func(r *roomWin) *rolling.Tally { return &r.tally }, a.roomFell(w))
 		a.ws = append(a.ws, w)
 	}
-	return a, nil
 }
 
 // The fell callbacks run when expiry lowers a count; a count at zero means

@@ -36,6 +36,11 @@ type sim struct {
 	users []string
 	seed  uint64
 	crowd bool // many users, big batches and pauses: rankings use their floors
+	// reload, when set, now and then replaces the aggregator with a new
+	// one that loaded its state (AppendState, LoadState): every answer
+	// after must be the same.
+	reload bool
+	ws     []rolling.Window
 }
 
 func newSim(t *testing.T, seed uint64, windows string) *sim {
@@ -45,7 +50,7 @@ func newSim(t *testing.T, seed uint64, windows string) *sim {
 		t.Fatal(err)
 	}
 	r := rand.New(rand.NewPCG(seed, 7))
-	s := &sim{t: t, r: r, agg: agg, ora: oracle.New(ws), names: agg.WindowNames(), seed: seed,
+	s := &sim{t: t, r: r, agg: agg, ora: oracle.New(ws), names: agg.WindowNames(), seed: seed, ws: ws,
 		now: 1_764_000_000_000 + int64(r.IntN(100_000))}
 	for i := range 1 + r.IntN(8) {
 		s.rooms = append(s.rooms, fmt.Sprintf("room-%d", i))
@@ -72,6 +77,13 @@ func (s *sim) event(maxLate int64) chat.Event {
 }
 
 func (s *sim) step(i int) {
+	if s.reload && s.r.IntN(40) == 0 {
+		fresh, _ := aggregator.New(s.ws)
+		if err := fresh.LoadState(s.agg.AppendState(nil)); err != nil {
+			s.t.Fatalf("seed %d step %d: %v", s.seed, i, err)
+		}
+		s.agg = fresh
+	}
 	switch p := s.r.IntN(100); {
 	case s.crowd && p >= 78 && p < 81: // a pause: most of the largest window expires
 		s.now += 40_000 + s.r.Int64N(15_000)
@@ -145,6 +157,68 @@ func TestOracle(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A state saved and loaded into a new aggregator answers every view, and
+// counts every later event, as the one it was saved from would have:
+// checked against the oracle on random traces with reloads between steps.
+func TestStateRoundTrip(t *testing.T) {
+	for _, windows := range []string{"5s:1s,12s:3s,1m", "1m,5m,1h", "10s:2s", "1s,2s,3s,4s,5s"} {
+		t.Run(windows, func(t *testing.T) {
+			for seed := range uint64(30) {
+				s := newSim(t, seed, windows)
+				s.reload = true
+				for i := range 600 {
+					s.step(i)
+				}
+			}
+		})
+	}
+	s := newSim(t, 7, "5s:1s,1m")
+	s.crowd, s.reload = true, true
+	s.users = s.users[:0]
+	for i := range 3000 {
+		s.users = append(s.users, fmt.Sprintf("u%04d", i))
+	}
+	for i := range 2000 {
+		s.step(i)
+	}
+}
+
+// FuzzLoadState: no input crashes LoadState or loads a state that does
+// not hold together: a state it accepts is saved and loaded again alike,
+// and its views can be read.
+func FuzzLoadState(f *testing.F) {
+	ws, _ := rolling.ParseWindows("5s:1s,1m")
+	for seed := range uint64(4) {
+		s := newSim(&testing.T{}, seed, "5s:1s,1m")
+		for i := range 200 {
+			s.step(i)
+		}
+		f.Add(s.agg.AppendState(nil))
+	}
+	empty, _ := aggregator.New(ws)
+	f.Add(empty.AppendState(nil))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		a, _ := aggregator.New(ws)
+		if err := a.LoadState(b); err != nil {
+			if st := a.Stats(); st.Rooms != 0 || st.Users != 0 || st.Pairs != 0 {
+				t.Fatalf("refused (%v), yet holds %+v", err, st)
+			}
+			return
+		}
+		again, _ := aggregator.New(ws)
+		if err := again.LoadState(a.AppendState(nil)); err != nil {
+			t.Fatalf("a state it accepted, saved again, is refused: %v", err)
+		}
+		for _, w := range []string{"5s", "1m"} {
+			v1, err1 := a.Overview(w, 100, 0)
+			v2, err2 := again.Overview(w, 100, 0)
+			if err1 != nil || err2 != nil || !reflect.DeepEqual(v1, v2) {
+				t.Fatalf("overview %s: %v %v\n%+v\n%+v", w, err1, err2, v1, v2)
+			}
+		}
+	})
 }
 
 // With thousands of users the rankings keep only the busiest above their

@@ -114,3 +114,12 @@ func (t *pairTable) resize(size int) {
 		}
 	}
 }
+
+// each calls fn with every pair, in no particular order.
+func (t *pairTable) each(fn func(*pair)) {
+	for _, s := range t.slots {
+		if s.p != nil {
+			fn(s.p)
+		}
+	}
+}

@@ -221,3 +221,13 @@ func (a *Aggregator) Stats() Stats {
 	defer a.mu.Unlock()
 	return Stats{Rooms: len(a.rooms), Users: len(a.users), Pairs: a.pairs.n, Late: slices.Clone(a.late)}
 }
+
+// RoomActive reports whether room has messages in some window: a room
+// that has none answers the empty view of its window until it does (and
+// never the other way round: a room with messages answers true).
+func (a *Aggregator) RoomActive(room string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.rooms[room]
+	return ok
+}

@@ -20,6 +20,17 @@ type cell struct {
 	n int64 // events in it
 }
 
+// Cells calls fn with each bucket the key has events in, oldest first, and
+// their count: what a snapshot saves of it.
+func (t *Tally) Cells(fn func(b, n int64)) {
+	for _, c := range t.older() {
+		fn(c.b, c.n)
+	}
+	if t.Count > 0 {
+		fn(t.last.b, t.last.n)
+	}
+}
+
 // older are the cells before last that are still in the window.
 func (t *Tally) older() []cell { return t.cells[t.off:] }
 
