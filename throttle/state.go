@@ -109,6 +109,10 @@ func (s *Set) LoadState(b []byte) error {
 	return err
 }
 
+// Reset forgets every key, as a fresh Set would have none (the Set keeps
+// its hash key and its counters).
+func (s *Set) Reset() { s.state.Store(s.emptyState(s.state.Load().hk)) }
+
 func (s *Set) readState(r *reader) (*state, error) {
 	if v := r.byte(); r.err == nil && v != stateVersion {
 		return nil, fmt.Errorf("format version %d, not %d", v, stateVersion)
