@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chatpulse/chatpulse/ingest"
+	"github.com/chatpulse/chatpulse/throttle"
 )
 
 // A Part is one stage whose state is saved: its name in the snapshot and
@@ -64,7 +65,10 @@ func NewKeeper(store *Store, config, stream string, reg prometheus.Registerer, l
 func (k *Keeper) Save(ctx context.Context, name string, pause func(func()), parts []Part) (time.Duration, error) {
 	start := time.Now()
 	snap := Snapshot{Config: k.config, Stream: k.stream, Created: start.UnixMilli()}
-	var paused time.Duration
+	var (
+		paused time.Duration
+		thr    []*throttle.StateCopy
+	)
 	pause(func() {
 		p := time.Now()
 		defer func() { paused = time.Since(p) }()
@@ -76,14 +80,20 @@ func (k *Keeper) Save(ctx context.Context, name string, pause func(func()), part
 			if part.Sink.Agg != nil {
 				st.Agg = part.Sink.Agg.AppendState(nil)
 			}
+			var c *throttle.StateCopy
 			if part.Sink.Thr != nil {
-				st.Thr = part.Sink.Thr.AppendState(nil)
+				c = part.Sink.Thr.CopyState() // encoded below, once ingest goes on
 			}
-			snap.Stages = append(snap.Stages, st)
+			snap.Stages, thr = append(snap.Stages, st), append(thr, c)
 		}
 	})
 	if len(snap.Stages) == 0 {
 		return paused, nil
+	}
+	for i, c := range thr {
+		if c != nil {
+			snap.Stages[i].Thr = c.Append(nil)
+		}
 	}
 	data := snap.Append(make([]byte, 0, snap.Size()))
 	if err := k.store.Put(ctx, name, data); err != nil {
@@ -128,7 +138,7 @@ func (k *Keeper) restore1(ctx context.Context, name string, first uint64, parts 
 	case err != nil:
 		return nil, err
 	case snap.Config != k.config:
-		return nil, fmt.Errorf("taken under another configuration (%s), not %s", snap.Config, k.config)
+		return nil, errors.New("taken under other windows, policies or partitions")
 	case snap.Stream != k.stream:
 		return nil, fmt.Errorf("of stream %s, not %s", snap.Stream, k.stream)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/chatpulse/chatpulse/group"
 	"github.com/chatpulse/chatpulse/ingest"
 	"github.com/chatpulse/chatpulse/rolling"
+	"github.com/chatpulse/chatpulse/snapshot"
 	"github.com/chatpulse/chatpulse/throttle"
 	"github.com/chatpulse/chatpulse/traffic"
 	"github.com/chatpulse/chatpulse/web"
@@ -38,6 +39,9 @@ type Main struct {
 	agg       *aggregator.Aggregator // standalone
 	thr       *throttle.Set          // standalone
 	member    *group.Member          // in a group
+	sink      *ingest.Sink           // standalone: the aggregator and the throttle set
+	keeper    *snapshot.Keeper       // nil: no snapshots
+	reg       *prometheus.Registry
 	consumer  *ingest.Consumer
 	web       *web.Server
 	bus       *bus.Bus
@@ -108,6 +112,7 @@ func (m *Main) build() error {
 		return err
 	}
 	reg := prometheus.NewRegistry()
+	m.reg = reg
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "chatpulse_deadletter_failed_total",
@@ -145,7 +150,8 @@ func (m *Main) build() error {
 			return &UsageError{err}
 		}
 		stats = standalone{m.agg, m.thr}
-		m.consumer = ingest.New(&ingest.Sink{Agg: m.agg, Thr: m.thr}, reg, ingest.Config{
+		m.sink = &ingest.Sink{Agg: m.agg, Thr: m.thr}
+		m.consumer = ingest.New(m.sink, reg, ingest.Config{
 			Own:      bus.OwnPrefix,
 			MaxSkew:  c.MaxSkew,
 			Now:      m.Now,
@@ -191,16 +197,19 @@ func (m *Main) attach(ctx context.Context) (net.Listener, error) {
 		}
 	case c.JetStream:
 		largest := largest(c)
-		m.source, m.replaying, err = m.bus.Stream(ctx, bus.StreamConfig{
+		sc := bus.StreamConfig{
 			Stream:   c.Stream,
 			Subject:  c.Subject,
 			MaxAge:   largest + c.MaxSkew + streamMaxAgeMargin,
 			Replicas: c.Replicas,
 			// One largest window (plus the skew a ts may have over its
 			// publish time) before now: everything any window can still
-			// hold.
+			// hold. A snapshot, if there is one, covers the start.
 			From: m.Now().Add(-largest - c.MaxSkew),
-		})
+		}
+		if sc.FromSeq, err = m.restore(ctx, sc); err == nil {
+			m.source, m.replaying, err = m.bus.Stream(ctx, sc)
+		}
 	default:
 		m.source, err = m.bus.Subscribe(c.Subject)
 	}
@@ -231,6 +240,9 @@ func (m *Main) open(ln net.Listener) error {
 	m.goRun(func() { m.serveHTTP(ln) })
 	m.goRun(func() { m.web.Run(m.stop) })
 	m.goRun(m.janitor)
+	if m.keeper != nil {
+		m.goRun(m.snapshots)
+	}
 	if m.member != nil {
 		if _, err := m.bus.SubscribeAlerts(m.web.Alert); err != nil {
 			return fmt.Errorf("alerts: %w", err)

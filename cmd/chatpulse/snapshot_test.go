@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chatpulse/chatpulse/aggregator/oracle"
+	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/rolling"
+)
+
+// answers are every answer of an instance that a snapshot must keep: every
+// view of every window, throttle checks and the active keys, as JSON.
+func (tm *testMain) answers(evs []chat.Event) map[string]string {
+	tm.t.Helper()
+	out := map[string]string{}
+	get := func(path string) {
+		var v any
+		tm.get(path, &v)
+		b, _ := json.Marshal(v)
+		out[path] = string(b)
+	}
+	rooms, users := map[string]bool{}, map[string]bool{}
+	for _, e := range evs {
+		rooms[e.Room], users[e.User] = true, true
+	}
+	for _, w := range []string{"1m", "5m", "1h"} {
+		get("/api/v1/overview?k=100&window=" + w)
+		get("/api/v1/rooms?limit=1000&window=" + w)
+		for room := range rooms {
+			get("/api/v1/rooms/" + url.PathEscape(room) + "?k=100&window=" + w)
+		}
+		for user := range users {
+			get("/api/v1/users/" + url.PathEscape(user) + "?window=" + w)
+		}
+	}
+	get("/api/v1/throttle/active")
+	for user := range users {
+		for _, room := range []string{"lobby", "a/b"} {
+			body := fmt.Sprintf(`{"room":%q,"user":%q,"text":"hello there"}`, room, user)
+			var v any
+			tm.post("/api/v1/throttle/check", body, &v)
+			b, _ := json.Marshal(v)
+			out["check "+body] = string(b)
+		}
+	}
+	return out
+}
+
+// A restart that loads a snapshot and replays only what came after it
+// answers exactly as a full replay of the stream: every view, every
+// throttle decision, the active keys. The clock stands still, so the
+// answers are compared byte for byte, as_of included.
+func TestSnapshotEqualsFullReplay(t *testing.T) {
+	clock := newFrozen()
+	dir := t.TempDir()
+	now := clock.ms.Load()
+	evs := randomTrace(rand.New(rand.NewPCG(3, 4)), now, 4000)
+	for i := range evs {
+		if i%5 == 0 { // enough of them to cross the default policies
+			evs[i].Room, evs[i].User, evs[i].TS = "lobby", "alice", now-int64(i%50)
+		}
+	}
+	first, second := evs[:2500], evs[2500:]
+
+	a := startMainAt(t, clock.Now, "--data-dir", dir, "--snapshot-interval", "50ms")
+	for i, e := range first {
+		a.publish("chat.x.y", eventJSON(e, i))
+	}
+	a.waitReceived(len(first))
+	eventually(t, 20*time.Second, "a snapshot", func() bool { return a.metric("chatpulse_snapshot_bytes") > 0 })
+	a.Close()
+	a = startMainAt(t, clock.Now, "--data-dir", dir, "--snapshot-interval", "1h") // saves no more
+	for i, e := range second {
+		a.publish("chat.x.y", eventJSON(e, len(first)+i))
+	}
+	a.waitReceived(len(second))
+	a.Close()
+
+	restored := startMainAt(t, clock.Now, "--data-dir", dir, "--snapshot-interval", "1h")
+	if restored.metric("chatpulse_restore_seconds") <= 0 {
+		t.Fatal("the restart did not load the snapshot")
+	}
+	got := restored.answers(evs)
+	restored.Close()
+	full := startMainAt(t, clock.Now, "--data-dir", dir, "--snapshot-interval", "0")
+	want := full.answers(evs)
+	if len(got) != len(want) {
+		t.Fatalf("%d answers, want %d", len(got), len(want))
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s after a snapshot:\n got %s\nwant %s", k, got[k], w)
+		}
+	}
+}
+
+// A snapshot that cannot be used is ignored, and the full replay gives
+// the right answers: one of other windows, a corrupt object, one older
+// than what the stream still holds; with --snapshot-interval 0 none is
+// taken or read.
+func TestSnapshotIgnored(t *testing.T) {
+	clock := newFrozen()
+	now := clock.ms.Load()
+	evs := randomTrace(rand.New(rand.NewPCG(5, 6)), now, 600)
+	ws, _ := rolling.ParseWindows(rolling.DefaultWindows)
+	o := oracle.New(ws)
+	o.Observe(now, evs)
+
+	// setup starts chatpulse on a new data directory, publishes the trace
+	// and waits for a snapshot, then stops it.
+	setup := func(args ...string) string {
+		dir := t.TempDir()
+		tm := startMainAt(t, clock.Now, append([]string{"--data-dir", dir, "--snapshot-interval", "50ms"}, args...)...)
+		for i, e := range evs {
+			tm.publish("chat.x.y", eventJSON(e, i))
+		}
+		tm.waitReceived(len(evs))
+		eventually(t, 20*time.Second, "a snapshot", func() bool { return tm.metric("chatpulse_snapshot_bytes") > 0 })
+		tm.Close()
+		return dir
+	}
+	// check restarts on dir, and the answers must be right though the
+	// snapshot was not loaded.
+	check := func(name, dir string, args ...string) {
+		tm := startMainAt(t, clock.Now, append([]string{"--data-dir", dir}, args...)...)
+		if got := tm.metric("chatpulse_restore_seconds"); got > 0 {
+			t.Errorf("%s: the snapshot was loaded", name)
+		}
+		tm.compareAll(o, now, evs)
+		tm.Close()
+	}
+
+	check("other windows", setup("--windows", "1m,5m"))
+
+	dir := setup()
+	corrupt(t, dir, func(b []byte) []byte { b[len(b)/2] ^= 0xFF; return b })
+	check("corrupt", dir)
+
+	dir = setup()
+	tm := startMainAt(t, clock.Now, "--data-dir", dir, "--snapshot-interval", "0")
+	// Two more events, and all but the last purged: the stream lost one
+	// the snapshot did not cover.
+	tm.publish("chat.x.y", eventJSON(chat.Event{Room: "lost", User: "comer", TS: now}, 0))
+	tm.publish("chat.x.y", eventJSON(chat.Event{Room: "late", User: "comer", TS: now}, 0))
+	tm.waitReceived(len(evs) + 2)
+	js, _ := jetstream.New(tm.nc)
+	s, _ := js.Stream(context.Background(), "CHAT")
+	if err := s.Purge(context.Background(), jetstream.WithPurgeKeep(1)); err != nil { // all but the last event
+		t.Fatal(err)
+	}
+	tm.Close()
+	o2 := oracle.New(ws)
+	o2.Observe(now, []chat.Event{{Room: "late", User: "comer", TS: now}})
+	tm = startMainAt(t, clock.Now, "--data-dir", dir)
+	if got := tm.metric("chatpulse_restore_seconds"); got > 0 {
+		t.Error("a snapshot older than the stream's first event was loaded")
+	}
+	tm.compareAll(o2, now, []chat.Event{{Room: "late", User: "comer", TS: now}})
+	tm.Close()
+
+	// --snapshot-interval 0: nothing saved.
+	dir = t.TempDir()
+	tm = startMainAt(t, clock.Now, "--data-dir", dir, "--snapshot-interval", "0")
+	tm.publish("chat.x.y", eventJSON(evs[0], 0))
+	tm.waitReceived(1)
+	time.Sleep(200 * time.Millisecond)
+	if got := tm.metric("chatpulse_snapshot_bytes"); got > 0 {
+		t.Error("a snapshot with --snapshot-interval 0")
+	}
+	js, _ = jetstream.New(tm.nc)
+	if _, err := js.ObjectStore(context.Background(), "CHATPULSE_SNAPSHOTS"); err == nil {
+		t.Error("the object store exists with --snapshot-interval 0")
+	}
+}
+
+// corrupt rewrites the standalone snapshot under dir through a chatpulse
+// that takes none.
+func corrupt(t *testing.T, dir string, change func([]byte) []byte) {
+	t.Helper()
+	tm := startMainAt(t, nil, "--data-dir", dir, "--snapshot-interval", "0")
+	js, _ := jetstream.New(tm.nc)
+	ctx := context.Background()
+	obj, err := js.ObjectStore(ctx, "CHATPULSE_SNAPSHOTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := tm.snapshotName()
+	b, err := obj.GetBytes(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obj.PutBytes(ctx, name, change(b)); err != nil {
+		t.Fatal(err)
+	}
+	tm.Close()
+}

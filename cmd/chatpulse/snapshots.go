@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/chatpulse/chatpulse/bus"
+	"github.com/chatpulse/chatpulse/snapshot"
+)
+
+// Snapshots of a standalone instance (contract section 9): one object,
+// named for the stream and the instance, holding one stage.
+
+const standaloneStage = "standalone"
+
+// snapshotName is the object a standalone instance keeps its state under.
+func (m *Main) snapshotName() string {
+	return "standalone." + m.Config.Stream + "." + m.Config.Instance
+}
+
+// configOf names what a state depends on: the windows and the policies
+// (and, in a group, the partitions). A snapshot is used only under the
+// same.
+func configOf(c *Config, policies any, partitions int) string {
+	ws := ""
+	for i, w := range c.Windows {
+		if i > 0 {
+			ws += ","
+		}
+		ws += fmt.Sprintf("%s:%d", w.Name, w.Res.Milliseconds())
+	}
+	p, _ := json.Marshal(policies)
+	return fmt.Sprintf("windows=%s partitions=%d policies=%s", ws, partitions, p)
+}
+
+// restore loads the standalone instance's snapshot, if there is a usable
+// one, and returns the first stream sequence it does not cover (0: read
+// from sc.From, as without one). The streams are made first, so that a
+// snapshot can be checked against what the stream still holds.
+func (m *Main) restore(ctx context.Context, sc bus.StreamConfig) (uint64, error) {
+	if m.Config.SnapshotInterval == 0 {
+		return 0, nil
+	}
+	if err := m.bus.EnsureStreams(ctx, sc, 0); err != nil {
+		return 0, err
+	}
+	store, err := snapshot.Open(ctx, m.bus.JetStream(), m.Config.Replicas)
+	if err != nil {
+		return 0, err
+	}
+	m.keeper = snapshot.NewKeeper(store, configOf(&m.Config, m.thr.Policies(), 0), m.Config.Stream, m.reg, m.Log)
+	first, _, err := m.bus.Seqs(ctx, sc.Stream)
+	if err != nil {
+		return 0, err
+	}
+	from := m.keeper.Restore(ctx, m.snapshotName(), first, []snapshot.Part{{Name: standaloneStage, Sink: m.sink}})
+	return from[standaloneStage], nil
+}
+
+// snapshots saves the state every --snapshot-interval, when anything was
+// handled since the last one, until chatpulse stops.
+func (m *Main) snapshots() {
+	t := time.NewTicker(m.Config.SnapshotInterval)
+	defer t.Stop()
+	parts := []snapshot.Part{{Name: standaloneStage, Sink: m.sink}}
+	var saved uint64
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		seq := m.sink.Seq()
+		if seq == saved {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		paused, err := m.keeper.Save(ctx, m.snapshotName(), m.consumer.Pause, parts)
+		cancel()
+		if err != nil {
+			m.Log.Warn("snapshot not saved", "err", err)
+			continue
+		}
+		saved = seq // at least: whatever came during the save is saved next time
+		m.Log.Debug("snapshot saved", "ingest_paused", paused)
+	}
+}
