@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,8 +12,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chatpulse/chatpulse/ingest"
+	"github.com/chatpulse/chatpulse/rolling"
 	"github.com/chatpulse/chatpulse/throttle"
 )
+
+// ConfigOf names what a state depends on: the windows and the policies,
+// and in a group the partitions. A snapshot is used only under the same.
+func ConfigOf(windows []rolling.Window, policies []throttle.Policy, partitions int) string {
+	ws := ""
+	for i, w := range windows {
+		if i > 0 {
+			ws += ","
+		}
+		ws += fmt.Sprintf("%s:%d", w.Name, w.Res.Milliseconds())
+	}
+	p, _ := json.Marshal(policies)
+	return fmt.Sprintf("windows=%s partitions=%d policies=%s", ws, partitions, p)
+}
 
 // A Part is one stage whose state is saved: its name in the snapshot and
 // its sink (aggregator, throttle set, and how far it has handled).

@@ -29,8 +29,9 @@ type testMain struct {
 	nc  *nats.Conn // a client connection, as a chat server would have
 	url string     // HTTP base URL
 
-	client *http.Client // nil: http.DefaultClient; with --tls-cert one that trusts it
-	token  string       // sent as a bearer token, if set
+	client  *http.Client // nil: http.DefaultClient; with --tls-cert one that trusts it
+	token   string       // sent as a bearer token, if set
+	grouped bool         // a group member: its views say whether they are complete
 }
 
 // startMain parses args (after defaults that pick free ports and a temp
@@ -64,7 +65,7 @@ func startMainWith(t *testing.T, setup func(*Main), args ...string) *testMain {
 		m.Close()
 		t.Fatalf("run: %v", err)
 	}
-	tm := &testMain{Main: m, t: t, url: m.HTTPURL(), token: m.Config.AuthToken}
+	tm := &testMain{Main: m, t: t, url: m.HTTPURL(), token: m.Config.AuthToken, grouped: m.Config.Group != ""}
 	t.Cleanup(func() { tm.Close() })
 	if m.Config.TLSCert != "" {
 		tm.client = tlsClient(t, m.Config.TLSCert)

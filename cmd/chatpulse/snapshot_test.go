@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/url"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chatpulse/chatpulse/aggregator/oracle"
@@ -201,4 +203,46 @@ func corrupt(t *testing.T, dir string, change func([]byte) []byte) {
 		t.Fatal(err)
 	}
 	tm.Close()
+}
+
+// The built binary, saving a snapshot every 100 ms while events flow, is
+// killed with SIGKILL three times, between snapshots and while saving one;
+// each restart loads the last complete snapshot, replays what came after,
+// and in the end every view equals the oracle's.
+func TestSnapshotSurvivesSIGKILL(t *testing.T) {
+	natsURL := natsServer(t)
+	args := []string{"--nats-url", natsURL, "--snapshot-interval", "100ms", "--instance", "killed"}
+	evs := recentTrace(21, 6000)
+	ws, _ := rolling.ParseWindows(rolling.DefaultWindows)
+	o := oracle.New(ws)
+	o.Observe(time.Now().UnixMilli(), evs)
+
+	cmd, tm := startBinary(t, args...)
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(8, 9))
+	for kill := range 3 {
+		for i := kill * 1500; i < (kill+1)*1500; i++ {
+			if _, err := js.Publish(ctx, "chat.x.y", []byte(eventJSON(evs[i], i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Now and then right away, while a snapshot is being written.
+		time.Sleep(time.Duration(r.IntN(250)) * time.Millisecond)
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		cmd, tm = startBinary(t, args...)
+	}
+	for i := 4500; i < len(evs); i++ {
+		js.Publish(ctx, "chat.x.y", []byte(eventJSON(evs[i], i)))
+	}
+	if tm.metric("chatpulse_restore_seconds") <= 0 {
+		t.Error("the last restart did not load a snapshot")
+	}
+	tm.compareGroup(o, evs)
 }

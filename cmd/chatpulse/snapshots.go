@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/chatpulse/chatpulse/bus"
@@ -18,21 +16,6 @@ const standaloneStage = "standalone"
 // snapshotName is the object a standalone instance keeps its state under.
 func (m *Main) snapshotName() string {
 	return "standalone." + m.Config.Stream + "." + m.Config.Instance
-}
-
-// configOf names what a state depends on: the windows and the policies
-// (and, in a group, the partitions). A snapshot is used only under the
-// same.
-func configOf(c *Config, policies any, partitions int) string {
-	ws := ""
-	for i, w := range c.Windows {
-		if i > 0 {
-			ws += ","
-		}
-		ws += fmt.Sprintf("%s:%d", w.Name, w.Res.Milliseconds())
-	}
-	p, _ := json.Marshal(policies)
-	return fmt.Sprintf("windows=%s partitions=%d policies=%s", ws, partitions, p)
 }
 
 // restore loads the standalone instance's snapshot, if there is a usable
@@ -50,7 +33,7 @@ func (m *Main) restore(ctx context.Context, sc bus.StreamConfig) (uint64, error)
 	if err != nil {
 		return 0, err
 	}
-	m.keeper = snapshot.NewKeeper(store, configOf(&m.Config, m.thr.Policies(), 0), m.Config.Stream, m.reg, m.Log)
+	m.keeper = snapshot.NewKeeper(store, snapshot.ConfigOf(m.Config.Windows, m.thr.Policies(), 0), m.Config.Stream, m.reg, m.Log)
 	first, _, err := m.bus.Seqs(ctx, sc.Stream)
 	if err != nil {
 		return 0, err
