@@ -18,6 +18,7 @@ import (
 	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/ingest"
 	"github.com/chatpulse/chatpulse/rolling"
+	"github.com/chatpulse/chatpulse/snapshot"
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
@@ -38,8 +39,11 @@ type Config struct {
 	MaxSkew    time.Duration
 	Policies   []throttle.Policy
 	Lease      time.Duration // 0: DefaultLease
-	Now        func() time.Time
-	Log        *slog.Logger
+	// SnapshotInterval is how often each partition's state is saved; 0:
+	// never (and none is loaded).
+	SnapshotInterval time.Duration
+	Now              func() time.Time
+	Log              *slog.Logger
 }
 
 // ErrConfig is a configuration that cannot work (the caller exits with
@@ -64,7 +68,9 @@ type Member struct {
 	leases   *leases
 	progress *progress
 	consumer *ingest.Consumer
-	feeds    *bus.Feeds // every partition's stages, into the one pipeline
+	feeds    *bus.Feeds       // every partition's stages, into the one pipeline
+	keeper   *snapshot.Keeper // nil: no snapshots
+	reg      prometheus.Registerer
 	query    *nats.Subscription
 	metrics  *metrics
 
@@ -124,6 +130,7 @@ func New(cfg Config, reg prometheus.Registerer, onReject func(*ingest.Msg, *inge
 		Own: bus.OwnPrefix, MaxSkew: cfg.MaxSkew, Now: cfg.Now, Log: cfg.Log, OnReject: onReject, OnAlert: onAlert,
 	})
 	m.metrics = newMetrics(m, reg)
+	m.reg = reg
 	return m, nil
 }
 
@@ -148,6 +155,13 @@ func (m *Member) Join(ctx context.Context, b *bus.Bus, httpURL string) error {
 			return fmt.Errorf("%w: %v", ErrConfig, err)
 		}
 		return err
+	}
+	if cfg.SnapshotInterval > 0 {
+		store, err := snapshot.Open(ctx, js, cfg.Replicas)
+		if err != nil {
+			return err
+		}
+		m.keeper = snapshot.NewKeeper(store, snapshot.ConfigOf(cfg.Windows, cfg.Policies, cfg.Partitions), cfg.Stream, m.reg, cfg.Log)
 	}
 	kv, err := openLeases(ctx, js, cfg.Group, cfg.Replicas, cfg.Lease)
 	if err != nil {
@@ -204,6 +218,10 @@ func (m *Member) Run(ctx context.Context) error {
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() { defer wg.Done(); m.recordProgress(ctx) }()
+		if m.keeper != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); m.snapshots(ctx) }()
+		}
 		if err := m.leases.run(ctx); err != nil {
 			m.log.Error("group: leases", "err", err)
 		}

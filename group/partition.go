@@ -2,6 +2,7 @@ package group
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/chatpulse/chatpulse/bus"
 	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/ingest"
+	"github.com/chatpulse/chatpulse/snapshot"
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
@@ -131,11 +133,13 @@ func (m *Member) start(p int, rev uint64) {
 		defer close(pt.opened)
 		through := m.replayThrough(ctx, p)
 		pt.through = through
+		// What a snapshot of the partition covers is not read again.
+		seqs := m.restore(ctx, pt)
 		from := m.cfg.Now().Add(-m.largest - m.cfg.MaxSkew)
 		for _, s := range pt.stages {
 			for ctx.Err() == nil {
 				feed, caughtUp, err := m.feeds.Start(ctx, bus.FeedConfig{
-					Stream: m.cfg.Stream, Filter: m.filter(p, s.name), FromTime: from,
+					Stream: m.cfg.Stream, Filter: m.filter(p, s.name), FromTime: from, FromSeq: seqs[s.name],
 					ReplayThrough: through[s.name], Sink: s.sink, Subject: m.cfg.Subject,
 				})
 				if err == nil {
@@ -199,4 +203,76 @@ func (m *Member) replayThrough(ctx context.Context, p int) map[string]uint64 {
 		m.log.Warn("group: stream's last sequence unknown; replaying from the start as live", "err", err)
 	}
 	return map[string]uint64{stageRoom: last, stageUser: last, stageStray: last, stageAll: last}
+}
+
+// Snapshots of a group (contract section 9): one object per partition,
+// holding its stages, saved by its owner and loaded by whoever holds it
+// next, who then reads only what came after each stage's sequence.
+
+func (m *Member) snapshotName(p int) string { return fmt.Sprintf("group.%s.p%d", m.cfg.Group, p) }
+
+func (pt *partition) parts() []snapshot.Part {
+	parts := make([]snapshot.Part, len(pt.stages))
+	for i, s := range pt.stages {
+		parts[i] = snapshot.Part{Name: s.name, Sink: s.sink}
+	}
+	return parts
+}
+
+// restore loads partition p's snapshot into its fresh stages, and returns
+// per stage the first sequence to read (none: read from the start).
+func (m *Member) restore(ctx context.Context, pt *partition) map[string]uint64 {
+	if m.keeper == nil {
+		return nil
+	}
+	first, _, err := m.bus.Seqs(ctx, m.cfg.Stream)
+	if err != nil {
+		m.log.Warn("group: no snapshot loaded", "partition", pt.p, "err", err)
+		return nil
+	}
+	return m.keeper.Restore(ctx, m.snapshotName(pt.p), first, pt.parts())
+}
+
+// snapshots saves, every interval, each partition this member holds and
+// has caught up, spread over the interval so that ingest waits a little
+// at a time.
+func (m *Member) snapshots(ctx context.Context) {
+	saved := map[int]uint64{}
+	for {
+		m.mu.RLock()
+		var pts []*partition
+		for _, pt := range m.parts {
+			if isOpen(pt) && pt.ready() {
+				pts = append(pts, pt)
+			}
+		}
+		m.mu.RUnlock()
+		step := m.cfg.SnapshotInterval / time.Duration(max(len(pts), 1))
+		for _, pt := range pts {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(step):
+			}
+			var seq uint64
+			for _, s := range pt.stages {
+				seq += s.sink.Seq()
+			}
+			if seq == saved[pt.p] {
+				continue
+			}
+			if _, err := m.keeper.Save(ctx, m.snapshotName(pt.p), m.consumer.Pause, pt.parts()); err != nil {
+				m.log.Warn("group: snapshot not saved", "partition", pt.p, "err", err)
+				continue
+			}
+			saved[pt.p] = seq
+		}
+		if len(pts) == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(step):
+			}
+		}
+	}
 }

@@ -239,7 +239,9 @@ func recentTrace(seed uint64, n int) []chat.Event {
 // anyone counting twice.
 func TestGroupFailover(t *testing.T) {
 	url := natsServer(t)
-	args := []string{"--nats-url", url, "--group", "g", "--partitions", "8"}
+	// Snapshots every 200 ms: the survivors load the dead member's
+	// partitions' snapshots and read only what came after.
+	args := []string{"--nats-url", url, "--group", "g", "--partitions", "8", "--snapshot-interval", "200ms"}
 	ms := []*testMain{startMain(t, append(args, "--instance", "m0")...), startMain(t, append(args, "--instance", "m1")...)}
 	victim, vm := startBinary(t, append(args, "--instance", "m2")...)
 	waitComplete(t, ms[0], 3)
@@ -275,6 +277,9 @@ func TestGroupFailover(t *testing.T) {
 	<-published
 	for _, tm := range ms {
 		tm.compareGroup(o, evs)
+	}
+	if ms[0].metric("chatpulse_restore_seconds")+ms[1].metric("chatpulse_restore_seconds") <= 0 {
+		t.Error("no survivor loaded a snapshot of the partitions it took over")
 	}
 
 	// m2 comes back: it takes partitions from the others, and every

@@ -135,7 +135,7 @@ func (m *Main) build() error {
 		m.member, err = group.New(group.Config{
 			Group: c.Group, Instance: c.Instance, Partitions: c.Partitions, Replicas: c.Replicas,
 			Stream: c.Stream, Subject: c.Subject, Windows: c.Windows, MaxSkew: c.MaxSkew, Policies: policies,
-			Now: m.Now, Log: m.Log,
+			SnapshotInterval: c.SnapshotInterval, Now: m.Now, Log: m.Log,
 		}, reg, deadLetter, func(a throttle.Alert) { m.bus.Alert(a) }) // dashboards hear it back from NATS
 		if err != nil {
 			return &UsageError{err}
