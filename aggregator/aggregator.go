@@ -30,6 +30,7 @@ type Aggregator struct {
 
 	buckets []int64 // scratch: an event's bucket in each window
 	found   []*pair // scratch: the pairs of a batch's events
+	sink    int64   // where AppendState's early loads go
 }
 
 type window struct {

@@ -36,6 +36,7 @@ type room struct {
 	pairs []*pair // its talkers, in any window
 	w     []roomWin
 	live  int // windows in which it has messages
+	snap  int // its number in the state AppendState is writing
 }
 
 type roomWin struct {

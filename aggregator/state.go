@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/rolling"
@@ -26,7 +27,8 @@ const stateVersion = 1
 //	uvarint windows; per window: name, resolution ms, buckets (a check)
 //	varint clock (Never: nothing seen)
 //	uvarint late events, per window
-//	uvarint pairs; per pair: room, user, then per window:
+//	uvarint rooms; per room: name
+//	uvarint pairs; per pair: uvarint room's number, user, then per window:
 //	  uvarint cells; per cell, oldest first: uvarint head-bucket, uvarint count
 //
 // Strings are a uvarint length and the bytes. It holds the lock while it
@@ -49,21 +51,58 @@ func (a *Aggregator) AppendState(b []byte) []byte {
 	for _, n := range a.late {
 		b = binary.AppendUvarint(b, n)
 	}
+	// The rooms once, then each pair with its room's number: rooms are
+	// few and pairs many.
+	b = binary.AppendUvarint(b, uint64(len(a.rooms)))
+	n := 0
+	for _, r := range a.rooms {
+		r.snap, n = n, n+1
+		b = appendString(b, r.name)
+	}
 	b = binary.AppendUvarint(b, uint64(a.pairs.n))
-	a.pairs.each(func(p *pair) {
-		b = appendString(b, p.room.name)
-		b = appendString(b, p.user.name)
-		for i, w := range a.ws {
-			t := &p.w[i].tally
-			cells := 0
-			t.Cells(func(_, _ int64) { cells++ })
-			b = binary.AppendUvarint(b, uint64(cells))
-			t.Cells(func(bucket, n int64) {
-				b = binary.AppendUvarint(b, uint64(w.head-bucket))
-				b = binary.AppendUvarint(b, uint64(n))
-			})
+	b = slices.Grow(b, a.pairs.n*(24+8*len(a.ws))) // about what a pair takes, so that b grows seldom
+	// In chunks: first touch every pair, user and tally of a chunk (the
+	// loads do not wait for each other, so their cache misses overlap),
+	// then write them, from the cache.
+	var chunk [64]pairSlot
+	for slots := a.pairs.slots; len(slots) > 0; {
+		n = 0
+		for len(slots) > 0 && n < len(chunk) {
+			if slots[0].p != nil {
+				chunk[n] = slots[0]
+				n++
+			}
+			slots = slots[1:]
 		}
-	})
+		var sink int64
+		for _, s := range chunk[:n] {
+			sink += int64(s.u.buf[0])
+			for i := range s.p.w {
+				sink += s.p.w[i].tally.Count
+			}
+		}
+		a.sink = sink
+		for _, s := range chunk[:n] {
+			b = a.appendPair(b, s.p, s.u)
+		}
+	}
+	return b
+}
+
+// appendPair writes a pair: its room's number, its user, its cells.
+func (a *Aggregator) appendPair(b []byte, p *pair, u *user) []byte {
+	b = binary.AppendUvarint(b, uint64(p.room.snap))
+	b = appendString(b, u.name)
+	for i, w := range a.ws {
+		t := &p.w[i].tally
+		n := t.NumCells()
+		b = binary.AppendUvarint(b, uint64(n))
+		for j := range n {
+			bucket, count := t.CellAt(j)
+			b = binary.AppendUvarint(b, uint64(w.head-bucket))
+			b = binary.AppendUvarint(b, uint64(count))
+		}
+	}
 	return b
 }
 
@@ -123,6 +162,26 @@ func (a *Aggregator) load(r *reader) error {
 	for i := range a.late {
 		a.late[i] = r.uvarint()
 	}
+	nrooms := r.uvarint()
+	if r.err == nil && nrooms > uint64(len(r.b)) { // every room takes at least a byte
+		return fmt.Errorf("%d rooms in %d bytes", nrooms, len(r.b))
+	}
+	rooms := make([]string, 0, nrooms)
+	seen := make(map[string]bool, nrooms)
+	for range nrooms {
+		room := r.string()
+		if r.err != nil {
+			return r.err
+		}
+		if err := chat.CheckName("room", room); err != nil {
+			return err
+		}
+		if seen[room] {
+			return fmt.Errorf("room %q twice", room)
+		}
+		seen[room] = true
+		rooms = append(rooms, room)
+	}
 	pairs := r.uvarint()
 	if r.err != nil {
 		return r.err
@@ -135,17 +194,18 @@ func (a *Aggregator) load(r *reader) error {
 	} else if pairs > 0 {
 		return errors.New("pairs with no clock")
 	}
-	if pairs > uint64(len(r.b))/4 { // every pair takes at least four bytes
+	if pairs > uint64(len(r.b))/3 { // every pair takes at least three bytes
 		return fmt.Errorf("%d pairs in %d bytes", pairs, len(r.b))
 	}
 	for range pairs {
-		room, user := r.string(), r.string()
+		ri, user := r.uvarint(), r.string()
 		if r.err != nil {
 			return r.err
 		}
-		if err := chat.CheckName("room", room); err != nil {
-			return err
+		if ri >= uint64(len(rooms)) {
+			return fmt.Errorf("room %d of %d", ri, len(rooms))
 		}
+		room := rooms[ri]
 		if err := chat.CheckName("user", user); err != nil {
 			return err
 		}
@@ -178,6 +238,9 @@ func (a *Aggregator) load(r *reader) error {
 	}
 	if len(r.b) > 0 {
 		return fmt.Errorf("%d bytes after the last pair", len(r.b))
+	}
+	if len(a.rooms) != len(rooms) {
+		return fmt.Errorf("%d rooms listed, %d with pairs", len(rooms), len(a.rooms))
 	}
 	return nil
 }

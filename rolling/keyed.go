@@ -20,15 +20,23 @@ type cell struct {
 	n int64 // events in it
 }
 
-// Cells calls fn with each bucket the key has events in, oldest first, and
-// their count: what a snapshot saves of it.
-func (t *Tally) Cells(fn func(b, n int64)) {
-	for _, c := range t.older() {
-		fn(c.b, c.n)
-	}
+// NumCells is the number of buckets the key has events in, and CellAt(i)
+// the i-th of them, oldest first, with its count: what a snapshot saves of
+// a key.
+func (t *Tally) NumCells() int {
+	n := len(t.cells) - t.off
 	if t.Count > 0 {
-		fn(t.last.b, t.last.n)
+		n++
 	}
+	return n
+}
+
+// CellAt is the i-th bucket, oldest first, and its count; i < NumCells.
+func (t *Tally) CellAt(i int) (b, n int64) {
+	if older := t.older(); i < len(older) {
+		return older[i].b, older[i].n
+	}
+	return t.last.b, t.last.n
 }
 
 // older are the cells before last that are still in the window.

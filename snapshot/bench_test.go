@@ -1,0 +1,74 @@
+package snapshot
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/rolling"
+	"github.com/chatpulse/chatpulse/throttle"
+)
+
+// BenchmarkSnapshotPause is what taking a snapshot costs ingest, at
+// 100,000 and 1,000,000 tracked users (800 rooms, windows 1m,1h,7d:1h,
+// the default policies): the time Save holds the pipeline (the
+// aggregator's AppendState and the throttle set's CopyState), the time to
+// encode the rest, the size per tracked pair, and the heap before and at
+// the end of taking one (the state, the snapshot's bytes and the throttle
+// copy), against the state's own heap.
+//
+//	go test -run '^$' -bench SnapshotPause -benchtime 3x ./snapshot/
+func BenchmarkSnapshotPause(b *testing.B) {
+	for _, users := range []int{100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("users=%d", users), func(b *testing.B) {
+			ws, _ := rolling.ParseWindows("1m,1h,7d:1h")
+			agg, _ := aggregator.New(ws)
+			thr, _ := throttle.NewSet(throttle.DefaultPolicies())
+			now := time.Now().UnixMilli()
+			batch := make([]chat.Event, 0, 1024)
+			flush := func() {
+				agg.Observe(now, batch, nil)
+				thr.ObserveBatch(batch, nil)
+				batch = batch[:0]
+			}
+			for u := range users {
+				for j := range 2 { // two rooms each: two pairs a user
+					batch = append(batch, chat.Event{Room: fmt.Sprintf("room-%03d", (u+j*401)%800), User: fmt.Sprintf("user-%07d", u), TS: now - int64(u%3_000_000), Text: "hello"})
+				}
+				if len(batch) >= 1000 {
+					flush()
+				}
+			}
+			flush()
+			var before runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			var pause, encode time.Duration
+			var size int
+			var peak uint64
+			for range b.N {
+				runtime.GC() // what a snapshot adds, not earlier ones' garbage
+				start := time.Now()
+				a := agg.AppendState(nil)
+				c := thr.CopyState()
+				pause += time.Since(start)
+				start = time.Now()
+				t := c.Append(nil)
+				encode += time.Since(start)
+				size = len(a) + len(t)
+				var m runtime.MemStats
+				runtime.ReadMemStats(&m)
+				peak = max(peak, m.HeapAlloc)
+			}
+			pairs := agg.Stats().Pairs
+			b.ReportMetric(float64(pause.Milliseconds())/float64(b.N), "pause-ms")
+			b.ReportMetric(float64(encode.Milliseconds())/float64(b.N), "encode-ms")
+			b.ReportMetric(float64(size)/float64(pairs), "bytes/pair")
+			b.ReportMetric(float64(before.HeapAlloc)/(1<<20), "state-MiB")
+			b.ReportMetric(float64(peak)/float64(before.HeapAlloc), "peak/state")
+		})
+	}
+}
