@@ -408,6 +408,7 @@ func (m *Main) Close() error {
 		m.source.Stop()
 		if m.consuming {
 			errs = append(errs, m.consumer.Wait(ctx))
+			m.lastSnapshot(ctx)
 		}
 	}
 	if m.svc != nil {

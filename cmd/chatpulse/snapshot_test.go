@@ -79,13 +79,14 @@ func TestSnapshotEqualsFullReplay(t *testing.T) {
 	a.waitReceived(len(first))
 	eventually(t, 20*time.Second, "a snapshot", func() bool { return a.metric("chatpulse_snapshot_bytes") > 0 })
 	a.Close()
-	a = startMainAt(t, clock.Now, "--data-dir", dir, "--snapshot-interval", "1h") // saves no more
+	a = startMainAt(t, clock.Now, "--data-dir", dir, "--snapshot-interval", "0") // saves no more
 	for i, e := range second {
 		a.publish("chat.x.y", eventJSON(e, len(first)+i))
 	}
 	a.waitReceived(len(second))
 	a.Close()
 
+	// The snapshot covers the first part: the second is replayed.
 	restored := startMainAt(t, clock.Now, "--data-dir", dir, "--snapshot-interval", "1h")
 	if restored.metric("chatpulse_restore_seconds") <= 0 {
 		t.Fatal("the restart did not load the snapshot")

@@ -70,3 +70,16 @@ func (m *Main) snapshots() {
 		m.Log.Debug("snapshot saved", "ingest_paused", paused)
 	}
 }
+
+// lastSnapshot saves the state once everything delivered is counted, as
+// chatpulse stops cleanly, so that the next start replays nothing it had.
+func (m *Main) lastSnapshot(ctx context.Context) {
+	if m.keeper == nil || m.sink.Seq() == 0 {
+		return
+	}
+	parts := []snapshot.Part{{Name: standaloneStage, Sink: m.sink}}
+	nothingRuns := func(f func()) { f() } // the consumer has stopped
+	if _, err := m.keeper.Save(ctx, m.snapshotName(), nothingRuns, parts); err != nil {
+		m.Log.Warn("last snapshot not saved", "err", err)
+	}
+}
