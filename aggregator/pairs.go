@@ -123,3 +123,15 @@ func (t *pairTable) each(fn func(*pair)) {
 		}
 	}
 }
+
+// reserve makes room for n pairs in all, so that adding them does not
+// grow the table step by step.
+func (t *pairTable) reserve(n int) {
+	size := minSlots
+	for 4*n > 3*size {
+		size *= 2
+	}
+	if size > len(t.slots) {
+		t.resize(size)
+	}
+}

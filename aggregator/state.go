@@ -197,6 +197,8 @@ func (a *Aggregator) load(r *reader) error {
 	if pairs > uint64(len(r.b))/3 { // every pair takes at least three bytes
 		return fmt.Errorf("%d pairs in %d bytes", pairs, len(r.b))
 	}
+	a.pairs.reserve(int(pairs))
+	a.users = make(map[string]*user, pairs/2) // most users talk in a room or two
 	for range pairs {
 		ri, user := r.uvarint(), r.string()
 		if r.err != nil {

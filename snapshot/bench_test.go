@@ -46,7 +46,7 @@ func BenchmarkSnapshotPause(b *testing.B) {
 			var before runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&before)
-			var pause, encode time.Duration
+			var pause, encode, load time.Duration
 			var size int
 			var peak uint64
 			for range b.N {
@@ -62,10 +62,21 @@ func BenchmarkSnapshotPause(b *testing.B) {
 				var m runtime.MemStats
 				runtime.ReadMemStats(&m)
 				peak = max(peak, m.HeapAlloc)
+				start = time.Now()
+				agg2, _ := aggregator.New(ws)
+				thr2, _ := throttle.NewSet(throttle.DefaultPolicies())
+				if err := agg2.LoadState(a); err != nil {
+					b.Fatal(err)
+				}
+				if err := thr2.LoadState(t); err != nil {
+					b.Fatal(err)
+				}
+				load += time.Since(start)
 			}
 			pairs := agg.Stats().Pairs
 			b.ReportMetric(float64(pause.Milliseconds())/float64(b.N), "pause-ms")
 			b.ReportMetric(float64(encode.Milliseconds())/float64(b.N), "encode-ms")
+			b.ReportMetric(float64(load.Milliseconds())/float64(b.N), "load-ms")
 			b.ReportMetric(float64(size)/float64(pairs), "bytes/pair")
 			b.ReportMetric(float64(before.HeapAlloc)/(1<<20), "state-MiB")
 			b.ReportMetric(float64(peak)/float64(before.HeapAlloc), "peak/state")
