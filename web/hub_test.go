@@ -19,20 +19,26 @@ import (
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
-// countingViews is an aggregator that counts the views read from it.
+// countingViews is an aggregator that counts the views read from it. It
+// embeds Views, not the aggregator, so it has no RoomActivity of its own.
 type countingViews struct {
-	*aggregator.Aggregator
+	Views
+	agg              *aggregator.Aggregator
 	rooms, overviews atomic.Int64
+}
+
+func newCountingViews(agg *aggregator.Aggregator) *countingViews {
+	return &countingViews{Views: agg, agg: agg}
 }
 
 func (v *countingViews) Room(name, win string, k int, now int64) (aggregator.Room, error) {
 	v.rooms.Add(1)
-	return v.Aggregator.Room(name, win, k, now)
+	return v.agg.Room(name, win, k, now)
 }
 
 func (v *countingViews) Overview(win string, k int, now int64) (aggregator.Overview, error) {
 	v.overviews.Add(1)
-	return v.Aggregator.Overview(win, k, now)
+	return v.agg.Overview(win, k, now)
 }
 
 // activeViews adds RoomActivity to countingViews, answered exactly (and
@@ -41,7 +47,7 @@ type activeViews struct{ *countingViews }
 
 func (v activeViews) RoomActive(room string) bool {
 	for _, w := range v.WindowNames() {
-		if r, _ := v.Aggregator.Room(room, w, 1, testNow.UnixMilli()); r.Messages > 0 {
+		if r, _ := v.agg.Room(room, w, 1, testNow.UnixMilli()); r.Messages > 0 {
 			return true
 		}
 	}
@@ -143,7 +149,7 @@ func TestHubSkipsQuietRooms(t *testing.T) {
 	for _, withActivity := range []bool{true, false} {
 		t.Run(fmt.Sprintf("RoomActivity=%v", withActivity), func(t *testing.T) {
 			agg := newAggregator(t)
-			counted := &countingViews{Aggregator: agg}
+			counted := newCountingViews(agg)
 			var views Views = counted
 			if withActivity {
 				views = activeViews{counted}

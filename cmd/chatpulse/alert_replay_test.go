@@ -12,23 +12,27 @@ import (
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
-// A crossing is alerted once, however many times the stream is read: a
-// restart replays the messages that crossed and keeps the key marked, but
-// publishes no alert for them, nor for the next live message that is still
-// over the limit.
+// A crossing is alerted once, however a restart rebuilds the state: a full
+// replay of the messages that crossed, or the snapshot saved at the clean
+// stop, keeps the key marked but publishes no alert for them, nor for the
+// next live message that is still over the limit.
 func TestAlertNotRepeatedAfterRestart(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		name, interval string
+		replayed       int // messages the restart reads again
+	}{
+		{"FullReplay", "0", 11},
+		{"Snapshot", "30s", 0},
+	} {
+		t.Run(c.name, func(t *testing.T) { testAlertNotRepeated(t, c.interval, c.replayed) })
 	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	defer ns.Shutdown()
+}
+
+func testAlertNotRepeated(t *testing.T, interval string, replayed int) {
+	url := startNATS(t, &server.Options{})
 	// Subscribed before either chatpulse starts: it sees what a replay
 	// would publish.
-	nc, err := nats.Connect(ns.ClientURL())
+	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +56,8 @@ func TestAlertNotRepeatedAfterRestart(t *testing.T) {
 	message := func(i int) string {
 		return fmt.Sprintf(`{"room":"lobby","user":"alice","ts":%q}`, chat.Time(now-1000+int64(i)))
 	}
-	first := startMainAt(t, clock.Now, "--nats-url", ns.ClientURL())
+	args := []string{"--nats-url", url, "--snapshot-interval", interval}
+	first := startMainAt(t, clock.Now, args...)
 	for i := range 11 {
 		first.publish("chat.lobby.alice", message(i))
 	}
@@ -66,11 +71,14 @@ func TestAlertNotRepeatedAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	again := startMainAt(t, clock.Now, "--nats-url", ns.ClientURL())
-	again.waitReceived(11)
-	noAlert("after replaying the crossing")
+	again := startMainAt(t, clock.Now, args...)
+	again.waitReceived(replayed)
+	noAlert("after the restart")
+	if got := again.metric("chatpulse_events_received_total"); got != float64(replayed) {
+		t.Fatalf("the restart read %v messages again, want %d", got, replayed)
+	}
 	again.publish("chat.lobby.alice", message(11))
-	again.waitReceived(12)
+	again.waitReceived(replayed + 1)
 	noAlert("a live message still over the limit")
 	var active struct {
 		Active []throttle.Active `json:"active"`
