@@ -36,7 +36,7 @@ type store interface {
 
 // A crossing is one that observeAll found: of the key of message j.
 type crossing struct {
-	j            int32
+	j            int   // the Set makes it the index in the batch
 	policy       int32 // filled in by the Set
 	count, limit int64
 }
@@ -193,7 +193,7 @@ func (t *table[S, E, K]) observeAll(ms []msg, sel []int32, mark bool, out *[]cro
 	t.prefetch(ms, sel, &keys)
 	for n, j := range sel {
 		if crossed, count, limit := t.hit(&keys[n], &ms[j], mark); crossed {
-			*out = append(*out, crossing{j: j, count: count, limit: limit})
+			*out = append(*out, crossing{j: int(j), count: count, limit: limit})
 		}
 	}
 }
