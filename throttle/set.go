@@ -50,7 +50,9 @@ import (
 //
 // A Set saves its whole state (AppendState, CopyState) and loads it back
 // (LoadState) into a Set of the same policies, which then answers as the
-// one saved would have: a restart need not replay every message.
+// one saved would have: a restart need not replay every message. Its
+// policies change while it runs (Reconfigure), keeping the keys of those
+// whose state means the same under the new settings.
 type Set struct {
 	maxKeys int // per policy (WithMaxKeys), which a state must have been saved with
 	// swap is held for reading by each call that records messages in the

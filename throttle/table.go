@@ -32,6 +32,9 @@ type store interface {
 	// holding what r reads: what appendState wrote, with keys marked
 	// only if mark.
 	loadState(r *reader, hk *hashKey, mark bool) (store, error)
+	// addCounts adds to the counts of evicted and expired keys those of
+	// an earlier store of the policy (Set.Reconfigure).
+	addCounts(evicted, expired uint64)
 }
 
 // A crossing is one that observeAll found: of the key of message j.
@@ -331,4 +334,11 @@ func (t *table[S, E, K]) stats() (keys int, evicted, expired uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.n, t.evicted, t.expired
+}
+
+func (t *table[S, E, K]) addCounts(evicted, expired uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.evicted += evicted
+	t.expired += expired
 }
