@@ -29,6 +29,10 @@ type kernelMaker interface {
 	// state of its keys, at most max of them, kept by their hashes (with
 	// key hk) if hashed.
 	newStore(s settings, scope Scope, hashed bool, max int, hk *hashKey) store
+	// carry returns the store of a policy with valid settings s holding
+	// the keys of from, the store of this algorithm, scope and window
+	// with settings old, marked only if mark (see table.carry).
+	carry(s, old settings, from store, mark bool) store
 }
 
 // kernelsOf makes a kernel constructor a kernelMaker.
@@ -49,4 +53,12 @@ func (f kernelFunc[S, E, K]) newStore(s settings, scope Scope, hashed bool, max 
 		panic("throttle: the store of an invalid policy: " + err.Error())
 	}
 	return newTable[S, E](k, scope, hashed, max, hk)
+}
+
+func (f kernelFunc[S, E, K]) carry(s, old settings, from store, mark bool) store {
+	k, err := f(s)
+	if err != nil {
+		panic("throttle: the store of an invalid policy: " + err.Error())
+	}
+	return from.(*table[S, E, K]).carry(k, old, mark)
 }

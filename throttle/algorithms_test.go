@@ -402,41 +402,63 @@ func TestAgainstOracle(t *testing.T) {
 	}
 }
 
-func runTrace(t *testing.T, r *rand.Rand, l Limiter, o oracle, inOrder bool, name string) {
-	t.Helper()
+// A tracer makes the instants of a random trace: bursts at one instant,
+// steps onto exact boundaries, gaps longer than the window, out-of-order
+// hits, reads in the past and far future.
+type tracer struct {
+	r                 *rand.Rand
+	now, newest, span int64
+	inOrder           bool
+}
+
+func newTracer(r *rand.Rand, inOrder bool) *tracer {
 	// A trace starts at a random point: before 1970, at 0, or now-ish.
 	now := []int64{-5_000_003, 0, 1_764_489_600_123}[r.IntN(3)]
-	newest := now
 	span := []int64{1, 10, 100, 1000, 10_000}[r.IntN(5)] // typical step
+	return &tracer{r: r, now: now, newest: now, span: span, inOrder: inOrder}
+}
+
+// next moves time on, and returns the instant of the next step, and
+// whether the step reads (otherwise it hits).
+func (tr *tracer) next() (at int64, read bool) {
+	r, span := tr.r, tr.span
+	switch k := r.IntN(20); {
+	case k < 6: // burst: same instant
+	case k < 12:
+		tr.now += r.Int64N(span + 1)
+	case k < 15: // onto a boundary, or just around it
+		m := []int64{10, 100, 250, 1000, 2500, 10_000}[r.IntN(6)]
+		tr.now = (fdiv(tr.now, m)+1)*m + r.Int64N(3) - 1
+	case k < 16: // a long gap
+		tr.now += 10_000 + r.Int64N(100_000)
+	default:
+		tr.now += r.Int64N(3 * span)
+	}
+	tr.newest = max(tr.newest, tr.now)
+	at = tr.now
+	if !tr.inOrder && r.IntN(6) == 0 { // out of order
+		at = tr.newest - r.Int64N(2*span+2)
+	}
+	if r.IntN(3) != 0 {
+		return at, false
+	}
+	switch r.IntN(8) {
+	case 0:
+		at = tr.newest + r.Int64N(50_000)
+	case 1:
+		if !tr.inOrder {
+			at = tr.newest - r.Int64N(3*span+2)
+		}
+	}
+	return at, true
+}
+
+func runTrace(t *testing.T, r *rand.Rand, l Limiter, o oracle, inOrder bool, name string) {
+	t.Helper()
+	tr := newTracer(r, inOrder)
 	for step := range 400 {
-		switch k := r.IntN(20); {
-		case k < 6: // burst: same instant
-		case k < 12:
-			now += r.Int64N(span + 1)
-		case k < 15: // onto a boundary, or just around it
-			m := []int64{10, 100, 250, 1000, 2500, 10_000}[r.IntN(6)]
-			now = (fdiv(now, m)+1)*m + r.Int64N(3) - 1
-		case k < 16: // a long gap
-			now += 10_000 + r.Int64N(100_000)
-		default:
-			now += r.Int64N(3 * span)
-		}
-		newest = max(newest, now)
-		at := now
-		if !inOrder && r.IntN(6) == 0 { // out of order
-			at = newest - r.Int64N(2*span+2)
-		}
-		if r.IntN(3) == 0 {
-			q := at
-			switch r.IntN(8) {
-			case 0:
-				q = newest + r.Int64N(50_000)
-			case 1:
-				if !inOrder {
-					q = newest - r.Int64N(3*span+2)
-				}
-			}
-			compare(t, l.Decide(tm(q)), o, q, fmt.Sprintf("%s step %d: Decide(%d)", name, step, q))
+		if at, read := tr.next(); read {
+			compare(t, l.Decide(tm(at)), o, at, fmt.Sprintf("%s step %d: Decide(%d)", name, step, at))
 		} else {
 			what := fmt.Sprintf("%s step %d: Hit(%d)", name, step, at)
 			v := l.Decide(tm(at))

@@ -173,6 +173,10 @@ func (k counterKernel) atRest(s *counterState, _ []struct{}, now int64) bool {
 	return a.prev == 0 && a.curr == 0
 }
 
+// keep keeps both counts as they are: they count every message, whatever
+// the limit.
+func (k counterKernel) keep(settings, *counterState, []struct{}, []struct{}) {}
+
 func (k counterKernel) appendState(b []byte, s *counterState, _ []struct{}) []byte {
 	b = binary.AppendVarint(b, s.win)
 	b = binary.AppendUvarint(b, uint64(s.prev))

@@ -13,7 +13,8 @@
 //     LoadPolicies) whose errors name the file, the line and the field.
 //   - Set, which keeps the keyed state of every policy with bounded memory,
 //     is safe for concurrent use, turns observed messages into Alerts,
-//     answers Check and Active, and saves its state and loads it back.
+//     answers Check and Active, saves its state and loads it back, and
+//     changes its policies while it runs, keeping what it can.
 //
 // What it must never do: read the wall clock (time is a parameter of every
 // call, like AllowN(now, n) in golang.org/x/time/rate), talk to the network,
@@ -52,15 +53,18 @@
 //     policy: every key's state, for any kernel, in slabs, with bounded
 //     memory; how a message's names make its key under a scope, and how a
 //     key is kept in its entry; how a key gets, keeps and gives back its
-//     place; how a table saves its keys and loads them back.
+//     place; how a table saves its keys and loads them back, and carries
+//     them over to new settings.
 //   - algorithm.go: a row of the table of algorithms.
 //   - sliding.go, counter.go, fixed.go, tokenbucket.go, gcra.go, repeat.go:
 //     one algorithm each: the doc that teaches it, its standalone type, its
 //     kernel and kernel constructor, and its row.
-//   - glob.go, policy.go: room globs; Policy, the table of algorithms and
-//     validation.
+//   - glob.go, policy.go, rules.go: room globs; Policy, the table of
+//     algorithms and validation; the policies as a Set decides with them.
 //   - answers.go, set.go: Result, Alert and Active; the Set.
 //   - state.go: a Set's saved state (each kernel saves and checks its own
 //     part, in its file).
+//   - reconfigure.go: new policies for a running Set, and what each keeps
+//     (each kernel keeps its part, in its file; tablestate.go, a table's).
 //   - yaml.go: the policies file.
 package throttle

@@ -102,6 +102,10 @@ func (k fixedKernel) atRest(s *fixedState, _ []struct{}, now int64) bool {
 	return k.advance(*s, now).count == 0
 }
 
+// keep keeps the count as it is: it counts every message, whatever the
+// limit.
+func (k fixedKernel) keep(settings, *fixedState, []struct{}, []struct{}) {}
+
 func (k fixedKernel) appendState(b []byte, s *fixedState, _ []struct{}) []byte {
 	b = binary.AppendVarint(b, s.win)
 	return binary.AppendUvarint(b, uint64(s.count))

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/rolling"
 )
 
 // AlgGCRA names GCRA in a Policy.
@@ -118,15 +119,36 @@ func (k gcraKernel) atRest(s *gcraState, _ []struct{}, now int64) bool {
 	return s.tat <= k.units(now)
 }
 
+// keep keeps the TAT, the instant at which the key is back to a full
+// bucket, rounded up (the stricter way) to the new units of 1/limit
+// millisecond: how long a key waits to be full again is the same, and how
+// many tokens it has in use then follows from the new rate and burst.
+func (k gcraKernel) keep(old settings, s *gcraState, _, _ []struct{}) {
+	if s.tat == chat.Never {
+		return
+	}
+	from := int64(old.limit)
+	// s.tat = q·from + r; q, in ms, saturates as units does.
+	lim := math.MaxInt64 / 2 / k.limit
+	q := min(max(rolling.FloorDiv(s.tat, from), -lim), lim)
+	lo, hi := k.tatRange()
+	s.tat = min(max(q*k.limit+ceilDiv(floorMod(s.tat, from)*k.limit, from), lo), hi)
+}
+
+// tatRange is the range of the TATs that hits can set: max(TAT, t) + I
+// with TAT - t <= τ before it, and t in units.
+func (k gcraKernel) tatRange() (lo, hi int64) {
+	return k.units(math.MinInt64) + k.i, k.units(math.MaxInt64) + k.tau + k.i
+}
+
 func (k gcraKernel) appendState(b []byte, s *gcraState, _ []struct{}) []byte {
 	return binary.AppendVarint(b, s.tat)
 }
 
-// readState takes a TAT that a hit can set, max(TAT, t) + I with
-// TAT - t <= τ before it, and t in units; or chat.Never.
+// readState takes a TAT in tatRange, or chat.Never.
 func (k gcraKernel) readState(r *reader, s *gcraState, _ []struct{}) {
 	s.tat = r.varint()
-	if lo, hi := k.units(math.MinInt64)+k.i, k.units(math.MaxInt64)+k.tau+k.i; s.tat != chat.Never && (s.tat < lo || s.tat > hi) {
+	if lo, hi := k.tatRange(); s.tat != chat.Never && (s.tat < lo || s.tat > hi) {
 		r.fail("TAT %d is out of range (%d to %d)", s.tat, lo, hi)
 	}
 }

@@ -162,6 +162,19 @@ func (k repeatKernel) atRest(s *repeatState, _ []int64, now int64) bool {
 	return s.n == 0 || s.last <= now-k.w
 }
 
+// keep keeps the newest limit of the occurrences kept: with a lower limit
+// exactly those that a Repeat of that limit would have kept; with a higher
+// one, the old limit of them, since the older ones were not kept.
+func (k repeatKernel) keep(_ settings, s *repeatState, fromOlder, older []int64) {
+	n := int64(s.n)
+	if n > k.limit {
+		fromOlder = fromOlder[n-k.limit:]
+		n = k.limit
+		s.n = int32(n)
+	}
+	copy(older, fromOlder[:max(n-1, 0)])
+}
+
 // A saved Repeat is the number of kept occurrences, the newest, then how
 // long before it each older one is, oldest first. The elements of older
 // past the kept ones decide nothing, and are not saved.

@@ -2,7 +2,6 @@ package throttle
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -51,45 +50,30 @@ import (
 //
 // A Set saves its whole state (AppendState, CopyState) and loads it back
 // (LoadState) into a Set of the same policies, which then answers as the
-// one saved would have: a restart need not replay every message.
+// one saved would have: a restart need not replay every message. Its
+// policies change while it runs (Reconfigure), keeping the keys of those
+// whose state means the same under the new settings.
 type Set struct {
-	policies []*policy
-	maxKeys  int  // per policy (WithMaxKeys), which a state must have been saved with
-	text     bool // some policy needs the text's hash
-	// Some policy's key includes the user, or the room: msg carries its
-	// hash.
-	byUser, byRoom bool
-	// The keyed state, replaced as a whole by LoadState: each call takes
-	// it once, and works on it throughout.
+	maxKeys int // per policy (WithMaxKeys), which a state must have been saved with
+	// swap is held for reading by each call that records messages in the
+	// state (Observe, ObserveBatch, Sweep), and for writing by the calls
+	// that replace it (Reconfigure, LoadState), so that no message is
+	// recorded in a state already replaced, and lost. The calls that only
+	// read (Check, Active, Stats, AppendState) do not take it: each loads
+	// the state once and answers from it, and a state once replaced stays
+	// as it was, so such a call that runs meanwhile answers from the old
+	// state or the new one, whole.
+	swap  sync.RWMutex
 	state atomic.Pointer[state]
 }
 
-// A state is what a Set keeps: the key of its hashes of names and texts
-// (see hashKey), and the store of each policy's keys, in policy order.
+// A state is what a Set decides with: its policies, the key of its hashes
+// of names and texts (see hashKey), and the store of each policy's keys, in
+// policy order. A Set replaces its state as a whole, never changes one.
 type state struct {
+	rules
 	hk     *hashKey
 	stores []store
-}
-
-type policy struct {
-	Policy
-	rooms   []glob
-	enforce bool
-	text    bool // the key includes the text: only messages with text count
-	// Decisions of Check, by result.
-	allowed, denied, shadowDenied atomic.Uint64
-}
-
-func (p *policy) sees(room string) bool {
-	if len(p.rooms) == 0 {
-		return true
-	}
-	for i := range p.rooms {
-		if p.rooms[i].match(room) {
-			return true
-		}
-	}
-	return false
 }
 
 // DefaultMaxKeys is the default cap on the keys a Set tracks per policy.
@@ -111,47 +95,36 @@ func NewSet(policies []Policy, opts ...Option) (*Set, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s := &Set{maxKeys: o.maxKeys}
-	seen := make(map[string]bool)
-	for _, p := range policies {
-		if err := p.Validate(); err != nil {
-			return nil, fmt.Errorf("policy %q: %w", p.Name, err)
-		}
-		if seen[p.Name] {
-			return nil, fmt.Errorf("policy %q: name: defined twice", p.Name)
-		}
-		seen[p.Name] = true
-		p = p.withDefaults()
-		p.Rooms = slices.Clone(p.Rooms)
-		alg := algorithmNamed(p.Algorithm)
-		pol := &policy{Policy: p, enforce: p.Mode == ModeEnforce, text: alg.text}
-		for _, g := range p.Rooms {
-			cg, _ := compileGlob(g)
-			pol.rooms = append(pol.rooms, cg)
-		}
-		s.policies = append(s.policies, pol)
-		s.text = s.text || alg.text
-		s.byUser = s.byUser || p.Scope == ScopeUser || p.Scope == ScopeUserInRoom
-		s.byRoom = s.byRoom || p.Scope == ScopeRoom || p.Scope == ScopeUserInRoom
+	r, err := newRules(policies)
+	if err != nil {
+		return nil, err
 	}
-	s.state.Store(s.emptyState(newHashKey()))
+	s := &Set{maxKeys: o.maxKeys}
+	s.state.Store(s.emptyState(r, newHashKey()))
 	return s, nil
 }
 
-// emptyState is a state with key hk and no key tracked.
-func (s *Set) emptyState(hk *hashKey) *state {
-	st := &state{hk: hk}
-	for _, p := range s.policies {
-		alg := algorithmNamed(p.Algorithm)
-		st.stores = append(st.stores, alg.kernel.newStore(p.settings(), p.Scope, alg.text, s.maxKeys, hk))
+// emptyState is a state of rules r with key hk and no key tracked.
+func (s *Set) emptyState(r rules, hk *hashKey) *state {
+	st := &state{rules: r, hk: hk}
+	for _, p := range r.policies {
+		st.stores = append(st.stores, s.emptyStore(p, hk))
 	}
 	return st
 }
 
-// Policies returns the Set's policies, defaults filled in.
+// emptyStore is the store of policy p with key hk and no key tracked.
+func (s *Set) emptyStore(p *policy, hk *hashKey) store {
+	alg := algorithmNamed(p.Algorithm)
+	return alg.kernel.newStore(p.settings(), p.Scope, alg.text, s.maxKeys, hk)
+}
+
+// Policies returns the policies in force, defaults filled in, in the order
+// of decisions.
 func (s *Set) Policies() []Policy {
-	ps := make([]Policy, len(s.policies))
-	for i, p := range s.policies {
+	st := s.state.Load()
+	ps := make([]Policy, len(st.policies))
+	for i, p := range st.policies {
 		ps[i] = p.Policy
 		ps[i].Rooms = slices.Clone(p.Rooms)
 	}
@@ -165,16 +138,18 @@ func (s *Set) Policies() []Policy {
 // Observing a message for keys already tracked does not allocate. To
 // observe many messages, ObserveBatch is cheaper.
 func (s *Set) Observe(e chat.Event) []Alert {
+	s.swap.RLock()
+	defer s.swap.RUnlock()
 	st := s.state.Load()
 	var m msg
-	hasText := s.message(&m, st.hk, e.TS, e.Room, e.User, e.Text)
+	hasText := st.message(&m, e.TS, e.Room, e.User, e.Text)
 	var alerts []Alert
-	for pi, p := range s.policies {
+	for pi, p := range st.policies {
 		if !p.sees(e.Room) || p.text && !hasText {
 			continue
 		}
 		if crossed, count, limit := st.stores[pi].observe(m, p.enforce); crossed {
-			alerts = append(alerts, p.alert(&m, count, limit))
+			alerts = append(alerts, p.alert(e.TS, e.Room, e.User, count, limit))
 		}
 	}
 	return alerts
@@ -195,21 +170,37 @@ var batches = sync.Pool{New: func() any { return new(batch) }}
 // index in evs of the event that raised it, in the order those calls would
 // have returned them. It is cheaper: a few dozen events at a time, it takes
 // each policy's lock once, and looks up their keys together, so that the
-// cache misses overlap. It calls fn with no lock held, once the alert's
-// event and up to a few dozen after it are recorded. Recording events for
-// keys already tracked does not allocate (its scratch space is pooled).
+// cache misses overlap. It calls fn once every event is recorded, with no
+// lock held. Recording events for keys already tracked does not allocate
+// (its scratch space is pooled).
 func (s *Set) ObserveBatch(evs []chat.Event, fn func(i int, a Alert)) {
-	st := s.state.Load()
 	b := batches.Get().(*batch)
+	b.cross = b.cross[:0]
+	st := s.observeAll(evs, b)
+	if fn != nil {
+		for _, c := range b.cross {
+			e := &evs[c.j]
+			fn(c.j, st.policies[c.policy].alert(e.TS, e.Room, e.User, c.count, c.limit))
+		}
+	}
+	batches.Put(b)
+}
+
+// observeAll records evs and appends their crossings to b.cross, in the
+// order of Observe's alerts, and returns the state it recorded them in.
+func (s *Set) observeAll(evs []chat.Event, b *batch) *state {
+	s.swap.RLock()
+	defer s.swap.RUnlock()
+	st := s.state.Load()
 	for start := 0; start < len(evs); start += batchChunk {
 		chunk := evs[start:min(len(evs), start+batchChunk)]
 		for j := range chunk {
 			e := &chunk[j]
-			b.hasText[j] = s.message(&b.msgs[j], st.hk, e.TS, e.Room, e.User, e.Text)
+			b.hasText[j] = st.message(&b.msgs[j], e.TS, e.Room, e.User, e.Text)
 		}
 		ms := b.msgs[:len(chunk)]
-		b.cross = b.cross[:0]
-		for pi, p := range s.policies {
+		first := len(b.cross)
+		for pi, p := range st.policies {
 			sel := b.sel[:0]
 			for j := range chunk {
 				if p.sees(chunk[j].Room) && (!p.text || b.hasText[j]) {
@@ -223,44 +214,40 @@ func (s *Set) ObserveBatch(evs []chat.Event, fn func(i int, a Alert)) {
 			st.stores[pi].observeAll(ms, sel, p.enforce, &b.cross)
 			for c := range b.cross[n:] {
 				b.cross[n+c].policy = int32(pi)
+				b.cross[n+c].j += start
 			}
 		}
 		// Each policy's crossings are in message order: a stable sort
 		// puts them all in the order of Observe's alerts.
-		slices.SortStableFunc(b.cross, func(x, y crossing) int { return cmp.Compare(x.j, y.j) })
-		if fn != nil {
-			for _, c := range b.cross {
-				fn(start+int(c.j), s.policies[c.policy].alert(&ms[c.j], c.count, c.limit))
-			}
-		}
+		slices.SortStableFunc(b.cross[first:], func(x, y crossing) int { return cmp.Compare(x.j, y.j) })
 		clear(ms) // keep none of the caller's strings in the pool
 	}
-	batches.Put(b)
+	return st
 }
 
-// message sets m to a message as the tables see it, its hashes with key
-// hk, and reports whether it has a text that is not empty once normalized
-// (only if a policy needs one).
-func (s *Set) message(m *msg, hk *hashKey, at int64, room, user, text string) bool {
+// message sets m to a message as the tables see it, its hashes with the
+// state's key, and reports whether it has a text that is not empty once
+// normalized (only if a policy needs one).
+func (st *state) message(m *msg, at int64, room, user, text string) bool {
 	*m = msg{at: at, room: room, user: user}
 	hasText := false
-	if s.text {
-		m.text, hasText = hk.textHash(text)
+	if st.text {
+		m.text, hasText = st.hk.textHash(text)
 	}
-	if s.byUser {
-		m.userHash = hk.nameHash(user)
+	if st.byUser {
+		m.userHash = st.hk.nameHash(user)
 	}
-	if s.byRoom {
-		m.roomHash = hk.nameHash(room)
+	if st.byRoom {
+		m.roomHash = st.hk.nameHash(room)
 	}
 	return hasText
 }
 
-// alert is the Alert of a crossing of m's key, with the count and limit of
-// the key's verdict.
-func (p *policy) alert(m *msg, count, limit int64) Alert {
-	r, u := keyOf(p.Scope, m.room, m.user)
-	return Alert{Policy: p.Name, Room: strings.Clone(r), User: strings.Clone(u), Count: count, Limit: limit, At: chat.Time(m.at)}
+// alert is the Alert of a crossing, by the message at `at` from user in
+// room, with the count and limit of the key's verdict.
+func (p *policy) alert(at int64, room, user string, count, limit int64) Alert {
+	r, u := keyOf(p.Scope, room, user)
+	return Alert{Policy: p.Name, Room: strings.Clone(r), User: strings.Clone(u), Count: count, Limit: limit, At: chat.Time(at)}
 }
 
 // Check answers whether one more message from user in room would be allowed
@@ -274,21 +261,21 @@ func (s *Set) Check(now int64, room, user, text string, hasText bool) Result {
 	}
 	st := s.state.Load()
 	var m msg
-	hasText = s.message(&m, st.hk, now, room, user, text)
+	hasText = st.message(&m, now, room, user, text)
 	res := Result{Allowed: true, AsOf: chat.Time(now), Room: strings.Clone(room), User: strings.Clone(user), Decisions: []Decision{}}
-	for pi, p := range s.policies {
+	for pi, p := range st.policies {
 		if !p.sees(room) || p.text && !hasText {
 			continue
 		}
 		v := st.stores[pi].check(m)
 		switch {
 		case v.Allowed:
-			p.allowed.Add(1)
+			p.decisions.allowed.Add(1)
 		case p.enforce:
-			p.denied.Add(1)
+			p.decisions.denied.Add(1)
 			res.Allowed = false
 		default:
-			p.shadowDenied.Add(1)
+			p.decisions.shadowDenied.Add(1)
 		}
 		res.Decisions = append(res.Decisions, Decision{
 			Policy: p.Name, Scope: p.Scope, Algorithm: p.Algorithm, Mode: p.Mode,
@@ -302,16 +289,20 @@ func (s *Set) Check(now int64, room, user, text string, hasText bool) Result {
 // Active returns the keys over an enforcing policy at now, by policy order,
 // then room, then user. A key of a repeat policy is listed once however
 // many of its texts are over, with the highest count and earliest Since.
+// A key of a room the policy no longer sees (Reconfigure) is not listed.
 func (s *Set) Active(now int64) []Active {
 	st := s.state.Load()
 	out := []Active{}
-	for pi, p := range s.policies {
+	for pi, p := range st.policies {
 		if !p.enforce {
 			continue
 		}
 		start := len(out)
+		byRoom := p.Scope == ScopeRoom || p.Scope == ScopeUserInRoom
 		st.stores[pi].active(now, func(room, user string, v Verdict, since int64) {
-			out = append(out, Active{Policy: p.Name, Room: room, User: user, Count: v.Count, Limit: v.Limit, Since: chat.Time(since)})
+			if !byRoom || p.sees(room) {
+				out = append(out, Active{Policy: p.Name, Room: room, User: user, Count: v.Count, Limit: v.Limit, Since: chat.Time(since)})
+			}
 		})
 		part := out[start:]
 		slices.SortFunc(part, func(a, b Active) int {
@@ -336,6 +327,8 @@ func (s *Set) Active(now int64) []Active {
 // at a time; calling Sweep now and then (say, every window) also frees the
 // keys of traffic that stopped.
 func (s *Set) Sweep(now int64) int {
+	s.swap.RLock()
+	defer s.swap.RUnlock()
 	n := 0
 	for _, store := range s.state.Load().stores {
 		n += store.sweep(now)
@@ -343,7 +336,8 @@ func (s *Set) Sweep(now int64) int {
 	return n
 }
 
-// PolicyStats are a policy's counters since the Set was made.
+// PolicyStats are a policy's counters since the Set was made, or since
+// the policy of this name came in (Reconfigure).
 type PolicyStats struct {
 	Policy string
 	// Decisions of Check, by result.
@@ -358,11 +352,12 @@ type PolicyStats struct {
 // Stats returns each policy's counters, in policy order.
 func (s *Set) Stats() []PolicyStats {
 	st := s.state.Load()
-	out := make([]PolicyStats, len(s.policies))
-	for i, p := range s.policies {
+	out := make([]PolicyStats, len(st.policies))
+	for i, p := range st.policies {
 		keys, evicted, expired := st.stores[i].stats()
+		d := p.decisions
 		out[i] = PolicyStats{
-			Policy: p.Name, Allowed: p.allowed.Load(), Denied: p.denied.Load(), ShadowDenied: p.shadowDenied.Load(),
+			Policy: p.Name, Allowed: d.allowed.Load(), Denied: d.denied.Load(), ShadowDenied: d.shadowDenied.Load(),
 			Keys: keys, Evicted: evicted, Expired: expired,
 		}
 	}
@@ -372,13 +367,13 @@ func (s *Set) Stats() []PolicyStats {
 // A DecisionLabel is one (policy, result) pair that Check can count.
 type DecisionLabel struct{ Policy, Result string }
 
-// DecisionLabels returns every (policy, result) pair Stats can count, known
-// before any decision, so that metrics can be exported at 0 from the start:
-// allowed and denied for an enforcing policy, allowed and shadow_denied for
-// a shadow one.
+// DecisionLabels returns every (policy, result) pair Stats can count with
+// the policies in force, known before any decision, so that metrics can be
+// exported at 0 from the start: allowed and denied for an enforcing policy,
+// allowed and shadow_denied for a shadow one.
 func (s *Set) DecisionLabels() []DecisionLabel {
 	var out []DecisionLabel
-	for _, p := range s.policies {
+	for _, p := range s.state.Load().policies {
 		no := ResultDenied
 		if !p.enforce {
 			no = ResultShadowDenied

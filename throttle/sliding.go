@@ -195,6 +195,10 @@ func (k slidingKernel) atRest(s *slidingState, ring []uint32, now int64) bool {
 	return s.total == 0 || rolling.FloorDiv(now, k.res)-k.n+1 > s.last
 }
 
+// keep keeps the ring as it is: it counts every message, whatever the
+// limit.
+func (k slidingKernel) keep(_ settings, _ *slidingState, fromExt, ring []uint32) { copy(ring, fromExt) }
+
 // A saved sliding window is its newest bucket, then its ring, in which
 // most buckets are usually empty: for each bucket that holds hits, how
 // many empty ones come before it (after the one before), then its count;

@@ -50,8 +50,8 @@ func (s *Set) appendState(b []byte, st *state, part func(i int, b []byte) []byte
 	b = append(b, stateVersion)
 	b = st.hk.append(b)
 	b = binary.AppendUvarint(b, uint64(s.maxKeys))
-	b = binary.AppendUvarint(b, uint64(len(s.policies)))
-	for i, p := range s.policies {
+	b = binary.AppendUvarint(b, uint64(len(st.policies)))
+	for i, p := range st.policies {
 		b = appendString(b, describe(p.Policy))
 		b = part(i, b)
 	}
@@ -96,13 +96,16 @@ func (c *StateCopy) Append(b []byte) []byte {
 // NewSet makes it.
 //
 // The new state replaces the old one at once: a call that runs meanwhile
-// answers from one or the other. A message observed meanwhile may be
+// answers from one or the other. A message observed just before is
 // recorded in the state that is replaced, and lost: load before
 // observing.
 func (s *Set) LoadState(b []byte) error {
-	st, err := s.readState(&reader{b: b})
+	s.swap.Lock()
+	defer s.swap.Unlock()
+	cur := s.state.Load()
+	st, err := s.readState(&reader{b: b}, cur)
 	if err != nil {
-		st = s.emptyState(s.state.Load().hk)
+		st = s.emptyState(cur.rules, cur.hk)
 		err = fmt.Errorf("throttle: loading a state: %w", err)
 	}
 	s.state.Store(st)
@@ -110,10 +113,16 @@ func (s *Set) LoadState(b []byte) error {
 }
 
 // Reset forgets every key, as a fresh Set would have none (the Set keeps
-// its hash key and its counters).
-func (s *Set) Reset() { s.state.Store(s.emptyState(s.state.Load().hk)) }
+// its policies, its hash key and its counters).
+func (s *Set) Reset() {
+	s.swap.Lock()
+	defer s.swap.Unlock()
+	cur := s.state.Load()
+	s.state.Store(s.emptyState(cur.rules, cur.hk))
+}
 
-func (s *Set) readState(r *reader) (*state, error) {
+// readState reads a state of the policies of cur.
+func (s *Set) readState(r *reader, cur *state) (*state, error) {
 	if v := r.byte(); r.err == nil && v != stateVersion {
 		return nil, fmt.Errorf("format version %d, not %d", v, stateVersion)
 	}
@@ -121,15 +130,15 @@ func (s *Set) readState(r *reader) (*state, error) {
 	if m := r.uvarint(); r.err == nil && m != uint64(s.maxKeys) {
 		return nil, fmt.Errorf("saved with at most %d keys per policy, not %d", m, s.maxKeys)
 	}
-	if n := r.uvarint(); r.err == nil && n != uint64(len(s.policies)) {
-		return nil, fmt.Errorf("%d policies, not %d", n, len(s.policies))
+	if n := r.uvarint(); r.err == nil && n != uint64(len(cur.policies)) {
+		return nil, fmt.Errorf("%d policies, not %d", n, len(cur.policies))
 	}
 	if r.err != nil {
 		return nil, r.err
 	}
 	hk := readHashKey(key)
-	st, cur := &state{hk: hk}, s.state.Load()
-	for i, p := range s.policies {
+	st := &state{rules: cur.rules, hk: hk}
+	for i, p := range cur.policies {
 		if saved, want := r.string(), describe(p.Policy); r.err == nil && saved != want {
 			return nil, fmt.Errorf("policy %d is %q, not %q", i, saved, want)
 		}

@@ -420,9 +420,10 @@ func FuzzLoadState(f *testing.F) {
 // free places and kept names agree.
 func verifySet(t testing.TB, s *Set) {
 	t.Helper()
-	for i, st := range s.state.Load().stores {
-		if err := st.(interface{ verify() error }).verify(); err != nil {
-			t.Fatalf("policy %s: %v", s.policies[i].Name, err)
+	st := s.state.Load()
+	for i, store := range st.stores {
+		if err := store.(interface{ verify() error }).verify(); err != nil {
+			t.Fatalf("policy %s: %v", st.policies[i].Name, err)
 		}
 	}
 }
@@ -539,7 +540,7 @@ func BenchmarkState(b *testing.B) {
 				lock[i], encode[i], size[i] = lock[i]+l, encode[i]+e, n
 			}
 		}
-		for i, p := range s.policies {
+		for i, p := range s.Policies() {
 			b.ReportMetric(float64(lock[i].Microseconds())/float64(b.N), p.Name+"-lock-µs")
 			b.ReportMetric(float64(encode[i].Microseconds())/float64(b.N), p.Name+"-encode-µs")
 			b.ReportMetric(float64(size[i])/benchKeys, p.Name+"-bytes/key")

@@ -32,11 +32,14 @@ type store interface {
 	// holding what r reads: what appendState wrote, with keys marked
 	// only if mark.
 	loadState(r *reader, hk *hashKey, mark bool) (store, error)
+	// addCounts adds to the counts of evicted and expired keys those of
+	// an earlier store of the policy (Set.Reconfigure).
+	addCounts(evicted, expired uint64)
 }
 
 // A crossing is one that observeAll found: of the key of message j.
 type crossing struct {
-	j            int32
+	j            int   // the Set makes it the index in the batch
 	policy       int32 // filled in by the Set
 	count, limit int64
 }
@@ -193,7 +196,7 @@ func (t *table[S, E, K]) observeAll(ms []msg, sel []int32, mark bool, out *[]cro
 	t.prefetch(ms, sel, &keys)
 	for n, j := range sel {
 		if crossed, count, limit := t.hit(&keys[n], &ms[j], mark); crossed {
-			*out = append(*out, crossing{j: j, count: count, limit: limit})
+			*out = append(*out, crossing{j: int(j), count: count, limit: limit})
 		}
 	}
 }
@@ -331,4 +334,11 @@ func (t *table[S, E, K]) stats() (keys int, evicted, expired uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.n, t.evicted, t.expired
+}
+
+func (t *table[S, E, K]) addCounts(evicted, expired uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.evicted += evicted
+	t.expired += expired
 }

@@ -199,3 +199,34 @@ func (t *table[S, E, K]) namesOf(r *reader, name string) (room, user string) {
 	}
 	return splitKey(name, t.scope)
 }
+
+// carry returns a table of kernel k holding t's keys, in the same places
+// and order, with their counts of evicted and expired keys, each key's
+// state turned into one of k by k.keep (old: t's settings), and marked
+// only if mark: the store of t's policy once its settings changed but not
+// its scope, algorithm or window (Set.Reconfigure). It copies t, which
+// stays as it was, under t's lock.
+func (t *table[S, E, K]) carry(k K, old settings, mark bool) *table[S, E, K] {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	nt := newTable[S, E](k, t.scope, t.hashed, t.max, t.hk)
+	nt.index = index{slots: slices.Clone(t.index.slots), shift: t.index.shift, n: t.index.n}
+	nt.states, nt.links, nt.long = slices.Clone(t.states), slices.Clone(t.links), slices.Clone(t.long)
+	nt.head, nt.tail, nt.free, nt.n = t.head, t.tail, t.free, t.n
+	nt.evicted, nt.expired = t.evicted, t.expired
+	nt.ext = make([]E, len(t.states)*nt.stride)
+	if mark {
+		nt.names = maps.Clone(t.names)
+	}
+	for i := t.head; i != none; i = t.links[i].next {
+		e := &nt.states[i]
+		k.keep(old, &e.st, t.extOf(i), nt.extOf(i))
+		if !mark { // a shadow policy marks no key, and keeps no names
+			e.since = chat.Never
+			if t.hashed {
+				e.klen = 0
+			}
+		}
+	}
+	return nt
+}

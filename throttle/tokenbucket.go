@@ -131,6 +131,14 @@ func (k bucketKernel) atRest(s *bucketState, _ []struct{}, now int64) bool {
 	return level == k.capacity
 }
 
+// keep keeps the level, which is in units of the window, so the same
+// number of tokens whatever the limit and burst, but no more than the new
+// capacity: a key keeps the tokens it had at its last update, at most
+// burst of them, and refills at the new rate from then on.
+func (k bucketKernel) keep(_ settings, s *bucketState, _, _ []struct{}) {
+	s.level = min(s.level, k.capacity)
+}
+
 func (k bucketKernel) appendState(b []byte, s *bucketState, _ []struct{}) []byte {
 	b = binary.AppendVarint(b, s.last)
 	return binary.AppendUvarint(b, uint64(s.level))

@@ -52,6 +52,12 @@ type kernel[S, E any] interface {
 	// atRest reports that the key's state at now is the same as fresh,
 	// so forgetting the key changes no answer.
 	atRest(s *S, ext []E, now int64) bool
+	// keep turns the state of a key that a kernel of the same algorithm
+	// and window (and resolution) kept with settings old, s and fromExt,
+	// into a state of this kernel: s in place, and into ext, zero, of this
+	// kernel's stride. It is how a policy keeps its keys when the settings
+	// that do not change the meaning of its state change (Set.Reconfigure).
+	keep(old settings, s *S, fromExt, ext []E)
 	// appendState appends s and ext, as readState reads them back.
 	appendState(b []byte, s *S, ext []E) []byte
 	// readState reads what appendState wrote into s and ext (zero), and
