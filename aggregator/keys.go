@@ -124,6 +124,11 @@ func (a *Aggregator) newPair(roomName, userName string, h uint64) *pair {
 	if u == nil {
 		u = a.newUser(userName)
 	}
+	return a.addPair(r, u, h)
+}
+
+// addPair adds the pair of r and u, which is not there, under hash h.
+func (a *Aggregator) addPair(r *room, u *user, h uint64) *pair {
 	p, w := withWindows[pair, pairWin](len(a.ws))
 	*p = pair{room: r, user: u, at: len(u.pairs), inRoom: len(r.pairs), w: w}
 	for i := range p.w {

@@ -38,9 +38,17 @@ func newPairTable() pairTable {
 }
 
 func (t *pairTable) hash(room, user string) uint64 {
-	// Two seeded hashes, the first one mixed by an odd multiplier (a
-	// bijection) so that (a, b) and (b, a) differ.
-	return maphash.String(t.seed, room)*0x9e3779b97f4a7c15 ^ maphash.String(t.seed, user)
+	return t.hashRoom(room) ^ t.hashUser(user)
+}
+
+// Two seeded hashes, the room's mixed by an odd multiplier (a bijection)
+// so that (a, b) and (b, a) differ; a pair's hash is their xor.
+func (t *pairTable) hashRoom(room string) uint64 {
+	return maphash.String(t.seed, room) * 0x9e3779b97f4a7c15
+}
+
+func (t *pairTable) hashUser(user string) uint64 {
+	return maphash.String(t.seed, user)
 }
 
 // get returns the pair of room and user, or nil, and the hash to put it

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"unsafe"
 
 	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/rolling"
@@ -19,7 +20,7 @@ import (
 // cells; LoadState adds them back as events would, and every answer after
 // it is what the saved aggregator would have given.
 
-const stateVersion = 1
+const stateVersion = 2
 
 // AppendState appends the aggregator's state to b:
 //
@@ -27,12 +28,16 @@ const stateVersion = 1
 //	uvarint windows; per window: name, resolution ms, buckets (a check)
 //	varint clock (Never: nothing seen)
 //	uvarint late events, per window
-//	uvarint rooms; per room: name
-//	uvarint pairs; per pair: uvarint room's number, user, then per window:
-//	  uvarint cells; per cell, oldest first: uvarint head-bucket, uvarint count
+//	uvarint rooms; per room: name, uvarint pairs
+//	uvarint users, uvarint pairs
+//	per user: name, uvarint pairs; per pair: uvarint room's number, then
+//	  per window: uvarint cells; per cell, oldest first: uvarint
+//	  head-bucket, uvarint count
 //
-// Strings are a uvarint length and the bytes. It holds the lock while it
-// writes: ingest waits that long (about 50 bytes and a few dozen
+// Strings are a uvarint length and the bytes. Rooms are few and pairs
+// many, so a pair names its room by number; pairs come grouped by user,
+// so a user's name is written, and looked up on loading, once. It holds
+// the lock while it writes: ingest waits that long (a few dozen bytes and
 // nanoseconds per pair and window).
 func (a *Aggregator) AppendState(b []byte) []byte {
 	a.mu.Lock()
@@ -51,48 +56,57 @@ func (a *Aggregator) AppendState(b []byte) []byte {
 	for _, n := range a.late {
 		b = binary.AppendUvarint(b, n)
 	}
-	// The rooms once, then each pair with its room's number: rooms are
-	// few and pairs many.
 	b = binary.AppendUvarint(b, uint64(len(a.rooms)))
 	n := 0
 	for _, r := range a.rooms {
 		r.snap, n = n, n+1
 		b = appendString(b, r.name)
+		b = binary.AppendUvarint(b, uint64(len(r.pairs)))
 	}
+	b = binary.AppendUvarint(b, uint64(len(a.users)))
 	b = binary.AppendUvarint(b, uint64(a.pairs.n))
-	b = slices.Grow(b, a.pairs.n*(24+8*len(a.ws))) // about what a pair takes, so that b grows seldom
-	// In chunks: first touch every pair, user and tally of a chunk (the
-	// loads do not wait for each other, so their cache misses overlap),
-	// then write them, from the cache.
-	var chunk [64]pairSlot
-	for slots := a.pairs.slots; len(slots) > 0; {
-		n = 0
-		for len(slots) > 0 && n < len(chunk) {
-			if slots[0].p != nil {
-				chunk[n] = slots[0]
-				n++
-			}
-			slots = slots[1:]
+	b = slices.Grow(b, len(a.users)*16+a.pairs.n*(2+6*len(a.ws))) // about what it takes, so that b grows seldom
+	// In chunks: first touch every user of a chunk, then every pair and
+	// tally (the loads of each pass do not wait for each other, so their
+	// cache misses overlap), then write them, from the cache.
+	var chunk [64]*user
+	n = 0
+	for _, u := range a.users {
+		chunk[n] = u
+		if n++; n == len(chunk) {
+			b = a.appendUsers(b, chunk[:n])
+			n = 0
 		}
-		var sink int64
-		for _, s := range chunk[:n] {
-			sink += int64(s.u.buf[0])
-			for i := range s.p.w {
-				sink += s.p.w[i].tally.Count
+	}
+	return a.appendUsers(b, chunk[:n])
+}
+
+func (a *Aggregator) appendUsers(b []byte, us []*user) []byte {
+	var sink int64
+	for _, u := range us {
+		sink += int64(len(u.pairs))
+	}
+	for _, u := range us {
+		for _, p := range u.pairs {
+			for i := range p.w {
+				sink += p.w[i].tally.Count
 			}
 		}
-		a.sink = sink
-		for _, s := range chunk[:n] {
-			b = a.appendPair(b, s.p, s.u)
+	}
+	a.sink = sink
+	for _, u := range us {
+		b = appendString(b, u.name)
+		b = binary.AppendUvarint(b, uint64(len(u.pairs)))
+		for _, p := range u.pairs {
+			b = a.appendPair(b, p)
 		}
 	}
 	return b
 }
 
-// appendPair writes a pair: its room's number, its user, its cells.
-func (a *Aggregator) appendPair(b []byte, p *pair, u *user) []byte {
+// appendPair writes a pair: its room's number, its cells.
+func (a *Aggregator) appendPair(b []byte, p *pair) []byte {
 	b = binary.AppendUvarint(b, uint64(p.room.snap))
-	b = appendString(b, u.name)
 	for i, w := range a.ws {
 		t := &p.w[i].tally
 		n := t.NumCells()
@@ -153,7 +167,7 @@ func (a *Aggregator) load(r *reader) error {
 		return fmt.Errorf("%d windows, not %d", n, len(a.ws))
 	}
 	for _, w := range a.ws {
-		name, res, n := r.string(), r.uvarint(), r.uvarint()
+		name, res, n := r.alias(), r.uvarint(), r.uvarint()
 		if r.err == nil && (name != w.Name || res != uint64(w.res) || n != uint64(w.n)) {
 			return fmt.Errorf("window %q of %d buckets of %d ms, not %q of %d of %d", name, n, res, w.Name, w.n, w.res)
 		}
@@ -162,87 +176,115 @@ func (a *Aggregator) load(r *reader) error {
 	for i := range a.late {
 		a.late[i] = r.uvarint()
 	}
+	// Every room takes at least two bytes, every user two, every pair
+	// three: no count below is believed past what b could hold.
 	nrooms := r.uvarint()
-	if r.err == nil && nrooms > uint64(len(r.b)) { // every room takes at least a byte
+	if r.err == nil && nrooms > uint64(len(r.b))/2 {
 		return fmt.Errorf("%d rooms in %d bytes", nrooms, len(r.b))
 	}
-	rooms := make([]string, 0, nrooms)
-	seen := make(map[string]bool, nrooms)
+	rooms := make([]*room, 0, nrooms)
+	roomHash := make([]uint64, 0, nrooms)
+	listed := 0 // pairs, by the rooms' counts
 	for range nrooms {
-		room := r.string()
+		name, n := r.alias(), r.uvarint()
 		if r.err != nil {
 			return r.err
 		}
-		if err := chat.CheckName("room", room); err != nil {
+		if err := chat.CheckName("room", name); err != nil {
 			return err
 		}
-		if seen[room] {
-			return fmt.Errorf("room %q twice", room)
+		if n == 0 || uint64(listed)+n > uint64(len(r.b))/3 {
+			return fmt.Errorf("room %q with %d pairs", name, n)
 		}
-		seen[room] = true
+		room := a.newRoom(name)
+		if len(a.rooms) != len(rooms)+1 {
+			return fmt.Errorf("room %q twice", name)
+		}
+		room.pairs = make([]*pair, 0, n) // filled to n below, no further
+		room.snap = -1                   // the last user with a pair in it
 		rooms = append(rooms, room)
+		roomHash = append(roomHash, a.pairs.hashRoom(room.name))
+		listed += int(n)
 	}
-	pairs := r.uvarint()
+	nusers, npairs := r.uvarint(), r.uvarint()
 	if r.err != nil {
 		return r.err
+	}
+	if npairs != uint64(listed) || nusers > npairs || (nusers == 0) != (npairs == 0) {
+		return fmt.Errorf("%d users and %d pairs, %d listed by the rooms", nusers, npairs, listed)
 	}
 	if clock != chat.Never {
 		if clock < -1<<60 || clock > 1<<60 {
 			return fmt.Errorf("clock %d out of range", clock)
 		}
 		a.advance(clock)
-	} else if pairs > 0 {
+	} else if npairs > 0 {
 		return errors.New("pairs with no clock")
 	}
-	if pairs > uint64(len(r.b))/3 { // every pair takes at least three bytes
-		return fmt.Errorf("%d pairs in %d bytes", pairs, len(r.b))
-	}
-	a.pairs.reserve(int(pairs))
-	a.users = make(map[string]*user, pairs/2) // most users talk in a room or two
-	for range pairs {
-		ri, user := r.uvarint(), r.string()
+	a.pairs.reserve(int(npairs))
+	a.users = make(map[string]*user, nusers)
+	for ui := range int(nusers) {
+		name, n := r.alias(), r.uvarint()
 		if r.err != nil {
 			return r.err
 		}
-		if ri >= uint64(len(rooms)) {
-			return fmt.Errorf("room %d of %d", ri, len(rooms))
-		}
-		room := rooms[ri]
-		if err := chat.CheckName("user", user); err != nil {
+		if err := chat.CheckName("user", name); err != nil {
 			return err
 		}
-		p, h := a.pairs.get(room, user)
-		if p != nil {
-			return fmt.Errorf("pair (%q, %q) twice", room, user)
+		if n == 0 || n > nrooms {
+			return fmt.Errorf("user %q with %d pairs", name, n)
 		}
-		p = a.newPair(room, user, h)
-		for i, w := range a.ws {
-			cells := r.uvarint()
-			if r.err == nil && cells > uint64(w.n) {
-				return fmt.Errorf("%d cells in a window of %d buckets", cells, w.n)
-			}
-			prev := int64(math.MaxInt64)
-			for range cells {
-				back, n := r.uvarint(), r.uvarint()
-				if r.err != nil {
-					return r.err
-				}
-				if back >= uint64(w.n) || int64(back) >= prev || n == 0 || n > maxStateCount {
-					return fmt.Errorf("window %s: cell %d back, %d events", w.Name, back, n)
-				}
-				prev = int64(back)
-				a.restoreCell(p, i, w.head-int64(back), int64(n))
-			}
+		u := a.newUser(name)
+		if len(a.users) != ui+1 {
+			return fmt.Errorf("user %q twice", name)
 		}
-		if p.live == 0 {
-			return fmt.Errorf("pair (%q, %q) with no events", room, user)
+		u.pairs = make([]*pair, 0, n)
+		uh := a.pairs.hashUser(u.name)
+		for range n {
+			ri := r.uvarint()
+			if r.err != nil {
+				return r.err
+			}
+			if ri >= nrooms {
+				return fmt.Errorf("room %d of %d", ri, nrooms)
+			}
+			room := rooms[ri]
+			if room.snap == ui {
+				return fmt.Errorf("pair (%q, %q) twice", room.name, u.name)
+			}
+			if len(room.pairs) == cap(room.pairs) {
+				return fmt.Errorf("room %q with more pairs than listed", room.name)
+			}
+			room.snap = ui
+			p := a.addPair(room, u, roomHash[ri]^uh)
+			for i, w := range a.ws {
+				cells := r.uvarint()
+				if r.err == nil && cells > uint64(w.n) {
+					return fmt.Errorf("%d cells in a window of %d buckets", cells, w.n)
+				}
+				prev := int64(math.MaxInt64)
+				for range cells {
+					back, n := r.uvarint(), r.uvarint()
+					if r.err != nil {
+						return r.err
+					}
+					if back >= uint64(w.n) || int64(back) >= prev || n == 0 || n > maxStateCount {
+						return fmt.Errorf("window %s: cell %d back, %d events", w.Name, back, n)
+					}
+					prev = int64(back)
+					a.restoreCell(p, i, w.head-int64(back), int64(n))
+				}
+			}
+			if p.live == 0 {
+				return fmt.Errorf("pair (%q, %q) with no events", room.name, u.name)
+			}
 		}
 	}
 	if len(r.b) > 0 {
-		return fmt.Errorf("%d bytes after the last pair", len(r.b))
+		return fmt.Errorf("%d bytes after the last user", len(r.b))
 	}
-	if len(a.rooms) != len(rooms) {
-		return fmt.Errorf("%d rooms listed, %d with pairs", len(rooms), len(a.rooms))
+	if a.pairs.n != int(npairs) {
+		return fmt.Errorf("%d pairs listed, %d found", npairs, a.pairs.n)
 	}
 	return nil
 }
@@ -313,13 +355,15 @@ func (r *reader) varint() int64 {
 	return v
 }
 
-func (r *reader) string() string {
+// alias reads a string that shares r's bytes: one to compare, or to hand
+// to newRoom or newUser, which copy it, never one to keep.
+func (r *reader) alias() string {
 	n := r.uvarint()
 	if n > uint64(len(r.b)) {
 		r.fail("length past the end")
 		return ""
 	}
-	s := string(r.b[:n])
+	s := unsafe.String(unsafe.SliceData(r.b), n)
 	r.b = r.b[n:]
 	return s
 }

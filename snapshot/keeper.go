@@ -59,7 +59,7 @@ func NewKeeper(store *Store, config, stream string, reg prometheus.Registerer, l
 		return g
 	}
 	k.took = gauge("chatpulse_snapshot_seconds", "How long taking the last snapshot took (ingest waited only while its state was copied).")
-	k.bytes = gauge("chatpulse_snapshot_bytes", "Size of the last snapshot saved.")
+	k.bytes = gauge("chatpulse_snapshot_bytes", "Size of the last snapshot saved or loaded.")
 	k.restore = gauge("chatpulse_restore_seconds", "How long loading the snapshot took at the last start or takeover.")
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "chatpulse_snapshot_age_seconds", Help: "Seconds since the last snapshot was saved (0: none yet).",
@@ -180,6 +180,7 @@ func (k *Keeper) restore1(ctx context.Context, name string, first uint64, parts 
 		}
 		from[p.Name] = st.Seq + 1
 	}
+	k.bytes.Set(float64(len(data)))
 	return from, nil
 }
 
