@@ -15,6 +15,7 @@
 
 import { authFetch, wsProtocols } from './auth.js';
 import { Chart, fmtSpan } from './chart.js';
+import { noteView, showPartial, startGroup } from './group.js';
 import { Rows } from './rows.js';
 
 const MAX_ALERTS = 50;
@@ -305,7 +306,7 @@ function pulse() {
 
 async function getJSON(path, signal) {
   const resp = await authFetch(path, { cache: 'no-store', signal });
-  if (!resp.ok) throw new Error(`${path}: ${resp.status}`);
+  if (!resp.ok) throw Object.assign(new Error(`${path}: ${resp.status}`), { status: resp.status });
   return resp.json();
 }
 
@@ -332,6 +333,7 @@ function onFrame(msg) {
     case 'view': {
       if (!conn.subscribed.has(subKey(msg.view, msg.window, msg.room || ''))) return; // unsubscribed since
       pulse();
+      if (msg.data && 'complete' in msg.data) startGroup(getJSON); // only a group member's views say it
       if (msg.view === 'overview') {
         state.overview.set(msg.window, msg.data);
         invalidate(msg.window === state.window ? 'overview' : 'strip');
@@ -483,6 +485,21 @@ function render() {
   } else if (parts.has('room') || parts.has('overview')) {
     renderRoom();
   }
+  if (parts.has('overview') || parts.has('rooms') || parts.has('room')) renderPartial();
+}
+
+// renderPartial warns, next to the view on screen, when a group's view
+// counted only some partitions (`complete: false`).
+function renderPartial() {
+  const missing = (...views) => {
+    const partial = views.filter((v) => v && v.complete === false);
+    return partial.length ? { n: Math.max(...partial.map((v) => v.missing_partitions || 0)) } : null;
+  };
+  const onScreen = state.route.name === 'dashboard'
+    ? missing(state.overview.get(state.window), state.rooms)
+    : missing(state.room.get(state.window));
+  showPartial(state.route.name === 'dashboard' ? 'overview-partial' : 'room-partial', onScreen);
+  noteView(onScreen ? onScreen.n : 0);
 }
 
 let overviewChart;
