@@ -76,7 +76,7 @@ type Member struct {
 
 	mu      sync.RWMutex // guards parts, retired and running
 	running bool         // Run was called
-	parts map[int]*partition
+	parts   map[int]*partition
 	// Counters of partitions this member no longer holds, so that what it
 	// exports never goes down.
 	retired map[string]throttle.PolicyStats

@@ -149,15 +149,15 @@ type inForceAnswer struct {
 // policyAnswer is a policy as the policies file writes it, defaults
 // filled in.
 type policyAnswer struct {
-	Name       string            `json:"name"`
-	Scope      throttle.Scope    `json:"scope"`
+	Name       string             `json:"name"`
+	Scope      throttle.Scope     `json:"scope"`
 	Algorithm  throttle.Algorithm `json:"algorithm"`
-	Limit      int               `json:"limit"`
-	Window     string            `json:"window"`
-	Resolution string            `json:"resolution,omitempty"`
-	Burst      int               `json:"burst,omitempty"`
-	Mode       throttle.Mode     `json:"mode"`
-	Rooms      []string          `json:"rooms"`
+	Limit      int                `json:"limit"`
+	Window     string             `json:"window"`
+	Resolution string             `json:"resolution,omitempty"`
+	Burst      int                `json:"burst,omitempty"`
+	Mode       throttle.Mode      `json:"mode"`
+	Rooms      []string           `json:"rooms"`
 }
 
 // answer is what is in force, and since when.
