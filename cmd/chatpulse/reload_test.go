@@ -355,3 +355,37 @@ func TestPoliciesKVMissing(t *testing.T) {
 		}
 	}
 }
+
+// A snapshot saved after a reload is labelled with the new policies: a
+// restart under the old ones ignores it (and replays the stream), one
+// under the new ones loads it.
+func TestPoliciesReloadSnapshots(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(t.TempDir(), "policies.yaml")
+	os.WriteFile(path, []byte(floodPolicies(3)), 0o644)
+	args := []string{"--data-dir", dir, "--snapshot-interval", "50ms", "--policies", path}
+	tm := startMain(t, args...)
+	tm.aliceFloods(4)
+	writeAtomically(t, path, floodPolicies(10))
+	tm.waitLimit(10)
+	tm.Close() // saves a last snapshot
+
+	os.WriteFile(path, []byte(floodPolicies(10)), 0o644)
+	tm = startMain(t, args...)
+	if got := tm.metric("chatpulse_restore_seconds"); got <= 0 {
+		t.Error("the snapshot saved after the reload to limit 10 was not loaded under limit 10")
+	}
+	if allowed, count := tm.floodCheck(); !allowed || count != 4 {
+		t.Errorf("from the snapshot: allowed %v with count %d; want allowed, 4", allowed, count)
+	}
+	tm.Close()
+
+	os.WriteFile(path, []byte(floodPolicies(3)), 0o644)
+	tm = startMain(t, args...)
+	if got := tm.metric("chatpulse_restore_seconds"); got > 0 {
+		t.Error("a snapshot of limit 10 loaded under limit 3")
+	}
+	if allowed, count := tm.floodCheck(); allowed || count != 4 {
+		t.Errorf("after the replay: allowed %v with count %d; want denied, 4", allowed, count)
+	}
+}
