@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -179,18 +178,7 @@ func windowNames(ws []rolling.Window) string {
 		if i > 0 {
 			s += ","
 		}
-		s += w.Name + ":" + short(w.Res)
-	}
-	return s
-}
-
-// short writes a duration without trailing zero units: 1m, not 1m0s.
-func short(d time.Duration) string {
-	s := d.String()
-	for _, zero := range []string{"m0s", "h0m"} {
-		if strings.HasSuffix(s, zero) {
-			s = s[:len(s)-2]
-		}
+		s += w.Name + ":" + rolling.FormatDuration(w.Res)
 	}
 	return s
 }

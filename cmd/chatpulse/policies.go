@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/rolling"
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
@@ -166,23 +167,12 @@ func (p *policies) answer() any {
 	defer p.mu.Unlock()
 	a := inForceAnswer{Source: p.source.shown(), Since: chat.Time(p.since.UnixMilli()), Policies: []policyAnswer{}, LastError: p.lastErr}
 	for _, ps := range p.inForce {
-		pa := policyAnswer{Name: ps.Name, Scope: ps.Scope, Algorithm: ps.Algorithm, Limit: ps.Limit, Window: duration(ps.Window),
+		pa := policyAnswer{Name: ps.Name, Scope: ps.Scope, Algorithm: ps.Algorithm, Limit: ps.Limit, Window: rolling.FormatDuration(ps.Window),
 			Burst: ps.Burst, Mode: ps.Mode, Rooms: append([]string{}, ps.Rooms...)}
 		if ps.Resolution > 0 {
-			pa.Resolution = duration(ps.Resolution)
+			pa.Resolution = rolling.FormatDuration(ps.Resolution)
 		}
 		a.Policies = append(a.Policies, pa)
 	}
 	return a
-}
-
-// duration writes d as a policies file would: 1m, not 1m0s.
-func duration(d time.Duration) string {
-	s := d.String()
-	for _, zero := range []string{"m0s", "h0m"} {
-		if strings.HasSuffix(s, zero) {
-			s = s[:len(s)-2]
-		}
-	}
-	return s
 }
