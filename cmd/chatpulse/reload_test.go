@@ -316,6 +316,17 @@ func TestPoliciesKVGroup(t *testing.T) {
 			t.Errorf("limit 2: allowed %v with count %d; want denied, the 4 messages kept", allowed, count)
 		}
 	}
+	// The first group-scoped policy would need partition 0 to read the
+	// stream another way: refused by every member, until a restart.
+	putKV(t, js, "limits", "chat", floodPolicies(2)+"  - name: all\n    scope: group\n    algorithm: fixed_window\n    limit: 100\n    window: 1m\n")
+	for _, tm := range ms {
+		eventually(t, 10*time.Second, "the group-scoped version refused", func() bool {
+			return tm.metric("chatpulse_policies_reload_errors_total") == 2
+		})
+		if a := tm.policies(); len(a.Policies) != 1 || a.LastError == nil || !strings.Contains(a.LastError.Error, "group-scoped") {
+			t.Errorf("after a group-scoped version: %+v", a)
+		}
+	}
 }
 
 // publishGroupRaw publishes n messages of alice in lobby, as a chat
@@ -387,5 +398,38 @@ func TestPoliciesReloadSnapshots(t *testing.T) {
 	}
 	if allowed, count := tm.floodCheck(); allowed || count != 4 {
 		t.Errorf("after the replay: allowed %v with count %d; want denied, 4", allowed, count)
+	}
+}
+
+// Reloads while events flow, snapshots are taken and checks are asked: a
+// policy whose limit alone changes counts every message, whichever version
+// was in force when it came (run under -race, this is also the test that
+// a reload shares nothing unguarded with ingest, snapshots and checks).
+func TestPoliciesReloadWhileRunning(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policies.yaml")
+	os.WriteFile(path, []byte(floodPolicies(3)), 0o644)
+	tm := startMainWith(t, func(m *Main) { m.policyPoll = 20 * time.Millisecond },
+		"--policies", path, "--snapshot-interval", "20ms")
+	const n = 3000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range n {
+			tm.nc.Publish("chat.lobby.alice", fmt.Appendf(nil, `{"room":"lobby","user":"alice","text":"spam %d"}`, i))
+		}
+		tm.nc.Flush()
+	}()
+	for limit := 4; limit < 12; limit++ {
+		writeAtomically(t, path, floodPolicies(limit))
+		tm.waitLimit(limit)
+		tm.floodCheck()
+	}
+	<-done
+	eventually(t, 20*time.Second, "every message counted by flood", func() bool {
+		_, count := tm.floodCheck()
+		return count == n
+	})
+	if got := tm.metric("chatpulse_policies_reload_errors_total"); got != 0 {
+		t.Errorf("reload errors: %v", got)
 	}
 }
