@@ -264,7 +264,7 @@ func TestAuthToken(t *testing.T) {
 
 	tm.token = token
 	missing, wrong := tm.metric(`chatpulse_auth_failures_total{reason="missing"}`), tm.metric(`chatpulse_auth_failures_total{reason="wrong"}`)
-	if missing != 7+1+2 || wrong != 7*5+1+2 {
+	if missing != 8+1+2 || wrong != 8*5+1+2 {
 		t.Errorf("auth failures: missing %v, wrong %v", missing, wrong)
 	}
 	if tm.metric("chatpulse_ws_clients") < 0 {
