@@ -47,8 +47,9 @@ func (b *Bus) Get(ctx context.Context, bucket, key string) (Value, error) {
 // Watch calls fn with every version of key in bucket from now on, the
 // newest one first, in order, on one goroutine, until ctx is done. It
 // returns once the watch is set up: an error then is a bucket that does not
-// exist or a connection that cannot ask. The nats client resumes the watch
-// after a reconnect, from where it was.
+// exist or a connection that cannot ask. The watch is an ordered
+// consumer, which the nats client makes again from where it was when it
+// loses its place (a reconnect, a gap).
 func (b *Bus) Watch(ctx context.Context, bucket, key string, fn func(Value)) error {
 	if b.js == nil {
 		return fmt.Errorf("kv:%s/%s: needs JetStream", bucket, key)
