@@ -4,7 +4,8 @@
 // subscription, or an ordered JetStream consumer that replays one largest
 // window), and what chatpulse publishes (deadletter.go: dead letters, with
 // acks, none lost silently; publish.go: throttle alerts, and the micro
-// service that answers throttle checks).
+// service that answers throttle checks), and the key-value keys that hold
+// throttle policies (kv.go: read at start, watched while it runs).
 //
 // It decides nothing about events: it delivers them to ingest as ingest.Msg
 // and publishes what it is handed.

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -61,8 +61,7 @@ type Member struct {
 	bus     *bus.Bus
 	log     *slog.Logger
 	largest time.Duration
-	byScope map[throttle.Scope][]throttle.Policy
-	order   map[string]int         // policy name -> its place in the policies
+	rules   atomic.Pointer[rules]  // the policies in force; Reconfigure changes them
 	windows *aggregator.Aggregator // answers Windows; counts nothing
 
 	leases   *leases
@@ -74,8 +73,9 @@ type Member struct {
 	query    *nats.Subscription
 	metrics  *metrics
 
-	mu    sync.RWMutex // guards parts and retired
-	parts map[int]*partition
+	mu      sync.RWMutex // guards parts, retired and running
+	running bool         // Run was called
+	parts   map[int]*partition
 	// Counters of partitions this member no longer holds, so that what it
 	// exports never goes down.
 	retired map[string]throttle.PolicyStats
@@ -104,8 +104,7 @@ func New(cfg Config, reg prometheus.Registerer, onReject func(*ingest.Msg, *inge
 	case cfg.Partitions < 1 || cfg.Partitions > 1024:
 		return nil, fmt.Errorf("%w: --partitions %d: 1 to 1024", ErrConfig, cfg.Partitions)
 	}
-	m := &Member{cfg: cfg, log: cfg.Log, byScope: map[throttle.Scope][]throttle.Policy{}, order: map[string]int{},
-		parts: map[int]*partition{}, retired: map[string]throttle.PolicyStats{}, done: make(chan struct{})}
+	m := &Member{cfg: cfg, log: cfg.Log, parts: map[int]*partition{}, retired: map[string]throttle.PolicyStats{}, done: make(chan struct{})}
 	var err error
 	if m.windows, err = aggregator.New(cfg.Windows); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
@@ -113,19 +112,11 @@ func New(cfg Config, reg prometheus.Registerer, onReject func(*ingest.Msg, *inge
 	for _, w := range cfg.Windows {
 		m.largest = max(m.largest, w.Size)
 	}
-	for i, p := range cfg.Policies {
-		scope := p.Scope
-		if scope == throttle.ScopeUserInRoom {
-			scope = throttle.ScopeRoom // a room's owner sees all its users
-		}
-		m.byScope[scope] = append(m.byScope[scope], p)
-		m.order[p.Name] = i
+	r, err := newRules(cfg.Policies)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	for _, ps := range m.byScope {
-		if _, err := throttle.NewSet(ps); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
-		}
-	}
+	m.rules.Store(r)
 	m.consumer = ingest.New(&ingest.Sink{}, reg, ingest.Config{
 		Own: bus.OwnPrefix, MaxSkew: cfg.MaxSkew, Now: cfg.Now, Log: cfg.Log, OnReject: onReject, OnAlert: onAlert,
 	})
@@ -161,7 +152,7 @@ func (m *Member) Join(ctx context.Context, b *bus.Bus, httpURL string) error {
 		if err != nil {
 			return err
 		}
-		m.keeper = snapshot.NewKeeper(store, snapshot.ConfigOf(cfg.Windows, cfg.Policies, cfg.Partitions), cfg.Stream, m.reg, cfg.Log)
+		m.keeper = snapshot.NewKeeper(store, snapshot.ConfigOf(cfg.Windows, m.rules.Load().policies, cfg.Partitions), cfg.Stream, m.reg, cfg.Log)
 	}
 	kv, err := openLeases(ctx, js, cfg.Group, cfg.Replicas, cfg.Lease)
 	if err != nil {
@@ -187,18 +178,7 @@ func windowNames(ws []rolling.Window) string {
 		if i > 0 {
 			s += ","
 		}
-		s += w.Name + ":" + short(w.Res)
-	}
-	return s
-}
-
-// short writes a duration without trailing zero units: 1m, not 1m0s.
-func short(d time.Duration) string {
-	s := d.String()
-	for _, zero := range []string{"m0s", "h0m"} {
-		if strings.HasSuffix(s, zero) {
-			s = s[:len(s)-2]
-		}
+		s += w.Name + ":" + rolling.FormatDuration(w.Res)
 	}
 	return s
 }
@@ -211,6 +191,9 @@ func (m *Member) Run(ctx context.Context) error {
 		return fmt.Errorf("group %s: questions: %w", m.cfg.Group, err)
 	}
 	m.query = sub
+	m.mu.Lock()
+	m.running = true
+	m.mu.Unlock()
 	m.consumer.Start(m.feeds.Source(), false)
 	ctx, m.cancel = context.WithCancel(ctx)
 	go func() {

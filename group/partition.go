@@ -64,16 +64,21 @@ func (pt *partition) ready() bool {
 	return true
 }
 
-// newPartition makes partition p's stages: empty aggregators and policies.
+// newPartition makes partition p's stages: empty aggregators and policies,
+// those in force (the caller holds m.mu, so that a reload finds it in
+// m.parts, or comes before).
 func (m *Member) newPartition(p int, rev uint64) *partition {
 	pt := &partition{p: p, rev: rev, opened: make(chan struct{})}
-	add := func(name string, agg bool, quiet bool, policies []throttle.Policy, match func(*ingest.Msg, *chat.Event) bool) {
+	r := m.rules.Load()
+	// A stage that decides policies has a throttle set even when it has
+	// none of them yet: a reload may give it some.
+	add := func(name string, agg, quiet, thr bool, match func(*ingest.Msg, *chat.Event) bool) {
 		s := &stage{name: name, sink: &ingest.Sink{Quiet: quiet, Match: match}}
 		if agg {
 			s.sink.Agg, _ = aggregator.New(m.cfg.Windows) // checked in Open
 		}
-		if len(policies) > 0 {
-			s.sink.Thr, _ = throttle.NewSet(policies) // checked in Open
+		if thr {
+			s.sink.Thr, _ = throttle.NewSet(r.ofStage(name)) // checked in New and Reconfigure
 		}
 		s.sink.OnCaughtUp = func() { m.caughtUp(pt, s) }
 		pt.stages = append(pt.stages, s)
@@ -81,12 +86,12 @@ func (m *Member) newPartition(p int, rev uint64) *partition {
 	// The room stage reports what it rejects; the user stage reads the
 	// same events again, quietly.
 	match := matchSubject(m.cfg.Subject)
-	add(stageRoom, true, false, m.byScope[throttle.ScopeRoom], match)
-	add(stageUser, true, true, m.byScope[throttle.ScopeUser], match)
+	add(stageRoom, true, false, true, match)
+	add(stageUser, true, true, true, match)
 	if p == 0 {
-		add(stageStray, false, false, nil, func(*ingest.Msg, *chat.Event) bool { return false })
-		if len(m.byScope[throttle.ScopeGroup]) > 0 {
-			add(stageAll, false, true, m.byScope[throttle.ScopeGroup], match)
+		add(stageStray, false, false, false, func(*ingest.Msg, *chat.Event) bool { return false })
+		if len(r.ofStage(stageAll)) > 0 {
+			add(stageAll, false, true, true, match)
 		}
 	}
 	return pt
@@ -123,12 +128,12 @@ func matchSubject(subject string) func(*ingest.Msg, *chat.Event) bool {
 // from one largest window back; what the previous holder had handled
 // (its progress) is marked Replay: no alerts or dead letters again.
 func (m *Member) start(p int, rev uint64) {
-	pt := m.newPartition(p, rev)
-	ctx, cancel := context.WithCancel(context.Background())
-	pt.cancel = cancel
 	m.mu.Lock()
+	pt := m.newPartition(p, rev)
 	m.parts[p] = pt
 	m.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	pt.cancel = cancel
 	go func() {
 		defer close(pt.opened)
 		through := m.replayThrough(ctx, p)

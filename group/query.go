@@ -177,8 +177,9 @@ func (m *Member) seconds(win string) float64 {
 // sortActive puts active keys in the order one Set gives them: by policy
 // (in the policies' order), then room, then user.
 func (m *Member) sortActive(as []throttle.Active) {
+	order := m.rules.Load().order
 	slices.SortFunc(as, func(a, b throttle.Active) int {
-		return cmp.Or(cmp.Compare(m.order[a.Policy], m.order[b.Policy]),
+		return cmp.Or(cmp.Compare(order[a.Policy], order[b.Policy]),
 			strings.Compare(a.Room, b.Room), strings.Compare(a.User, b.User), cmp.Compare(a.Since, b.Since))
 	})
 }

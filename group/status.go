@@ -151,8 +151,9 @@ func (m *Member) Stats() aggregator.Stats {
 func (m *Member) ThrottleStats() []throttle.PolicyStats {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	out := make([]throttle.PolicyStats, len(m.cfg.Policies))
-	for i, p := range m.cfg.Policies {
+	r := m.rules.Load() // a reload changes it and the stages' sets under m.mu
+	out := make([]throttle.PolicyStats, len(r.policies))
+	for i, p := range r.policies {
 		out[i] = m.retired[p.Name]
 		out[i].Policy = p.Name
 		out[i].Allowed, out[i].Denied, out[i].ShadowDenied = m.metrics.decisions(p.Name)
@@ -163,7 +164,7 @@ func (m *Member) ThrottleStats() []throttle.PolicyStats {
 				continue
 			}
 			for _, ps := range s.sink.Thr.Stats() {
-				o := &out[m.order[ps.Policy]]
+				o := &out[r.order[ps.Policy]]
 				o.Keys += ps.Keys
 				o.Evicted += ps.Evicted
 				o.Expired += ps.Expired
@@ -206,19 +207,29 @@ func newMetrics(m *Member, reg prometheus.Registerer) *metrics {
 		return 0
 	})
 	mt := &metrics{count: map[string]*[3]uint64{}}
-	for _, p := range m.cfg.Policies {
-		mt.count[p.Name] = new([3]uint64)
-	}
+	mt.track(m.rules.Load().policies)
 	return mt
 }
 
+// track counts the decisions of policies from now on; a name counted
+// before goes on from where it was, as in a throttle.Set.
+func (mt *metrics) track(policies []throttle.Policy) {
+	mt.mu.Lock()
+	defer mt.mu.Unlock()
+	for _, p := range policies {
+		if mt.count[p.Name] == nil {
+			mt.count[p.Name] = new([3]uint64)
+		}
+	}
+}
+
 func (mt *metrics) decided(d throttle.Decision) {
+	mt.mu.Lock()
+	defer mt.mu.Unlock()
 	c := mt.count[d.Policy]
 	if c == nil {
 		return
 	}
-	mt.mu.Lock()
-	defer mt.mu.Unlock()
 	switch {
 	case d.Allowed:
 		c[0]++
@@ -230,11 +241,11 @@ func (mt *metrics) decided(d throttle.Decision) {
 }
 
 func (mt *metrics) decisions(policy string) (allowed, denied, shadowDenied uint64) {
+	mt.mu.Lock()
+	defer mt.mu.Unlock()
 	c := mt.count[policy]
 	if c == nil {
 		return 0, 0, 0
 	}
-	mt.mu.Lock()
-	defer mt.mu.Unlock()
 	return c[0], c[1], c[2]
 }

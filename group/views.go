@@ -197,17 +197,18 @@ func (m *Member) Check(now int64, room, user, text string, hasText bool) throttl
 	res := throttle.Result{Allowed: true, AsOf: chat.Time(now), Room: room, User: user, Decisions: []throttle.Decision{}}
 	var asks []question
 	base := question{Op: "check", Room: room, User: user, Text: text, HasText: hasText, Now: now}
-	if len(m.byScope[throttle.ScopeRoom]) > 0 {
+	r := m.rules.Load()
+	if len(r.byScope[throttle.ScopeRoom]) > 0 {
 		q := base
 		q.Stage, q.Parts = stageRoom, []int{Partition(chat.Token(room), m.cfg.Partitions)}
 		asks = append(asks, q)
 	}
-	if len(m.byScope[throttle.ScopeUser]) > 0 {
+	if len(r.byScope[throttle.ScopeUser]) > 0 {
 		q := base
 		q.Stage, q.Parts = stageUser, []int{Partition(chat.Token(user), m.cfg.Partitions)}
 		asks = append(asks, q)
 	}
-	if len(m.byScope[throttle.ScopeGroup]) > 0 {
+	if len(r.byScope[throttle.ScopeGroup]) > 0 {
 		q := base
 		q.Stage, q.Parts = stageAll, []int{0}
 		asks = append(asks, q)
@@ -231,7 +232,7 @@ func (m *Member) Check(now int64, room, user, text string, hasText bool) throttl
 		}()
 	}
 	wg.Wait()
-	slices.SortFunc(res.Decisions, func(a, b throttle.Decision) int { return cmp.Compare(m.order[a.Policy], m.order[b.Policy]) })
+	slices.SortFunc(res.Decisions, func(a, b throttle.Decision) int { return cmp.Compare(r.order[a.Policy], r.order[b.Policy]) })
 	for _, d := range res.Decisions {
 		m.metrics.decided(d)
 		if !d.Allowed && d.Mode == throttle.ModeEnforce {

@@ -342,3 +342,16 @@ func FuzzParseWindows(f *testing.F) {
 		}
 	})
 }
+
+func TestFormatDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		time.Second: "1s", 90 * time.Second: "1m30s", time.Minute: "1m", time.Hour: "1h",
+		90 * time.Minute: "1h30m", 36 * time.Hour: "36h", 250 * time.Millisecond: "250ms",
+	} {
+		s := FormatDuration(d)
+		back, err := ParseDuration(s)
+		if s != want || err != nil || back != d {
+			t.Errorf("FormatDuration(%v) = %q, want %q; read back as %v, %v", d, s, want, back, err)
+		}
+	}
+}

@@ -117,6 +117,19 @@ func (w Window) Validate() error {
 	return nil
 }
 
+// FormatDuration writes d as a person writes it in the configuration, and
+// ParseDuration reads it back: time.Duration's text without trailing zero
+// units, 1m and 1h30m, not 1m0s and 1h30m0s.
+func FormatDuration(d time.Duration) string {
+	s := d.String()
+	for _, zero := range []string{"m0s", "h0m"} {
+		if strings.HasSuffix(s, zero) {
+			s = s[:len(s)-2]
+		}
+	}
+	return s
+}
+
 // ParseDuration is time.ParseDuration plus the unit d (24h): "7d", "1d12h",
 // "1.5d". It is the one reader of durations in chatpulse's configuration
 // (windows and throttle policies), and refuses a sign: no span there can be

@@ -42,7 +42,7 @@ type Part struct {
 // the metrics of contract section 9 about it.
 type Keeper struct {
 	store  *Store
-	config string // what the state was taken under: windows, policies, partitions
+	config atomic.Pointer[string] // what the state is taken under: windows, policies, partitions
 	stream string
 	log    *slog.Logger
 
@@ -52,7 +52,8 @@ type Keeper struct {
 
 // NewKeeper returns a keeper of snapshots taken under config, of stream.
 func NewKeeper(store *Store, config, stream string, reg prometheus.Registerer, log *slog.Logger) *Keeper {
-	k := &Keeper{store: store, config: config, stream: stream, log: log}
+	k := &Keeper{store: store, stream: stream, log: log}
+	k.SetConfig(config)
 	gauge := func(name, help string) prometheus.Gauge {
 		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
 		reg.MustRegister(g)
@@ -72,6 +73,14 @@ func NewKeeper(store *Store, config, stream string, reg prometheus.Registerer, l
 	return k
 }
 
+// SetConfig says that the state is under config from now on: a reload of
+// the policies calls it, so that the snapshots saved after it are labelled
+// with the policies they hold, and a restart under other policies ignores
+// them. Call it while nothing saves (in the function of the Save's pause,
+// ingest.Consumer.Pause), so that no snapshot holds one state under the
+// other's label.
+func (k *Keeper) SetConfig(config string) { k.config.Store(&config) }
+
 // Save takes a snapshot of parts and saves it under name. pause runs its
 // function while nothing changes the parts (ingest.Consumer.Pause): the
 // state is copied then, and encoded and saved after. It returns how long
@@ -80,7 +89,7 @@ func NewKeeper(store *Store, config, stream string, reg prometheus.Registerer, l
 // snapshot.
 func (k *Keeper) Save(ctx context.Context, name string, pause func(func()), parts []Part) (time.Duration, error) {
 	start := time.Now()
-	snap := Snapshot{Config: k.config, Stream: k.stream, Created: start.UnixMilli()}
+	snap := Snapshot{Stream: k.stream, Created: start.UnixMilli()}
 	var (
 		paused time.Duration
 		thr    []*throttle.StateCopy
@@ -88,6 +97,7 @@ func (k *Keeper) Save(ctx context.Context, name string, pause func(func()), part
 	pause(func() {
 		p := time.Now()
 		defer func() { paused = time.Since(p) }()
+		snap.Config = *k.config.Load() // the state's, even across a reload
 		for _, part := range parts {
 			st := Stage{Name: part.Name, Seq: part.Sink.Seq()}
 			if st.Seq == 0 {
@@ -153,7 +163,7 @@ func (k *Keeper) restore1(ctx context.Context, name string, first uint64, parts 
 	switch {
 	case err != nil:
 		return nil, err
-	case snap.Config != k.config:
+	case snap.Config != *k.config.Load():
 		return nil, errors.New("taken under other windows, policies or partitions")
 	case snap.Stream != k.stream:
 		return nil, fmt.Errorf("of stream %s, not %s", snap.Stream, k.stream)

@@ -202,6 +202,16 @@ func (e *badRequest) Error() string { return e.msg }
 
 func badf(format string, args ...any) error { return &badRequest{fmt.Sprintf(format, args...)} }
 
+// throttlePolicies is GET /api/v1/throttle/policies: the policies in
+// force, as the program that knows where they come from says.
+func (s *Server) throttlePolicies(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Policies == nil {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "this server has no policies to show"})
+		return
+	}
+	writeJSON(w, http.StatusOK, s.opts.Policies())
+}
+
 // group is GET /api/v1/group: the group's members, or 404 when standalone.
 func (s *Server) group(w http.ResponseWriter, r *http.Request) {
 	if s.opts.Group == nil {

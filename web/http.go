@@ -27,6 +27,9 @@ type Options struct {
 	AllowedOrigins []string      // besides the same origin, for /ws
 	// Group answers GET /api/v1/group; nil (standalone) answers 404.
 	Group func() any
+	// Policies answers GET /api/v1/throttle/policies: the throttle policies
+	// in force, and since when.
+	Policies func() any
 
 	// AllowedHosts are the names that requests may carry in Host, besides
 	// IP addresses and localhost; "*" allows any. See checkHost.
@@ -145,6 +148,7 @@ func (s *Server) routes() {
 	s.api.HandleFunc("GET /api/v1/users/{user}", s.json(viewOf(s.user)))
 	s.api.HandleFunc("POST /api/v1/throttle/check", s.json(s.throttleCheck))
 	s.api.HandleFunc("GET /api/v1/throttle/active", s.json(s.throttleActive))
+	s.api.HandleFunc("GET /api/v1/throttle/policies", s.throttlePolicies)
 	s.api.HandleFunc("GET /api/v1/group", s.group)
 	s.api.HandleFunc("GET /api/v1/openapi.json", serveOpenAPI)
 	s.mux.HandleFunc(routeAPI, s.serveAPI)

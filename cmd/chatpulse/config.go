@@ -74,7 +74,7 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 	fs.StringVar(&c.HTTP, "http", "127.0.0.1:8080", "address of the HTTP API, websocket and dashboard")
 	fs.StringVar(&windows, "windows", rolling.DefaultWindows, "windows, SIZE or SIZE:RESOLUTION, comma-separated")
 	fs.DurationVar(&c.MaxSkew, "max-skew", 5*time.Second, "how far ahead of the wall clock an event's ts may be")
-	fs.StringVar(&c.Policies, "policies", "", "throttle policies file (YAML); without it the default policies apply")
+	fs.StringVar(&c.Policies, "policies", "", "throttle policies: a file (YAML), read again on SIGHUP and when it changes, or kv:BUCKET/KEY, a JetStream key-value key, watched; without it the default policies apply")
 	fs.DurationVar(&c.PushInterval, "push-interval", time.Second, "how often websocket views are pushed")
 	fs.StringVar(&origins, "allowed-origins", "", "comma-separated origins also allowed to open /ws")
 	fs.BoolVar(&c.Demo, "demo", false, "also publish synthetic chat traffic")
@@ -139,6 +139,8 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 		return usagef("--group %s: a group needs JetStream; drop --jetstream=false", c.Group)
 	case c.Partitions < 1 || c.Partitions > 1024:
 		return usagef("--partitions: 1 to 1024, got %d", c.Partitions)
+	case strings.HasPrefix(c.Policies, kvPrefix) && !c.JetStream:
+		return usagef("--policies %s: a key-value key needs JetStream; drop --jetstream=false", c.Policies)
 	case c.Replicas < 1 || c.Replicas > 5:
 		return usagef("--replicas: 1 to 5, got %d", c.Replicas)
 	case c.Group != "" && c.Instance == "":

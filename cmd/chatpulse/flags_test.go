@@ -62,15 +62,17 @@ func TestExitStatus(t *testing.T) {
 		args []string
 		want string
 	}{
-		"bad flag":      {[]string{"--windows", "1m:7s"}, "--windows"},
-		"http taken":    {[]string{"--http", taken.Addr().String(), "--nats-listen", free}, "--http " + taken.Addr().String()},
-		"nats taken":    {[]string{"--http", "127.0.0.1:0", "--nats-listen", taken.Addr().String()}, "--nats-listen " + taken.Addr().String()},
-		"data dir":      {[]string{"--http", "127.0.0.1:0", "--nats-listen", free, "--data-dir", filepath.Join(file, "sub")}, "--data-dir"},
-		"policies":      {[]string{"--http", "127.0.0.1:0", "--nats-listen", free, "--policies", filepath.Join(t.TempDir(), "none.yaml")}, "--policies"},
-		"push interval": {[]string{"--push-interval", "1ms"}, "--push-interval: at least 50ms"},
-		"unknown flag":  {[]string{"--nope"}, "flag provided but not defined: -nope (see --help)"},
-		"token file":    {[]string{"--auth-token-file", filepath.Join(file, "none")}, "--auth-token-file: open"},
-		"certificate":   {[]string{"--http", "127.0.0.1:0", "--nats-listen", free, "--tls-cert", file, "--tls-key", file}, "--tls-cert, --tls-key: tls: failed to find any PEM data"},
+		"bad flag":         {[]string{"--windows", "1m:7s"}, "--windows"},
+		"http taken":       {[]string{"--http", taken.Addr().String(), "--nats-listen", free}, "--http " + taken.Addr().String()},
+		"nats taken":       {[]string{"--http", "127.0.0.1:0", "--nats-listen", taken.Addr().String()}, "--nats-listen " + taken.Addr().String()},
+		"data dir":         {[]string{"--http", "127.0.0.1:0", "--nats-listen", free, "--data-dir", filepath.Join(file, "sub")}, "--data-dir"},
+		"policies":         {[]string{"--http", "127.0.0.1:0", "--nats-listen", free, "--policies", filepath.Join(t.TempDir(), "none.yaml")}, "--policies"},
+		"policies kv core": {[]string{"--jetstream=false", "--policies", "kv:limits/chat"}, "--policies kv:limits/chat: a key-value key needs JetStream"},
+		"policies kv":      {[]string{"--http", "127.0.0.1:0", "--nats-listen", free, "--data-dir", t.TempDir(), "--policies", "kv:limits/chat"}, "kv:limits/chat: no such key-value bucket or key: bucket limits not found"},
+		"push interval":    {[]string{"--push-interval", "1ms"}, "--push-interval: at least 50ms"},
+		"unknown flag":     {[]string{"--nope"}, "flag provided but not defined: -nope (see --help)"},
+		"token file":       {[]string{"--auth-token-file", filepath.Join(file, "none")}, "--auth-token-file: open"},
+		"certificate":      {[]string{"--http", "127.0.0.1:0", "--nats-listen", free, "--tls-cert", file, "--tls-key", file}, "--tls-cert, --tls-key: tls: failed to find any PEM data"},
 	} {
 		cmd := exec.Command(bin, tc.args...)
 		var stderr bytes.Buffer

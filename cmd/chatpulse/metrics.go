@@ -9,12 +9,13 @@ import (
 
 // statsCollector exports the aggregator's and the throttle set's numbers,
 // read once per scrape. Every labelled series known up front (each window,
-// each policy and result) is there from the start, at 0.
+// each policy and result of the policies in force) is there from the start,
+// at 0.
 type statsCollector struct {
 	stats   stats
 	dropped func() uint64
 	windows []string
-	labels  []throttle.DecisionLabel
+	labels  func() []throttle.DecisionLabel // of the policies in force
 
 	rooms, users, pairs, late, decisions, keys, evicted, drops *prometheus.Desc
 }
@@ -33,7 +34,7 @@ type standalone struct {
 
 func (s standalone) ThrottleStats() []throttle.PolicyStats { return s.thr.Stats() }
 
-func newStatsCollector(st stats, windows []string, labels []throttle.DecisionLabel, dropped func() uint64) *statsCollector {
+func newStatsCollector(st stats, windows []string, labels func() []throttle.DecisionLabel, dropped func() uint64) *statsCollector {
 	return &statsCollector{
 		stats: st, dropped: dropped, windows: windows, labels: labels,
 		rooms:     prometheus.NewDesc("chatpulse_tracked_rooms", "Rooms with messages in some window.", nil, nil),
@@ -68,7 +69,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(ps.Keys), ps.Policy)
 		ch <- prometheus.MustNewConstMetric(c.evicted, prometheus.CounterValue, float64(ps.Evicted), ps.Policy)
 	}
-	for _, l := range c.labels {
+	for _, l := range c.labels() {
 		ps := byPolicy[l.Policy]
 		var n uint64
 		switch l.Result {

@@ -113,6 +113,7 @@ func TestOpenAPI(t *testing.T) {
 		{"POST", "/api/v1/throttle/check", `{"room":"lobby","user":"carol","text":7}`, 400, ""},
 		{"POST", "/api/v1/throttle/check", `{"room":"lobby","user":"carol"} {}`, 400, "kin-openapi reads the first JSON value only"},
 		{"GET", "/api/v1/throttle/active", "", 200, ""},
+		{"GET", "/api/v1/throttle/policies", "", 200, ""},
 		{"GET", "/api/v1/group", "", 404, ""}, // standalone
 		{"GET", "/api/v1/openapi.json", "", 200, ""},
 		{"GET", "/healthz", "", 200, ""},
@@ -121,6 +122,13 @@ func TestOpenAPI(t *testing.T) {
 	} {
 		v.check(tm.url, c)
 	}
+
+	// A broken version of the policies file: the answer carries last_error.
+	os.WriteFile(policies, []byte(brokenPolicies), 0o644)
+	eventually(t, 10*time.Second, "the broken policies refused", func() bool {
+		return tm.metric("chatpulse_policies_reload_errors_total") == 1
+	})
+	v.check(tm.url, apiCase{"GET", "/api/v1/throttle/policies", "", 200, ""})
 
 	// Before the replay has caught up: /readyz answers 503.
 	v.check(startNotConsuming(t), apiCase{"GET", "/readyz", "", 503, ""})
@@ -329,6 +337,7 @@ func TestOpenAPIGroup(t *testing.T) {
 		{"GET", "/api/v1/users/alice", "", 200, ""},
 		{"POST", "/api/v1/throttle/check", `{"room":"lobby","user":"alice"}`, 200, ""},
 		{"GET", "/api/v1/throttle/active", "", 200, ""},
+		{"GET", "/api/v1/throttle/policies", "", 200, ""},
 	} {
 		v.check(tm.url, c)
 	}

@@ -41,6 +41,7 @@ type Main struct {
 	member    *group.Member          // in a group
 	sink      *ingest.Sink           // standalone: the aggregator and the throttle set
 	keeper    *snapshot.Keeper       // nil: no snapshots
+	policies  *policies              // in force, and where new versions come from
 	reg       *prometheus.Registry
 	consumer  *ingest.Consumer
 	web       *web.Server
@@ -58,6 +59,9 @@ type Main struct {
 	tls *tls.Config // nil: plain HTTP
 	// httpTimeouts are defaultHTTPTimeouts; tests shorten them.
 	httpTimeouts httpTimeouts
+	// policyPoll is how often a policies file is looked at (0: only on
+	// SIGHUP, for tests).
+	policyPoll time.Duration
 }
 
 // NewMain returns a Main with the default configuration.
@@ -69,6 +73,7 @@ func NewMain() *Main {
 		stop:   make(chan struct{}),
 
 		httpTimeouts: defaultHTTPTimeouts,
+		policyPoll:   policyPoll,
 	}
 }
 
@@ -96,13 +101,13 @@ func (m *Main) build() error {
 	if len(c.Windows) == 0 {
 		return usagef("no windows configured (call ParseFlags first)")
 	}
-	policies := throttle.DefaultPolicies()
-	if c.Policies != "" {
-		p, err := throttle.LoadPolicies(c.Policies)
-		if err != nil {
-			return &UsageError{fmt.Errorf("--policies: %w", err)}
-		}
-		policies = p
+	src, err := parsePolicySource(c.Policies)
+	if err != nil {
+		return err
+	}
+	policies, err := loadPolicies(src)
+	if err != nil {
+		return err
 	}
 	thr, err := throttle.NewSet(policies)
 	if err != nil {
@@ -113,6 +118,8 @@ func (m *Main) build() error {
 	}
 	reg := prometheus.NewRegistry()
 	m.reg = reg
+	m.policies = newPolicies(src, policies, m.Now, m.Log, reg)
+	m.policies.apply = m.applyPolicies
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "chatpulse_deadletter_failed_total",
@@ -128,6 +135,7 @@ func (m *Main) build() error {
 		AllowedHosts:   allowedHosts(c),
 		AuthToken:      c.AuthToken,
 		MetricsAuth:    c.MetricsAuth,
+		Policies:       m.policies.answer,
 	}
 	deadLetter := func(msg *ingest.Msg, err *ingest.Error) { m.bus.DeadLetter(msg, err) }
 	var stats stats
@@ -162,7 +170,7 @@ func (m *Main) build() error {
 		opts.Ready = m.consumer.Ready
 		m.web = web.New(m.agg, m.thr, opts)
 	}
-	reg.MustRegister(newStatsCollector(stats, names(c.Windows), thr.DecisionLabels(), func() uint64 { return m.bus.Dropped() }))
+	reg.MustRegister(newStatsCollector(stats, names(c.Windows), m.policies.decisionLabels, func() uint64 { return m.bus.Dropped() }))
 	reg.MustRegister(readyGauge(opts.Ready))
 	return nil
 }
@@ -186,6 +194,10 @@ func (m *Main) attach(ctx context.Context) (net.Listener, error) {
 	}
 	m.httpAddr = ln.Addr()
 	if err := m.connect(); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	if err := m.kvPolicies(ctx); err != nil {
 		ln.Close()
 		return nil, err
 	}
@@ -240,6 +252,9 @@ func (m *Main) open(ln net.Listener) error {
 	m.goRun(func() { m.serveHTTP(ln) })
 	m.goRun(func() { m.web.Run(m.stop) })
 	m.goRun(m.janitor)
+	if err := m.watchPolicies(); err != nil {
+		return err
+	}
 	if m.keeper != nil {
 		m.goRun(m.snapshots)
 	}

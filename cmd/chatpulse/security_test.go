@@ -179,7 +179,7 @@ func TestAuthToken(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, resp.Header, string(body)
 	}
-	for _, path := range []string{"/api/v1/windows", "/api/v1/overview", "/api/v1/rooms/lobby", "/api/v1/users/alice", "/api/v1/throttle/active", "/api/v1/nope", "/metrics"} {
+	for _, path := range []string{"/api/v1/windows", "/api/v1/overview", "/api/v1/rooms/lobby", "/api/v1/users/alice", "/api/v1/throttle/active", "/api/v1/throttle/policies", "/api/v1/nope", "/metrics"} {
 		for _, authorization := range []string{"", "Bearer wrong", "Bearer " + token + "x", "Bearer", "Basic " + base64.StdEncoding.EncodeToString([]byte("u:"+token)), token} {
 			status, header, body := request(http.MethodGet, path, authorization)
 			var e map[string]string
@@ -264,7 +264,7 @@ func TestAuthToken(t *testing.T) {
 
 	tm.token = token
 	missing, wrong := tm.metric(`chatpulse_auth_failures_total{reason="missing"}`), tm.metric(`chatpulse_auth_failures_total{reason="wrong"}`)
-	if missing != 7+1+2 || wrong != 7*5+1+2 {
+	if missing != 8+1+2 || wrong != 8*5+1+2 {
 		t.Errorf("auth failures: missing %v, wrong %v", missing, wrong)
 	}
 	if tm.metric("chatpulse_ws_clients") < 0 {
