@@ -129,6 +129,14 @@ func (a *Aggregator) newPair(roomName, userName string, h uint64) *pair {
 
 // addPair adds the pair of r and u, which is not there, under hash h.
 func (a *Aggregator) addPair(r *room, u *user, h uint64) *pair {
+	p := a.linkPair(r, u)
+	a.pairs.put(h, p)
+	return p
+}
+
+// linkPair makes the pair of r and u, in their lists but not yet in the
+// pair table.
+func (a *Aggregator) linkPair(r *room, u *user) *pair {
 	p, w := withWindows[pair, pairWin](len(a.ws))
 	*p = pair{room: r, user: u, at: len(u.pairs), inRoom: len(r.pairs), w: w}
 	for i := range p.w {
@@ -138,7 +146,6 @@ func (a *Aggregator) addPair(r *room, u *user, h uint64) *pair {
 	}
 	u.pairs = append(u.pairs, p)
 	r.pairs = append(r.pairs, p)
-	a.pairs.put(h, p)
 	return p
 }
 

@@ -22,7 +22,8 @@ import "hash/maphash"
 type pairTable struct {
 	seed  maphash.Seed
 	slots []pairSlot
-	n     int // pairs held
+	n     int    // pairs held
+	sink  uint64 // where putAll's early loads go
 }
 
 type pairSlot struct {
@@ -65,6 +66,24 @@ func (t *pairTable) get(room, user string) (*pair, uint64) {
 			return s.p, h
 		}
 	}
+}
+
+// putAll adds pairs, none of which is in the table, under the hashes
+// their slots hold: a restore's, by the chunk. It loads every home slot
+// before it places any, so that their cache misses overlap, where one put
+// after another would wait for each.
+func (t *pairTable) putAll(ss []pairSlot) {
+	t.reserve(t.n + len(ss))
+	mask := len(t.slots) - 1
+	var sink uint64
+	for _, s := range ss {
+		sink += t.slots[int(s.h)&mask].h
+	}
+	t.sink = sink
+	for _, s := range ss {
+		t.place(s)
+	}
+	t.n += len(ss)
 }
 
 // put adds p, which is not in the table, under hash h.

@@ -223,6 +223,10 @@ func (a *Aggregator) load(r *reader) error {
 	}
 	a.pairs.reserve(int(npairs))
 	a.users = make(map[string]*user, nusers)
+	var (
+		chunk [64]pairSlot // pairs made, for the table
+		made  int
+	)
 	for ui := range int(nusers) {
 		name, n := r.alias(), r.uvarint()
 		if r.err != nil {
@@ -256,7 +260,13 @@ func (a *Aggregator) load(r *reader) error {
 				return fmt.Errorf("room %q with more pairs than listed", room.name)
 			}
 			room.snap = ui
-			p := a.addPair(room, u, roomHash[ri]^uh)
+			p := a.linkPair(room, u)
+			if chunk[made] = (pairSlot{roomHash[ri] ^ uh, p, u}); made+1 == len(chunk) {
+				a.pairs.putAll(chunk[:])
+				made = 0
+			} else {
+				made++
+			}
 			for i, w := range a.ws {
 				cells := r.uvarint()
 				if r.err == nil && cells > uint64(w.n) {
@@ -280,6 +290,7 @@ func (a *Aggregator) load(r *reader) error {
 			}
 		}
 	}
+	a.pairs.putAll(chunk[:made])
 	if len(r.b) > 0 {
 		return fmt.Errorf("%d bytes after the last user", len(r.b))
 	}
