@@ -30,7 +30,10 @@ type Aggregator struct {
 
 	buckets []int64 // scratch: an event's bucket in each window
 	found   []*pair // scratch: the pairs of a batch's events
-	sink    int64   // where AppendState's early loads go
+
+	// The state being written, if any (state.go), and its mark.
+	cow   *StateWriter
+	epoch uint32
 }
 
 type window struct {
@@ -67,7 +70,7 @@ func New(windows []rolling.Window) (*Aggregator, error) {
 // init makes a empty, over valid windows (its lock aside: LoadState holds
 // it meanwhile).
 func (a *Aggregator) init(windows []rolling.Window) {
-	a.ws, a.found, a.peak = nil, nil, struct{ rooms, users int }{}
+	a.ws, a.found, a.peak, a.cow = nil, nil, struct{ rooms, users int }{}, nil
 	a.rooms, a.users, a.pairs = make(map[string]*room), make(map[string]*user), newPairTable()
 	a.clock, a.late, a.buckets = chat.Never, make([]uint64, len(windows)), make([]int64, len(windows))
 	for i, spec := range windows {
@@ -193,6 +196,9 @@ func (a *Aggregator) observe(ev *chat.Event, p *pair) bool {
 		}
 	}
 	r, u := p.room, p.user
+	if a.cow != nil && u.written != a.epoch {
+		a.cow.write(u) // as it was when the state started, before this event
+	}
 	for _, w := range a.ws {
 		b := a.buckets[w.i]
 		if b == lateBucket {

@@ -41,6 +41,19 @@ type sim struct {
 	// after must be the same.
 	reload bool
 	ws     []rolling.Window
+	// cow, with reload, writes the state while the trace goes on: between
+	// the chunks of users that Finish writes, more steps run on the
+	// aggregator being saved; the new one loads the state and observes
+	// again the batches since StartState, as a restart reads the stream
+	// again after the snapshot's sequence.
+	cow     bool
+	writing bool
+	since   []observed // the batches since StartState
+}
+
+type observed struct {
+	now   int64
+	batch []chat.Event // nil: a read at now
 }
 
 func newSim(t *testing.T, seed uint64, windows string) *sim {
@@ -77,12 +90,8 @@ func (s *sim) event(maxLate int64) chat.Event {
 }
 
 func (s *sim) step(i int) {
-	if s.reload && s.r.IntN(40) == 0 {
-		fresh, _ := aggregator.New(s.ws)
-		if err := fresh.LoadState(s.agg.AppendState(nil)); err != nil {
-			s.t.Fatalf("seed %d step %d: %v", s.seed, i, err)
-		}
-		s.agg = fresh
+	if s.reload && !s.writing && s.r.IntN(40) == 0 {
+		s.restart(i)
 	}
 	switch p := s.r.IntN(100); {
 	case s.crowd && p >= 78 && p < 81: // a pause: most of the largest window expires
@@ -103,12 +112,18 @@ func (s *sim) step(i int) {
 		for j := range batch {
 			batch[j] = s.event(maxLate)
 		}
+		if s.writing {
+			s.since = append(s.since, observed{s.now, slices.Clone(batch)})
+		}
 		got := s.agg.Observe(s.now, slices.Clone(batch), nil)
 		want := s.ora.Observe(s.now, batch)
 		if !slices.Equal(got, want) {
 			s.t.Fatalf("seed %d step %d: late = %v, want %v", s.seed, i, got, want)
 		}
 		return
+	}
+	if s.writing { // a read moves the clock too, as the stream read again will
+		s.since = append(s.since, observed{now: s.now})
 	}
 	w := s.names[s.r.IntN(len(s.names))]
 	k := 1 + s.r.IntN(5)
@@ -135,6 +150,41 @@ func (s *sim) step(i int) {
 			s.t.Fatalf("seed %d step %d: tracking %d rooms, %d users; want %d, %d", s.seed, i, st.Rooms, st.Users, rooms, users)
 		}
 	}
+}
+
+// restart replaces the aggregator with a new one that loaded its state.
+func (s *sim) restart(i int) {
+	fresh, _ := aggregator.New(s.ws)
+	if !s.cow {
+		if err := fresh.LoadState(s.agg.AppendState(nil)); err != nil {
+			s.t.Fatalf("seed %d step %d: %v", s.seed, i, err)
+		}
+		s.agg = fresh
+		return
+	}
+	s.writing, s.since = true, nil
+	sw := s.agg.StartState()
+	aggregator.SetStateChunk(s.t, 1+s.r.IntN(4), func() {
+		for range s.r.IntN(4) {
+			s.step(i)
+		}
+	})
+	state, err := sw.Finish()
+	s.writing = false
+	if err != nil {
+		s.t.Fatalf("seed %d step %d: %v", s.seed, i, err)
+	}
+	if err := fresh.LoadState(state); err != nil {
+		s.t.Fatalf("seed %d step %d: %v", s.seed, i, err)
+	}
+	for _, o := range s.since {
+		if o.batch == nil {
+			fresh.Advance(o.now)
+		} else {
+			fresh.Observe(o.now, o.batch, nil)
+		}
+	}
+	s.agg = fresh
 }
 
 func (s *sim) same(i int, what string, got, want any) {
@@ -174,6 +224,35 @@ func TestStateRoundTrip(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A state written while events go on (copy-on-write, between the chunks
+// of users that Finish writes) is the state at StartState: loaded, with
+// the batches since then observed again, it answers as the oracle.
+func TestStateWrittenWhileObserving(t *testing.T) {
+	for _, windows := range []string{"5s:1s,12s:3s,1m", "1m,5m,1h", "10s:2s"} {
+		t.Run(windows, func(t *testing.T) {
+			for seed := range uint64(20) {
+				s := newSim(t, seed, windows)
+				s.reload, s.cow = true, true
+				for i := range 600 {
+					s.step(i)
+				}
+			}
+		})
+	}
+	s := newSim(t, 7, "5s:1s,1m")
+	s.crowd, s.reload, s.cow = true, true, true
+	s.users = s.users[:0]
+	for i := range 3000 {
+		s.users = append(s.users, fmt.Sprintf("u%04d", i))
+	}
+	for i := range 2000 {
+		s.step(i)
+	}
+}
+
+func TestStateRoundTripCrowd(t *testing.T) {
 	s := newSim(t, 7, "5s:1s,1m")
 	s.crowd, s.reload = true, true
 	s.users = s.users[:0]

@@ -36,7 +36,10 @@ type room struct {
 	pairs []*pair // its talkers, in any window
 	w     []roomWin
 	live  int // windows in which it has messages
-	snap  int // its number in the state AppendState is writing
+	// Its number in the state being written, if numbered is that state's
+	// mark; on loading, the last user with a pair in it.
+	snap     int
+	numbered uint32
 }
 
 type roomWin struct {
@@ -51,8 +54,11 @@ type user struct {
 	name  string  // in buf when it fits: see setName
 	pairs []*pair // the rooms it talks in, in any window
 	w     []userWin
-	live  int
-	buf   [24]byte
+	live  int32
+	// The mark of the last state written that has it, or of the one being
+	// written when it was made: see state.go.
+	written uint32
+	buf     [24]byte
 }
 
 type userWin struct {
@@ -91,7 +97,7 @@ func (a *Aggregator) newRoom(name string) *room {
 func (a *Aggregator) newUser(name string) *user {
 	u, w := withWindows[user, userWin](len(a.ws))
 	u.setName(name)
-	u.w = w
+	u.w, u.written = w, a.epoch
 	for i := range u.w {
 		uw := &u.w[i]
 		uw.item = topk.Item{Name: u.name, Count: &uw.count}

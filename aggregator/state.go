@@ -3,13 +3,8 @@ package aggregator
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
-	"math"
-	"slices"
-	"unsafe"
 
 	"github.com/chatpulse/chatpulse/chat"
-	"github.com/chatpulse/chatpulse/rolling"
 )
 
 // Saving and loading the state (contract section 9). What counts is each
@@ -19,10 +14,23 @@ import (
 // rebuilt by the next read. So the state is the clock and, per pair, its
 // cells; LoadState adds them back as events would, and every answer after
 // it is what the saved aggregator would have given.
+//
+// A state is written copy-on-write, so that taking one does not stop
+// ingest for as long as it takes to walk a million users: StartState
+// notes the instant (the clock, each window's head, the late counts) and
+// Finish then writes the users a chunk at a time, letting events in
+// between. An event that is about to change a user not written yet has the
+// user written first, as it was; users made since the start are not
+// written at all. So every user is written as it was at the start, but
+// for one thing: cells that expired meanwhile may be missing. That changes
+// no answer after a load, because the stream read again after the state
+// brings the clock at least as far as it had come, which expires them
+// again (and a pair left with no cells is not written, as one that had
+// been forgotten).
 
 const stateVersion = 2
 
-// AppendState appends the aggregator's state to b:
+// The layout of a state:
 //
 //	version byte
 //	uvarint windows; per window: name, resolution ms, buckets (a check)
@@ -35,85 +43,160 @@ const stateVersion = 2
 //	  head-bucket, uvarint count
 //
 // Strings are a uvarint length and the bytes. Rooms are few and pairs
-// many, so a pair names its room by number; pairs come grouped by user,
-// so a user's name is written, and looked up on loading, once. It holds
-// the lock while it writes: ingest waits that long (a few dozen bytes and
-// nanoseconds per pair and window).
-func (a *Aggregator) AppendState(b []byte) []byte {
+// many, so a pair names its room by number (numbered as they are first
+// written); pairs come grouped by user, so a user's name is written, and
+// looked up on loading, once.
+
+// A StateWriter is a state being written: see StartState.
+type StateWriter struct {
+	a      *Aggregator
+	epoch  uint32  // users with this mark are written, or newer than the state
+	heads  []int64 // each window's head at the start
+	head   []byte  // what comes before the rooms
+	body   []byte  // the users written so far
+	rooms  []*room // by number
+	counts []int   // pairs written, per room number
+	users  int
+	pairs  int
+}
+
+// StartState starts writing the aggregator's state as it is now, and
+// returns at once (it takes time in the rooms, not the users); Finish
+// writes it. Between the two the aggregator goes on as usual, and a
+// caller that must take the state of one instant (the stream sequence a
+// snapshot covers) stops feeding it only until StartState returns. One
+// state is written at a time: starting another, or loading or resetting
+// the aggregator, makes the Finish of this one fail.
+func (a *Aggregator) StartState() *StateWriter {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.clock != chat.Never {
 		a.advance(a.clock) // a read moves only its own window: bring all to the clock
 	}
-	b = append(b, stateVersion)
+	a.epoch++
+	sw := &StateWriter{a: a, epoch: a.epoch}
+	b := append([]byte(nil), stateVersion)
 	b = binary.AppendUvarint(b, uint64(len(a.ws)))
 	for _, w := range a.ws {
 		b = appendString(b, w.Name)
 		b = binary.AppendUvarint(b, uint64(w.res))
 		b = binary.AppendUvarint(b, uint64(w.n))
+		sw.heads = append(sw.heads, w.head)
 	}
 	b = binary.AppendVarint(b, a.clock)
 	for _, n := range a.late {
 		b = binary.AppendUvarint(b, n)
 	}
-	b = binary.AppendUvarint(b, uint64(len(a.rooms)))
-	n := 0
-	for _, r := range a.rooms {
-		r.snap, n = n, n+1
-		b = appendString(b, r.name)
-		b = binary.AppendUvarint(b, uint64(len(r.pairs)))
-	}
-	b = binary.AppendUvarint(b, uint64(len(a.users)))
-	b = binary.AppendUvarint(b, uint64(a.pairs.n))
-	b = slices.Grow(b, len(a.users)*16+a.pairs.n*(2+6*len(a.ws))) // about what it takes, so that b grows seldom
-	// In chunks: first touch every user of a chunk, then every pair and
-	// tally (the loads of each pass do not wait for each other, so their
-	// cache misses overlap), then write them, from the cache.
-	var chunk [64]*user
-	n = 0
-	for _, u := range a.users {
-		chunk[n] = u
-		if n++; n == len(chunk) {
-			b = a.appendUsers(b, chunk[:n])
-			n = 0
-		}
-	}
-	return a.appendUsers(b, chunk[:n])
+	sw.head = b
+	sw.body = make([]byte, 0, a.pairs.n*(2+6*len(a.ws))+len(a.users)*16) // about what it takes
+	a.cow = sw
+	return sw
 }
 
-func (a *Aggregator) appendUsers(b []byte, us []*user) []byte {
-	var sink int64
-	for _, u := range us {
-		sink += int64(len(u.pairs))
+// ErrStateAbandoned is Finish's error when the state could not be
+// finished: another was started, or the aggregator was loaded or reset.
+var ErrStateAbandoned = errors.New("aggregator: the state was abandoned")
+
+// stateChunk is how many users Finish writes before it lets events in;
+// stateYield, if set (by tests), runs each time it does.
+var (
+	stateChunk = 512
+	stateYield func()
+)
+
+// Finish writes every user not written yet, holding the aggregator's lock
+// for a chunk of users at a time, and returns the state as it was when
+// StartState was called.
+func (sw *StateWriter) Finish() ([]byte, error) {
+	a := sw.a
+	a.mu.Lock()
+	if a.cow != sw {
+		a.mu.Unlock()
+		return nil, ErrStateAbandoned
 	}
-	for _, u := range us {
-		for _, p := range u.pairs {
-			for i := range p.w {
-				sink += p.w[i].tally.Count
+	n := 0
+	for _, u := range a.users {
+		if u.written != sw.epoch {
+			sw.write(u)
+		}
+		if n++; n%stateChunk == 0 {
+			a.mu.Unlock()
+			if stateYield != nil {
+				stateYield()
+			}
+			a.mu.Lock()
+			if a.cow != sw {
+				a.mu.Unlock()
+				return nil, ErrStateAbandoned
 			}
 		}
 	}
-	a.sink = sink
-	for _, u := range us {
-		b = appendString(b, u.name)
-		b = binary.AppendUvarint(b, uint64(len(u.pairs)))
-		for _, p := range u.pairs {
-			b = a.appendPair(b, p)
+	a.cow = nil
+	a.mu.Unlock()
+
+	b := sw.head
+	b = binary.AppendUvarint(b, uint64(len(sw.rooms)))
+	for i, r := range sw.rooms {
+		b = appendString(b, r.name)
+		b = binary.AppendUvarint(b, uint64(sw.counts[i]))
+	}
+	b = binary.AppendUvarint(b, uint64(sw.users))
+	b = binary.AppendUvarint(b, uint64(sw.pairs))
+	return append(b, sw.body...), nil
+}
+
+// AppendState appends the aggregator's state to b: StartState and Finish
+// at once.
+func (a *Aggregator) AppendState(b []byte) []byte {
+	state, err := a.StartState().Finish()
+	if err != nil {
+		panic("aggregator: a state abandoned while AppendState wrote it")
+	}
+	return append(b, state...)
+}
+
+// write writes user u, and marks it written. Only pairs with events are
+// written: a pair linked to u since the start has none yet.
+func (sw *StateWriter) write(u *user) {
+	u.written = sw.epoch
+	n := 0
+	for _, p := range u.pairs {
+		if p.live > 0 {
+			n++
 		}
 	}
-	return b
+	if n == 0 {
+		return
+	}
+	sw.users++
+	sw.pairs += n
+	b := appendString(sw.body, u.name)
+	b = binary.AppendUvarint(b, uint64(n))
+	for _, p := range u.pairs {
+		if p.live > 0 {
+			b = sw.appendPair(b, p)
+		}
+	}
+	sw.body = b
 }
 
 // appendPair writes a pair: its room's number, its cells.
-func (a *Aggregator) appendPair(b []byte, p *pair) []byte {
-	b = binary.AppendUvarint(b, uint64(p.room.snap))
-	for i, w := range a.ws {
+func (sw *StateWriter) appendPair(b []byte, p *pair) []byte {
+	r := p.room
+	if r.numbered != sw.epoch {
+		r.numbered, r.snap = sw.epoch, len(sw.rooms)
+		sw.rooms = append(sw.rooms, r)
+		sw.counts = append(sw.counts, 0)
+	}
+	sw.counts[r.snap]++
+	b = binary.AppendUvarint(b, uint64(r.snap))
+	for i, head := range sw.heads {
 		t := &p.w[i].tally
 		n := t.NumCells()
 		b = binary.AppendUvarint(b, uint64(n))
 		for j := range n {
 			bucket, count := t.CellAt(j)
-			b = binary.AppendUvarint(b, uint64(w.head-bucket))
+			b = binary.AppendUvarint(b, uint64(head-bucket))
 			b = binary.AppendUvarint(b, uint64(count))
 		}
 	}
@@ -123,258 +206,4 @@ func (a *Aggregator) appendPair(b []byte, p *pair) []byte {
 func appendString(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)
-}
-
-// LoadState replaces the state of an aggregator over the same windows with
-// the one saved in b. It checks all of b as if hostile (the windows, every
-// name, every bucket and count, no pair twice) and on any error leaves the
-// aggregator empty, as New made it.
-func (a *Aggregator) LoadState(b []byte) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.reset()
-	if err := a.load(&reader{b: b}); err != nil {
-		a.reset()
-		return fmt.Errorf("aggregator: loading a state: %w", err)
-	}
-	return nil
-}
-
-// Reset forgets everything, as New made it.
-func (a *Aggregator) Reset() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.reset()
-}
-
-func (a *Aggregator) reset() {
-	specs := make([]rolling.Window, len(a.ws))
-	for i, w := range a.ws {
-		specs[i] = w.Window
-	}
-	a.init(specs)
-}
-
-// maxStateCount bounds a cell's count, and so every sum of them: far above
-// any real traffic, far below overflow.
-const maxStateCount = 1 << 40
-
-func (a *Aggregator) load(r *reader) error {
-	if v := r.byte(); r.err == nil && v != stateVersion {
-		return fmt.Errorf("format version %d, not %d", v, stateVersion)
-	}
-	if n := r.uvarint(); r.err == nil && n != uint64(len(a.ws)) {
-		return fmt.Errorf("%d windows, not %d", n, len(a.ws))
-	}
-	for _, w := range a.ws {
-		name, res, n := r.alias(), r.uvarint(), r.uvarint()
-		if r.err == nil && (name != w.Name || res != uint64(w.res) || n != uint64(w.n)) {
-			return fmt.Errorf("window %q of %d buckets of %d ms, not %q of %d of %d", name, n, res, w.Name, w.n, w.res)
-		}
-	}
-	clock := r.varint()
-	for i := range a.late {
-		a.late[i] = r.uvarint()
-	}
-	// Every room takes at least two bytes, every user two, every pair
-	// three: no count below is believed past what b could hold.
-	nrooms := r.uvarint()
-	if r.err == nil && nrooms > uint64(len(r.b))/2 {
-		return fmt.Errorf("%d rooms in %d bytes", nrooms, len(r.b))
-	}
-	rooms := make([]*room, 0, nrooms)
-	roomHash := make([]uint64, 0, nrooms)
-	listed := 0 // pairs, by the rooms' counts
-	for range nrooms {
-		name, n := r.alias(), r.uvarint()
-		if r.err != nil {
-			return r.err
-		}
-		if err := chat.CheckName("room", name); err != nil {
-			return err
-		}
-		if n == 0 || uint64(listed)+n > uint64(len(r.b))/3 {
-			return fmt.Errorf("room %q with %d pairs", name, n)
-		}
-		room := a.newRoom(name)
-		if len(a.rooms) != len(rooms)+1 {
-			return fmt.Errorf("room %q twice", name)
-		}
-		room.pairs = make([]*pair, 0, n) // filled to n below, no further
-		room.snap = -1                   // the last user with a pair in it
-		rooms = append(rooms, room)
-		roomHash = append(roomHash, a.pairs.hashRoom(room.name))
-		listed += int(n)
-	}
-	nusers, npairs := r.uvarint(), r.uvarint()
-	if r.err != nil {
-		return r.err
-	}
-	if npairs != uint64(listed) || nusers > npairs || (nusers == 0) != (npairs == 0) {
-		return fmt.Errorf("%d users and %d pairs, %d listed by the rooms", nusers, npairs, listed)
-	}
-	if clock != chat.Never {
-		if clock < -1<<60 || clock > 1<<60 {
-			return fmt.Errorf("clock %d out of range", clock)
-		}
-		a.advance(clock)
-	} else if npairs > 0 {
-		return errors.New("pairs with no clock")
-	}
-	a.pairs.reserve(int(npairs))
-	a.users = make(map[string]*user, nusers)
-	var (
-		chunk [64]pairSlot // pairs made, for the table
-		made  int
-	)
-	for ui := range int(nusers) {
-		name, n := r.alias(), r.uvarint()
-		if r.err != nil {
-			return r.err
-		}
-		if err := chat.CheckName("user", name); err != nil {
-			return err
-		}
-		if n == 0 || n > nrooms {
-			return fmt.Errorf("user %q with %d pairs", name, n)
-		}
-		u := a.newUser(name)
-		if len(a.users) != ui+1 {
-			return fmt.Errorf("user %q twice", name)
-		}
-		u.pairs = make([]*pair, 0, n)
-		uh := a.pairs.hashUser(u.name)
-		for range n {
-			ri := r.uvarint()
-			if r.err != nil {
-				return r.err
-			}
-			if ri >= nrooms {
-				return fmt.Errorf("room %d of %d", ri, nrooms)
-			}
-			room := rooms[ri]
-			if room.snap == ui {
-				return fmt.Errorf("pair (%q, %q) twice", room.name, u.name)
-			}
-			if len(room.pairs) == cap(room.pairs) {
-				return fmt.Errorf("room %q with more pairs than listed", room.name)
-			}
-			room.snap = ui
-			p := a.linkPair(room, u)
-			if chunk[made] = (pairSlot{roomHash[ri] ^ uh, p, u}); made+1 == len(chunk) {
-				a.pairs.putAll(chunk[:])
-				made = 0
-			} else {
-				made++
-			}
-			for i, w := range a.ws {
-				cells := r.uvarint()
-				if r.err == nil && cells > uint64(w.n) {
-					return fmt.Errorf("%d cells in a window of %d buckets", cells, w.n)
-				}
-				prev := int64(math.MaxInt64)
-				for range cells {
-					back, n := r.uvarint(), r.uvarint()
-					if r.err != nil {
-						return r.err
-					}
-					if back >= uint64(w.n) || int64(back) >= prev || n == 0 || n > maxStateCount {
-						return fmt.Errorf("window %s: cell %d back, %d events", w.Name, back, n)
-					}
-					prev = int64(back)
-					a.restoreCell(p, i, w.head-int64(back), int64(n))
-				}
-			}
-			if p.live == 0 {
-				return fmt.Errorf("pair (%q, %q) with no events", room.name, u.name)
-			}
-		}
-	}
-	a.pairs.putAll(chunk[:made])
-	if len(r.b) > 0 {
-		return fmt.Errorf("%d bytes after the last user", len(r.b))
-	}
-	if a.pairs.n != int(npairs) {
-		return fmt.Errorf("%d pairs listed, %d found", npairs, a.pairs.n)
-	}
-	return nil
-}
-
-// restoreCell adds n events of pair p in bucket b of window i, as n
-// events would have, but for the heaps, which the next read rebuilds.
-func (a *Aggregator) restoreCell(p *pair, i int, b, n int64) {
-	w := a.ws[i]
-	r, u := p.room, p.user
-	pw, rw, uw := &p.w[i], &r.w[i], &u.w[i]
-	w.total.Add(b, n)
-	if pw.tally.Count == 0 {
-		p.live++
-		rw.distinct++
-	}
-	w.pairs.Add(pw, &pw.tally, b, n)
-	if rw.tally.Count == 0 {
-		r.live++
-	}
-	w.rooms.Add(rw, &rw.tally, b, n)
-	if uw.count == 0 {
-		u.live++
-		w.users++
-	}
-	uw.count += n
-}
-
-// reader reads the fields of a state, remembering the first error.
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) fail(what string) {
-	if r.err == nil {
-		r.err = errors.New(what)
-	}
-	r.b = nil
-}
-
-func (r *reader) byte() byte {
-	if len(r.b) == 0 {
-		r.fail("short")
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
-
-func (r *reader) uvarint() uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail("bad number")
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) varint() int64 {
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.fail("bad number")
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-// alias reads a string that shares r's bytes: one to compare, or to hand
-// to newRoom or newUser, which copy it, never one to keep.
-func (r *reader) alias() string {
-	n := r.uvarint()
-	if n > uint64(len(r.b)) {
-		r.fail("length past the end")
-		return ""
-	}
-	s := unsafe.String(unsafe.SliceData(r.b), n)
-	r.b = r.b[n:]
-	return s
 }

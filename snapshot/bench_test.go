@@ -15,10 +15,12 @@ import (
 // BenchmarkSnapshotPause is what taking a snapshot costs ingest, at
 // 100,000 and 1,000,000 tracked users (800 rooms, windows 1m,1h,7d:1h,
 // the default policies): the time Save holds the pipeline (the
-// aggregator's AppendState and the throttle set's CopyState), the time to
-// encode the rest, the size per tracked pair, and the heap before and at
-// the end of taking one (the state, the snapshot's bytes and the throttle
-// copy), against the state's own heap.
+// aggregator's StartState and the throttle set's CopyState), the time to
+// write and encode the rest while a feeder observes batches of ten known
+// events every 100µs, the feeder's longest wait for the aggregator
+// meanwhile, the size per tracked pair, and the heap before and at the end
+// of taking one (the state, the snapshot's bytes and the throttle copy),
+// against the state's own heap.
 //
 //	go test -run '^$' -bench SnapshotPause -benchtime 3x ./snapshot/
 func BenchmarkSnapshotPause(b *testing.B) {
@@ -49,15 +51,47 @@ func BenchmarkSnapshotPause(b *testing.B) {
 			var pause, encode, load time.Duration
 			var size int
 			var peak uint64
+			var longest time.Duration
 			for range b.N {
 				runtime.GC() // what a snapshot adds, not earlier ones' garbage
 				start := time.Now()
-				a := agg.AppendState(nil)
+				w := agg.StartState()
 				c := thr.CopyState()
 				pause += time.Since(start)
+				// Meanwhile ingest goes on: a feeder observes small batches
+				// of known users (each one written first if it was not
+				// yet) and notes its longest wait for the aggregator.
+				stop := make(chan struct{})
+				fed := make(chan time.Duration)
+				go func() {
+					var worst time.Duration
+					batch := make([]chat.Event, 10)
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							fed <- worst
+							return
+						default:
+						}
+						for j := range batch {
+							u := (i*len(batch) + j) * 7919 % users
+							batch[j] = chat.Event{Room: fmt.Sprintf("room-%03d", u%800), User: fmt.Sprintf("user-%07d", u), TS: now}
+						}
+						t := time.Now()
+						agg.Observe(now, batch, nil)
+						worst = max(worst, time.Since(t))
+						time.Sleep(100 * time.Microsecond)
+					}
+				}()
 				start = time.Now()
+				a, err := w.Finish()
+				if err != nil {
+					b.Fatal(err)
+				}
 				t := c.Append(nil)
 				encode += time.Since(start)
+				close(stop)
+				longest = max(longest, <-fed)
 				size = len(a) + len(t)
 				var m runtime.MemStats
 				runtime.ReadMemStats(&m)
@@ -76,6 +110,7 @@ func BenchmarkSnapshotPause(b *testing.B) {
 			pairs := agg.Stats().Pairs
 			b.ReportMetric(float64(pause.Milliseconds())/float64(b.N), "pause-ms")
 			b.ReportMetric(float64(encode.Milliseconds())/float64(b.N), "encode-ms")
+			b.ReportMetric(float64(longest.Microseconds())/1000, "longest-wait-ms")
 			b.ReportMetric(float64(load.Milliseconds())/float64(b.N), "load-ms")
 			b.ReportMetric(float64(size)/float64(pairs), "bytes/pair")
 			b.ReportMetric(float64(before.HeapAlloc)/(1<<20), "state-MiB")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/ingest"
 	"github.com/chatpulse/chatpulse/rolling"
 	"github.com/chatpulse/chatpulse/throttle"
@@ -83,8 +84,9 @@ func (k *Keeper) SetConfig(config string) { k.config.Store(&config) }
 
 // Save takes a snapshot of parts and saves it under name. pause runs its
 // function while nothing changes the parts (ingest.Consumer.Pause): the
-// state is copied then, and encoded and saved after. It returns how long
-// ingest waited. A part that has handled nothing (Seq 0) is not saved:
+// aggregators start writing their state then (copy-on-write) and the
+// throttle sets copy theirs, and both are finished, encoded and saved
+// after, while ingest goes on. It returns how long ingest waited. A part that has handled nothing (Seq 0) is not saved:
 // without it, it is read from the stream as it would be without a
 // snapshot.
 func (k *Keeper) Save(ctx context.Context, name string, pause func(func()), parts []Part) (time.Duration, error) {
@@ -92,6 +94,7 @@ func (k *Keeper) Save(ctx context.Context, name string, pause func(func()), part
 	snap := Snapshot{Stream: k.stream, Created: start.UnixMilli()}
 	var (
 		paused time.Duration
+		agg    []*aggregator.StateWriter
 		thr    []*throttle.StateCopy
 	)
 	pause(func() {
@@ -103,23 +106,36 @@ func (k *Keeper) Save(ctx context.Context, name string, pause func(func()), part
 			if st.Seq == 0 {
 				continue
 			}
+			// Both are finished below, once ingest goes on: the
+			// aggregator's state copy-on-write, the throttle copy encoded.
+			var w *aggregator.StateWriter
 			if part.Sink.Agg != nil {
-				st.Agg = part.Sink.Agg.AppendState(nil)
+				w = part.Sink.Agg.StartState()
 			}
 			var c *throttle.StateCopy
 			if part.Sink.Thr != nil {
-				c = part.Sink.Thr.CopyState() // encoded below, once ingest goes on
+				c = part.Sink.Thr.CopyState()
 			}
-			snap.Stages, thr = append(snap.Stages, st), append(thr, c)
+			snap.Stages, agg, thr = append(snap.Stages, st), append(agg, w), append(thr, c)
 		}
 	})
 	if len(snap.Stages) == 0 {
 		return paused, nil
 	}
-	for i, c := range thr {
-		if c != nil {
-			snap.Stages[i].Thr = c.Append(nil)
+	var err error
+	for i := range snap.Stages { // every one, so that none is left writing
+		if agg[i] != nil {
+			var e error
+			if snap.Stages[i].Agg, e = agg[i].Finish(); e != nil && err == nil {
+				err = fmt.Errorf("snapshot %s: stage %s: %w", name, snap.Stages[i].Name, e)
+			}
 		}
+		if thr[i] != nil {
+			snap.Stages[i].Thr = thr[i].Append(nil)
+		}
+	}
+	if err != nil {
+		return paused, err
 	}
 	data := snap.Append(make([]byte, 0, snap.Size()))
 	if err := k.store.Put(ctx, name, data); err != nil {

@@ -1,0 +1,266 @@
+package aggregator
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/rolling"
+)
+
+// LoadState replaces the state of an aggregator over the same windows with
+// the one saved in b. It checks all of b as if hostile (the windows, every
+// name, every bucket and count, no pair twice) and on any error leaves the
+// aggregator empty, as New made it.
+func (a *Aggregator) LoadState(b []byte) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.reset()
+	if err := a.load(&reader{b: b}); err != nil {
+		a.reset()
+		return fmt.Errorf("aggregator: loading a state: %w", err)
+	}
+	return nil
+}
+
+// Reset forgets everything, as New made it.
+func (a *Aggregator) Reset() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.reset()
+}
+
+func (a *Aggregator) reset() {
+	specs := make([]rolling.Window, len(a.ws))
+	for i, w := range a.ws {
+		specs[i] = w.Window
+	}
+	a.init(specs)
+}
+
+// maxStateCount bounds a cell's count, and so every sum of them: far above
+// any real traffic, far below overflow.
+const maxStateCount = 1 << 40
+
+func (a *Aggregator) load(r *reader) error {
+	if v := r.byte(); r.err == nil && v != stateVersion {
+		return fmt.Errorf("format version %d, not %d", v, stateVersion)
+	}
+	if n := r.uvarint(); r.err == nil && n != uint64(len(a.ws)) {
+		return fmt.Errorf("%d windows, not %d", n, len(a.ws))
+	}
+	for _, w := range a.ws {
+		name, res, n := r.alias(), r.uvarint(), r.uvarint()
+		if r.err == nil && (name != w.Name || res != uint64(w.res) || n != uint64(w.n)) {
+			return fmt.Errorf("window %q of %d buckets of %d ms, not %q of %d of %d", name, n, res, w.Name, w.n, w.res)
+		}
+	}
+	clock := r.varint()
+	for i := range a.late {
+		a.late[i] = r.uvarint()
+	}
+	// Every room takes at least two bytes, every user two, every pair
+	// three: no count below is believed past what b could hold.
+	nrooms := r.uvarint()
+	if r.err == nil && nrooms > uint64(len(r.b))/2 {
+		return fmt.Errorf("%d rooms in %d bytes", nrooms, len(r.b))
+	}
+	rooms := make([]*room, 0, nrooms)
+	roomHash := make([]uint64, 0, nrooms)
+	listed := 0 // pairs, by the rooms' counts
+	for range nrooms {
+		name, n := r.alias(), r.uvarint()
+		if r.err != nil {
+			return r.err
+		}
+		if err := chat.CheckName("room", name); err != nil {
+			return err
+		}
+		if n == 0 || uint64(listed)+n > uint64(len(r.b))/3 {
+			return fmt.Errorf("room %q with %d pairs", name, n)
+		}
+		room := a.newRoom(name)
+		if len(a.rooms) != len(rooms)+1 {
+			return fmt.Errorf("room %q twice", name)
+		}
+		room.pairs = make([]*pair, 0, n) // filled to n below, no further
+		room.snap = -1                   // the last user with a pair in it
+		rooms = append(rooms, room)
+		roomHash = append(roomHash, a.pairs.hashRoom(room.name))
+		listed += int(n)
+	}
+	nusers, npairs := r.uvarint(), r.uvarint()
+	if r.err != nil {
+		return r.err
+	}
+	if npairs != uint64(listed) || nusers > npairs || (nusers == 0) != (npairs == 0) {
+		return fmt.Errorf("%d users and %d pairs, %d listed by the rooms", nusers, npairs, listed)
+	}
+	if clock != chat.Never {
+		if clock < -1<<60 || clock > 1<<60 {
+			return fmt.Errorf("clock %d out of range", clock)
+		}
+		a.advance(clock)
+	} else if npairs > 0 {
+		return errors.New("pairs with no clock")
+	}
+	a.pairs.reserve(int(npairs))
+	a.users = make(map[string]*user, nusers)
+	var (
+		chunk [64]pairSlot // pairs made, for the table
+		made  int
+	)
+	for ui := range int(nusers) {
+		name, n := r.alias(), r.uvarint()
+		if r.err != nil {
+			return r.err
+		}
+		if err := chat.CheckName("user", name); err != nil {
+			return err
+		}
+		if n == 0 || n > nrooms {
+			return fmt.Errorf("user %q with %d pairs", name, n)
+		}
+		u := a.newUser(name)
+		if len(a.users) != ui+1 {
+			return fmt.Errorf("user %q twice", name)
+		}
+		u.pairs = make([]*pair, 0, n)
+		uh := a.pairs.hashUser(u.name)
+		for range n {
+			ri := r.uvarint()
+			if r.err != nil {
+				return r.err
+			}
+			if ri >= nrooms {
+				return fmt.Errorf("room %d of %d", ri, nrooms)
+			}
+			room := rooms[ri]
+			if room.snap == ui {
+				return fmt.Errorf("pair (%q, %q) twice", room.name, u.name)
+			}
+			if len(room.pairs) == cap(room.pairs) {
+				return fmt.Errorf("room %q with more pairs than listed", room.name)
+			}
+			room.snap = ui
+			p := a.linkPair(room, u)
+			if chunk[made] = (pairSlot{roomHash[ri] ^ uh, p, u}); made+1 == len(chunk) {
+				a.pairs.putAll(chunk[:])
+				made = 0
+			} else {
+				made++
+			}
+			for i, w := range a.ws {
+				cells := r.uvarint()
+				if r.err == nil && cells > uint64(w.n) {
+					return fmt.Errorf("%d cells in a window of %d buckets", cells, w.n)
+				}
+				prev := int64(math.MaxInt64)
+				for range cells {
+					back, n := r.uvarint(), r.uvarint()
+					if r.err != nil {
+						return r.err
+					}
+					if back >= uint64(w.n) || int64(back) >= prev || n == 0 || n > maxStateCount {
+						return fmt.Errorf("window %s: cell %d back, %d events", w.Name, back, n)
+					}
+					prev = int64(back)
+					a.restoreCell(p, i, w.head-int64(back), int64(n))
+				}
+			}
+			if p.live == 0 {
+				return fmt.Errorf("pair (%q, %q) with no events", room.name, u.name)
+			}
+		}
+	}
+	a.pairs.putAll(chunk[:made])
+	if len(r.b) > 0 {
+		return fmt.Errorf("%d bytes after the last user", len(r.b))
+	}
+	if a.pairs.n != int(npairs) {
+		return fmt.Errorf("%d pairs listed, %d found", npairs, a.pairs.n)
+	}
+	return nil
+}
+
+// restoreCell adds n events of pair p in bucket b of window i, as n
+// events would have, but for the heaps, which the next read rebuilds.
+func (a *Aggregator) restoreCell(p *pair, i int, b, n int64) {
+	w := a.ws[i]
+	r, u := p.room, p.user
+	pw, rw, uw := &p.w[i], &r.w[i], &u.w[i]
+	w.total.Add(b, n)
+	if pw.tally.Count == 0 {
+		p.live++
+		rw.distinct++
+	}
+	w.pairs.Add(pw, &pw.tally, b, n)
+	if rw.tally.Count == 0 {
+		r.live++
+	}
+	w.rooms.Add(rw, &rw.tally, b, n)
+	if uw.count == 0 {
+		u.live++
+		w.users++
+	}
+	uw.count += n
+}
+
+// reader reads the fields of a state, remembering the first error.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail(what string) {
+	if r.err == nil {
+		r.err = errors.New(what)
+	}
+	r.b = nil
+}
+
+func (r *reader) byte() byte {
+	if len(r.b) == 0 {
+		r.fail("short")
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *reader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail("bad number")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) varint() int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail("bad number")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+// alias reads a string that shares r's bytes: one to compare, or to hand
+// to newRoom or newUser, which copy it, never one to keep.
+func (r *reader) alias() string {
+	n := r.uvarint()
+	if n > uint64(len(r.b)) {
+		r.fail("length past the end")
+		return ""
+	}
+	s := unsafe.String(unsafe.SliceData(r.b), n)
+	r.b = r.b[n:]
+	return s
+}
