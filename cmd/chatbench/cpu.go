@@ -40,6 +40,7 @@ func cpuCmd(args []string) error {
 	rooms := fs.Int("rooms", 500, "rooms")
 	users := fs.Int("users", 50_000, "users (Zipf)")
 	bin := fs.String("bin", "", "the chatpulse binary (default: go build ./cmd/chatpulse)")
+	baseline := fs.String("baseline", "", "another chatpulse binary (an older build) to run beside it on the same events")
 	fs.Parse(args)
 	var rates []float64
 	for _, p := range strings.Split(*paces, ",") {
@@ -72,22 +73,34 @@ func cpuCmd(args []string) error {
 	defer ns.Shutdown()
 	url := ns.ClientURL()
 
-	cp, err := startChatpulse(*bin, dir, "--nats-url", url, "--jetstream=false", "--subject", "chat.>")
-	if err != nil {
-		return err
+	// The processes measured: chatpulse, the baseline build if any, and
+	// the bare subscriber, last.
+	var ps []counted
+	var names []string
+	for _, b := range []string{*bin, *baseline} {
+		if b == "" {
+			continue
+		}
+		cp, err := startChatpulse(b, dir, "--nats-url", url, "--jetstream=false", "--subject", "chat.>")
+		if err != nil {
+			return err
+		}
+		defer cp.stop()
+		ps = append(ps, counted{pid: cp.cmd.Process.Pid, count: func() (int64, error) {
+			m, err := scrape(cp.url + "/metrics")
+			return int64(m["chatpulse_events_received_total"]), err
+		}})
+		names = append(names, fmt.Sprintf("%s (pid %d)", filepath.Base(b), cp.cmd.Process.Pid))
 	}
-	defer cp.stop()
 	bare, err := startBare(url, "chat.>")
 	if err != nil {
 		return err
 	}
 	defer bare.stop()
-	chatpulse := counted{pid: cp.cmd.Process.Pid, count: func() (int64, error) {
-		m, err := scrape(cp.url + "/metrics")
-		return int64(m["chatpulse_events_received_total"]), err
-	}}
-	fmt.Printf("chatpulse (pid %d, core NATS, default windows and policies) beside a bare nats.go subscriber (pid %d), %d rooms, %d users (Zipf), %v per pace after %v of warm-up\n\n",
-		cp.cmd.Process.Pid, bare.pid, *rooms, *users, *seconds, *warm)
+	ps = append(ps, bare.counted)
+	names = append(names, fmt.Sprintf("bare (pid %d)", bare.pid))
+	fmt.Printf("%s: chatpulse in core NATS, default windows and policies, beside a bare nats.go subscriber; %d rooms, %d users (Zipf), %v per pace after %v of warm-up\n\n",
+		strings.Join(names, ", "), *rooms, *users, *seconds, *warm)
 
 	pub, err := nats.Connect(url, nats.Name("chatbench-publisher"))
 	if err != nil {
@@ -99,32 +112,50 @@ func cpuCmd(args []string) error {
 	var sent int64
 	for round := range max(*rounds, 1) {
 		for i, rate := range rates {
-			r, err := measurePace(pub, g, rate, *warm, *seconds, &sent, chatpulse, bare.counted)
+			r, err := measurePace(pub, g, rate, *warm, *seconds, &sent, ps...)
 			if err != nil {
 				return err
 			}
-			fmt.Printf("round %d  %7.0f/s: chatpulse %5.2f µs/event, bare %5.2f µs/event, %5.2fx  (%.0f events/s sent, %d measured)\n",
-				round+1, rate, r.chatpulse, r.bare, r.chatpulse/r.bare, r.sentRate, r.events)
+			fmt.Printf("round %d  %7.0f/s:", round+1, rate)
+			for k, us := range r.cpu {
+				fmt.Printf("  %s %5.2f µs/event", strings.Fields(names[k])[0], us)
+			}
+			fmt.Printf("  ratio %5.2fx  (%.0f events/s sent, %d measured)\n", r.ratio(0), r.sentRate, r.events)
 			results[i] = append(results[i], r)
 		}
 	}
-	fmt.Printf("\n| pace | chatpulse CPU/event | bare subscriber CPU/event | ratio |\n|---|---|---|---|\n")
-	for i, rate := range rates {
-		fmt.Printf("| %s/s in 1 ms ticks | %s | %s | %s |\n", thousands(rate),
-			spread(results[i], func(r paceResult) float64 { return r.chatpulse }, "%.2f µs"),
-			spread(results[i], func(r paceResult) float64 { return r.bare }, "%.2f µs"),
-			spread(results[i], func(r paceResult) float64 { return r.chatpulse / r.bare }, "%.2fx"))
+	fmt.Printf("\n| pace | chatpulse CPU/event | bare subscriber CPU/event | ratio |")
+	if *baseline != "" {
+		fmt.Printf(" baseline CPU/event | baseline ratio |")
 	}
+	fmt.Printf("\n|---|---|---|---|%s\n", strings.Repeat("---|", 2*min(1, len(*baseline))))
+	bareAt := len(ps) - 1
+	for i, rate := range rates {
+		fmt.Printf("| %s/s in 1 ms ticks | %s | %s | %s |", thousands(rate),
+			spread(results[i], func(r paceResult) float64 { return r.cpu[0] }, "%.2f µs"),
+			spread(results[i], func(r paceResult) float64 { return r.cpu[bareAt] }, "%.2f µs"),
+			spread(results[i], func(r paceResult) float64 { return r.ratio(0) }, "%.2fx"))
+		if *baseline != "" {
+			fmt.Printf(" %s | %s |",
+				spread(results[i], func(r paceResult) float64 { return r.cpu[1] }, "%.2f µs"),
+				spread(results[i], func(r paceResult) float64 { return r.ratio(1) }, "%.2fx"))
+		}
+		fmt.Println()
+	}
+	fmt.Println("(medians of the rounds, and their range)")
 	return nil
 }
 
 // paceResult is one measurement of one pace: CPU µs per event of each
-// process.
+// process, the bare subscriber's last.
 type paceResult struct {
-	chatpulse, bare float64
-	sentRate        float64
-	events          int64
+	cpu      []float64
+	sentRate float64
+	events   int64
 }
+
+// ratio is process k's CPU per event over the bare subscriber's.
+func (r paceResult) ratio(k int) float64 { return r.cpu[k] / r.cpu[len(r.cpu)-1] }
 
 // spread is the median of the results, and their range if there are more.
 func spread(rs []paceResult, f func(paceResult) float64, format string) string {
@@ -213,10 +244,11 @@ func measurePace(pub *nats.Conn, g *traffic.Generator, rate float64, warm, d tim
 			return paceResult{}, fmt.Errorf("pace %.0f/s: not every event arrived (%v of %d)", rate, after, *sent)
 		}
 	}
-	perEvent := func(i int) float64 {
-		return float64((after[i].cpu - before[i].cpu).Nanoseconds()) / 1e3 / float64(after[i].count-before[i].count)
+	r := paceResult{sentRate: float64(published) / took.Seconds(), events: after[0].count - before[0].count}
+	for i := range ps {
+		r.cpu = append(r.cpu, float64((after[i].cpu-before[i].cpu).Nanoseconds())/1e3/float64(after[i].count-before[i].count))
 	}
-	return paceResult{chatpulse: perEvent(0), bare: perEvent(1), sentRate: float64(published) / took.Seconds(), events: after[0].count - before[0].count}, nil
+	return r, nil
 }
 
 // runTime is the CPU time a process's threads have run so far, to the
