@@ -259,11 +259,17 @@ func (c *Consumer) handleRun(msgs []Msg, s *Sink, nowMs int64, j *job) {
 			if !s.Quiet {
 				j.ignored++
 			}
-		case s.Match != nil && !s.Match(m, &ev.Event):
-			c.reject(m, s, &Error{Reason: ReasonSubjectMismatch, Msg: fmt.Sprintf("subject %s does not name the event's room %q and user %q", m.Subject, clip(ev.Room), clip(ev.User))})
 		default:
+			// Match is asked about the event where it is kept: a pointer
+			// to ev handed to a func value would make ev escape, an
+			// allocation for every message.
 			c.evs = append(c.evs, ev.Event)
-			c.from = append(c.from, i)
+			if s.Match != nil && !s.Match(m, &c.evs[len(c.evs)-1]) {
+				c.evs = c.evs[:len(c.evs)-1]
+				c.reject(m, s, &Error{Reason: ReasonSubjectMismatch, Msg: fmt.Sprintf("subject %s does not name the event's room %q and user %q", m.Subject, clip(ev.Room), clip(ev.User))})
+			} else {
+				c.from = append(c.from, i)
+			}
 		}
 	}
 	c.late = c.late[:0]

@@ -148,3 +148,37 @@ func TestPauseSeesOnePoint(t *testing.T) {
 	}
 	c.Wait(context.Background())
 }
+
+// Handling a batch of events of tracked keys allocates nothing beyond what
+// the source delivered: decoded in place, counted, fed to the policies,
+// with and without a Match.
+func TestHandleTrackedDoesNotAllocate(t *testing.T) {
+	for _, match := range []bool{false, true} {
+		sink := newSink(t, false)
+		if match {
+			sink.Match = func(m *Msg, ev *chat.Event) bool { return len(m.Subject) > len(ev.Room) }
+		}
+		now := int64(1_764_000_000_000)
+		c := New(sink, prometheus.NewRegistry(), Config{
+			Now: func() time.Time { return time.UnixMilli(now) }, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		batch := make([]Msg, 64)
+		for i := range batch {
+			room, user := fmt.Sprint("r", i%5), fmt.Sprint("u", i%40)
+			batch[i] = Msg{Subject: "chat." + room + "." + user, Data: fmt.Appendf(nil, // no ts: they happen when they arrive
+				`{"id":"m-%d","room":%q,"user":%q,"text":"hello %d"}`, i, room, user, i%3)}
+		}
+		j := &job{}
+		handle := func() {
+			now += 50 // buckets keep moving
+			c.handle(batch, j)
+			c.throttle(j)
+		}
+		for range 3000 { // longer than the window: every buffer at its steady size
+			handle()
+		}
+		if a := testing.AllocsPerRun(300, handle); a != 0 {
+			t.Errorf("match %v: %v allocations per batch of 64 tracked events", match, a)
+		}
+	}
+}
