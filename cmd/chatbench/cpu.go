@@ -25,7 +25,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/chatpulse/chatpulse/traffic"
@@ -51,27 +50,11 @@ func cpuCmd(args []string) error {
 		rates = append(rates, r)
 	}
 
-	dir, err := os.MkdirTemp("", "chatbench-cpu-")
+	dir, url, done, err := setUp("cpu", bin)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	if *bin == "" {
-		*bin = filepath.Join(dir, "chatpulse")
-		if out, err := exec.Command("go", "build", "-o", *bin, "./cmd/chatpulse").CombinedOutput(); err != nil {
-			return fmt.Errorf("build: %v\n%s", err, out)
-		}
-	}
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: filepath.Join(dir, "nats"), NoSigs: true, NoLog: true})
-	if err != nil {
-		return err
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		return fmt.Errorf("nats server did not start")
-	}
-	defer ns.Shutdown()
-	url := ns.ClientURL()
+	defer done()
 
 	// The processes measured: chatpulse, the baseline build if any, and
 	// the bare subscriber, last.
