@@ -214,3 +214,38 @@ func trackedBatches(t testing.TB, match bool) func() {
 		c.throttle(j)
 	}
 }
+
+// Late events are taken out of a batch and dead-lettered; the others reach
+// the policies in their order.
+func TestLateTakenOut(t *testing.T) {
+	now := int64(1_764_000_000_000)
+	sink := newSink(t, false) // a 1m window
+	var rejected []string
+	c := New(sink, prometheus.NewRegistry(), Config{
+		Now: func() time.Time { return time.UnixMilli(now) }, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnReject: func(m *Msg, e *Error) { rejected = append(rejected, string(e.Reason)+" "+m.Subject) },
+	})
+	var batch []Msg
+	for i, late := range []bool{false, true, true, false, true, false, false, true} {
+		ts := now - int64(i)
+		if late {
+			ts = now - 2*60_000
+		}
+		batch = append(batch, Msg{Subject: fmt.Sprint("chat.r.u", i), Data: fmt.Appendf(nil, `{"room":"r","user":"u%d","ts":%d}`, i, ts)})
+	}
+	j := &job{}
+	c.handle(batch, j)
+	var users []string
+	for _, ev := range j.evs {
+		users = append(users, ev.User)
+	}
+	if fmt.Sprint(users) != "[u0 u3 u5 u6]" || len(j.replay) != 4 || len(j.runs) != 1 || j.runs[0].end != 4 {
+		t.Errorf("to the policies: %v, replay %v, runs %+v", users, j.replay, j.runs)
+	}
+	if want := "[late chat.r.u1 late chat.r.u2 late chat.r.u4 late chat.r.u7]"; fmt.Sprint(rejected) != want {
+		t.Errorf("rejected %v, want %s", rejected, want)
+	}
+	if full := j.evs[:cap(j.evs)]; len(full) > 4 && full[4].User != "" {
+		t.Errorf("a late event is still held past the end: %+v", full[4])
+	}
+}
