@@ -97,7 +97,6 @@ type Consumer struct {
 	inflight atomic.Int32
 
 	// scratch of handle, owned by the loop
-	evs  []chat.Event
 	from []int
 	late []int
 }
@@ -236,7 +235,7 @@ func (c *Consumer) sinkOf(m *Msg) *Sink {
 func (c *Consumer) handleRun(msgs []Msg, s *Sink, nowMs int64, j *job) {
 	skew := c.cfg.MaxSkew.Milliseconds()
 	r := run{sink: s, start: len(j.evs)}
-	c.evs, c.from = c.evs[:0], c.from[:0]
+	c.from = c.from[:0]
 	for i := range msgs {
 		m := &msgs[i]
 		r.caughtUp = r.caughtUp || m.CaughtUp
@@ -259,29 +258,43 @@ func (c *Consumer) handleRun(msgs []Msg, s *Sink, nowMs int64, j *job) {
 			if !s.Quiet {
 				j.ignored++
 			}
-		case s.Match != nil && !s.Match(m, &ev.Event):
-			c.reject(m, s, &Error{Reason: ReasonSubjectMismatch, Msg: fmt.Sprintf("subject %s does not name the event's room %q and user %q", m.Subject, clip(ev.Room), clip(ev.User))})
 		default:
-			c.evs = append(c.evs, ev.Event)
-			c.from = append(c.from, i)
+			// Match is asked about the event where it is kept: a pointer
+			// to ev handed to a func value would make ev escape, an
+			// allocation for every message.
+			j.evs = append(j.evs, ev.Event)
+			if s.Match != nil && !s.Match(m, &j.evs[len(j.evs)-1]) {
+				j.evs = j.evs[:len(j.evs)-1]
+				c.reject(m, s, &Error{Reason: ReasonSubjectMismatch, Msg: fmt.Sprintf("subject %s does not name the event's room %q and user %q", m.Subject, clip(ev.Room), clip(ev.User))})
+			} else {
+				c.from = append(c.from, i)
+			}
 		}
 	}
+	// The run's events are counted where they are, in the job, and the
+	// late ones (rare) taken out after, the others moving up in order.
+	evs := j.evs[r.start:]
 	c.late = c.late[:0]
 	if s.Agg != nil {
-		c.late = s.Agg.Observe(nowMs, c.evs, c.late)
+		c.late = s.Agg.Observe(nowMs, evs, c.late)
 	}
-	late := c.late
-	for k, ev := range c.evs {
+	late, kept := c.late, r.start
+	for k := range evs {
 		m := &msgs[c.from[k]]
 		if len(late) > 0 && late[0] == k {
 			late = late[1:]
-			c.reject(m, s, &Error{Reason: ReasonLate, Msg: fmt.Sprintf("ts %s: older than every window", chat.Time(ev.TS))})
+			c.reject(m, s, &Error{Reason: ReasonLate, Msg: fmt.Sprintf("ts %s: older than every window", chat.Time(evs[k].TS))})
 			continue
 		}
-		j.evs = append(j.evs, ev)
+		if kept != r.start+k {
+			j.evs[kept] = evs[k]
+		}
+		kept++
 		j.replay = append(j.replay, m.Replay)
 	}
-	r.end = len(j.evs)
+	clear(j.evs[kept:]) // let the payloads of the late ones go
+	j.evs = j.evs[:kept]
+	r.end = kept
 	j.runs = append(j.runs, r)
 }
 

@@ -5,11 +5,15 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/chatpulse/chatpulse/traffic"
@@ -65,4 +69,35 @@ func chatter(url, name string, rate float64) (nc *nats.Conn, stop func(), err er
 	ctx, cancel := context.WithCancel(context.Background())
 	go traffic.New(traffic.Config{Rooms: 100, Users: 10_000, Rate: rate, Seed: 7}).Run(ctx, nc.Publish)
 	return nc, func() { cancel(); nc.Close() }, nil
+}
+
+// setUp makes a directory for a run, builds chatpulse there unless *bin
+// names a binary (and sets *bin), and starts a NATS server with JetStream
+// kept there: what the commands that run chatpulse processes share. done
+// stops the server and removes the directory.
+func setUp(name string, bin *string) (dir, url string, done func(), err error) {
+	dir, err = os.MkdirTemp("", "chatbench-"+name+"-")
+	if err != nil {
+		return "", "", nil, err
+	}
+	fail := func(err error) (string, string, func(), error) {
+		os.RemoveAll(dir)
+		return "", "", nil, err
+	}
+	if *bin == "" {
+		*bin = filepath.Join(dir, "chatpulse")
+		if out, err := exec.Command("go", "build", "-o", *bin, "./cmd/chatpulse").CombinedOutput(); err != nil {
+			return fail(fmt.Errorf("build: %v\n%s", err, out))
+		}
+	}
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: filepath.Join(dir, "nats"), NoSigs: true, NoLog: true})
+	if err != nil {
+		return fail(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		return fail(fmt.Errorf("nats server did not start"))
+	}
+	return dir, ns.ClientURL(), func() { ns.Shutdown(); os.RemoveAll(dir) }, nil
 }

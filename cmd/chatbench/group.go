@@ -23,7 +23,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -43,27 +42,11 @@ func groupCmd(args []string) error {
 	bin := fs.String("bin", "", "the chatpulse binary (default: go build ./cmd/chatpulse)")
 	fs.Parse(args)
 
-	dir, err := os.MkdirTemp("", "chatbench-group-")
+	dir, url, done, err := setUp("group", bin)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	if *bin == "" {
-		*bin = filepath.Join(dir, "chatpulse")
-		if out, err := exec.Command("go", "build", "-o", *bin, "./cmd/chatpulse").CombinedOutput(); err != nil {
-			return fmt.Errorf("build: %v\n%s", err, out)
-		}
-	}
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: filepath.Join(dir, "nats"), NoSigs: true, NoLog: true})
-	if err != nil {
-		return err
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		return fmt.Errorf("nats server did not start")
-	}
-	defer ns.Shutdown()
-	url := ns.ClientURL()
+	defer done()
 
 	// The events, made before any clock starts: their payloads, rooms
 	// and users.

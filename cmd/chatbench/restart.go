@@ -10,13 +10,9 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -30,27 +26,11 @@ func restartCmd(args []string) error {
 	bin := fs.String("bin", "", "the chatpulse binary (default: go build ./cmd/chatpulse)")
 	fs.Parse(args)
 
-	dir, err := os.MkdirTemp("", "chatbench-restart-")
+	dir, url, done, err := setUp("restart", bin)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	if *bin == "" {
-		*bin = filepath.Join(dir, "chatpulse")
-		if out, err := exec.Command("go", "build", "-o", *bin, "./cmd/chatpulse").CombinedOutput(); err != nil {
-			return fmt.Errorf("build: %v\n%s", err, out)
-		}
-	}
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: filepath.Join(dir, "nats"), NoSigs: true, NoLog: true})
-	if err != nil {
-		return err
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		return fmt.Errorf("nats server did not start")
-	}
-	defer ns.Shutdown()
-	url := ns.ClientURL()
+	defer done()
 	start := func(extra ...string) (*process, time.Duration, error) {
 		begin := time.Now()
 		p, err := startChatpulse(*bin, dir, append([]string{"--nats-url", url, "--windows", *windows, "--instance", "bench"}, extra...)...)
