@@ -15,11 +15,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -191,17 +189,11 @@ type process struct {
 
 func (p *process) stop() { p.cmd.Process.Kill(); p.cmd.Wait() }
 
-// cpu is the process's user and system CPU seconds so far.
+// cpu is the process's CPU seconds so far (runTime: to the nanosecond,
+// where /proc/<pid>/stat counts in 10 ms ticks).
 func (p *process) cpu() (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-	if err != nil {
-		return 0, err
-	}
-	// The fields after the command name, which is in parentheses.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	utime, _ := strconv.ParseFloat(f[11], 64)
-	stime, _ := strconv.ParseFloat(f[12], 64)
-	return (utime + stime) / 100, nil // USER_HZ
+	d, err := runTime(p.cmd.Process.Pid)
+	return d.Seconds(), err
 }
 
 func startChatpulse(bin, dir string, args ...string) (*process, error) {
