@@ -241,20 +241,16 @@ func TestStateWrittenWhileObserving(t *testing.T) {
 			}
 		})
 	}
-	s := newSim(t, 7, "5s:1s,1m")
-	s.crowd, s.reload, s.cow = true, true, true
-	s.users = s.users[:0]
-	for i := range 3000 {
-		s.users = append(s.users, fmt.Sprintf("u%04d", i))
-	}
-	for i := range 2000 {
-		s.step(i)
-	}
+	crowdReloads(t, true)
 }
 
-func TestStateRoundTripCrowd(t *testing.T) {
+func TestStateRoundTripCrowd(t *testing.T) { crowdReloads(t, false) }
+
+// crowdReloads runs a crowd's trace (3,000 users, big batches, pauses)
+// with reloads, written copy-on-write if cow.
+func crowdReloads(t *testing.T, cow bool) {
 	s := newSim(t, 7, "5s:1s,1m")
-	s.crowd, s.reload = true, true
+	s.crowd, s.reload, s.cow = true, true, cow
 	s.users = s.users[:0]
 	for i := range 3000 {
 		s.users = append(s.users, fmt.Sprintf("u%04d", i))
