@@ -85,6 +85,21 @@ func (m *Main) applyPolicies(ps []throttle.Policy) error {
 // and when it changes.
 func (m *Main) watchPolicies() error {
 	src := m.policies.source
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP) // never the default, which ends the process
+	if src.name == "" || src.kv() {
+		m.goRun(func() {
+			defer signal.Stop(hup)
+			for {
+				select {
+				case <-m.stop:
+					return
+				case <-hup:
+					m.Log.Info("SIGHUP: no policies file to read again", "policies", src.shown())
+				}
+			}
+		})
+	}
 	switch {
 	case src.kv():
 		ctx, cancel := context.WithCancel(context.Background())
@@ -97,8 +112,6 @@ func (m *Main) watchPolicies() error {
 			m.policies.offer(v.Data) // the first is the version in force: no change
 		})
 	case src.name != "":
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
 		m.goRun(func() {
 			defer signal.Stop(hup)
 			m.watchFile(src.name, hup)

@@ -242,6 +242,32 @@ func TestPoliciesSIGHUPBinary(t *testing.T) {
 	}
 }
 
+// SIGHUP to a chatpulse without a policies file to read again is noted in
+// the log, and ends nothing (Go's default for it would end the process).
+func TestSIGHUPWithoutPoliciesFile(t *testing.T) {
+	port := freePort(t)
+	cmd := exec.Command(buildBinary(t), "--http", fmt.Sprint("127.0.0.1:", port), "--nats-url", natsServer(t))
+	stderr := &syncBuffer{t: t}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	tm := &testMain{t: t, url: fmt.Sprint("http://127.0.0.1:", port)}
+	tm.waitReady()
+	cmd.Process.Signal(syscall.SIGHUP)
+	eventually(t, 10*time.Second, "the SIGHUP noted", func() bool {
+		return strings.Contains(stderr.String(), "SIGHUP: no policies file to read again")
+	})
+	tm.waitReady()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("exit after SIGHUP and SIGTERM: %v", err)
+	}
+}
+
 // jetStreamOf is a client of the NATS server at url, as the nats CLI is.
 func jetStreamOf(t *testing.T, url string) jetstream.JetStream {
 	t.Helper()
