@@ -16,6 +16,7 @@ import (
 // Status is GET /api/v1/group (contract section 8).
 type Status struct {
 	Group      string         `json:"group"`
+	Instance   string         `json:"instance"` // the member answering (chatpulse's addition)
 	Partitions int            `json:"partitions"`
 	Complete   bool           `json:"complete"`
 	Members    []MemberStatus `json:"members"`
@@ -34,7 +35,7 @@ type MemberStatus struct {
 // Status says who is in the group and what each owns.
 func (m *Member) Status() Status {
 	t := m.leases.table()
-	s := Status{Group: m.cfg.Group, Partitions: m.cfg.Partitions, Complete: m.complete(t), Members: []MemberStatus{}}
+	s := Status{Group: m.cfg.Group, Instance: m.cfg.Instance, Partitions: m.cfg.Partitions, Complete: m.complete(t), Members: []MemberStatus{}}
 	for _, name := range slices.Sorted(maps.Keys(t.members)) {
 		info := t.members[name]
 		ms := MemberStatus{Instance: name, HTTP: info.HTTP, Lag: info.Lag, Partitions: []int{}}

@@ -61,6 +61,7 @@ func startGroup(t *testing.T, url, g string, n int, now func() time.Time, args .
 // groupStatus is GET /api/v1/group.
 type groupStatus struct {
 	Group      string `json:"group"`
+	Instance   string `json:"instance"`
 	Partitions int    `json:"partitions"`
 	Complete   bool   `json:"complete"`
 	Members    []struct {
@@ -202,7 +203,7 @@ func TestGroupEqualsStandalone(t *testing.T) {
 	for _, m := range st.Members {
 		owns += m.Owns
 	}
-	if owns != 8 || st.Partitions != 8 || st.Group != "g" {
+	if owns != 8 || st.Partitions != 8 || st.Group != "g" || st.Instance != "m1" {
 		t.Fatalf("status %+v", st)
 	}
 }

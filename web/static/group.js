@@ -95,16 +95,6 @@ function ranges(ps) {
   return out.join(', ');
 }
 
-// thisPage reports whether a member's advertised address is the one this
-// page came from (loopback names count as one). Behind a proxy none is.
-function thisPage(http) {
-  let u;
-  try { u = new URL(http); } catch { return false; }
-  const loop = (h) => h === 'localhost' || h === '127.0.0.1' || h === '[::1]';
-  return u.protocol === location.protocol && u.port === location.port &&
-    (u.hostname === location.hostname || (loop(u.hostname) && loop(location.hostname)));
-}
-
 // unowned lists the partitions no live member owns.
 function unowned(st) {
   const owned = new Set(st.members.flatMap((m) => m.partitions || []));
@@ -141,7 +131,7 @@ function render() {
   $('dashboard').classList.toggle('grouped', group.on); // room for the panel and the warning
   if (card.hidden) return;
   card.classList.toggle('stale', group.error);
-  const members = st.members.map((m) => ({ ...m, self: thisPage(m.http) }));
+  const members = st.members.map((m) => ({ ...m, self: m.instance === st.instance }));
   const self = members.find((m) => m.self);
   const plural = (n, one, many) => `${fmtInt(n)} ${n === 1 ? one : many}`;
   $('group-name').textContent = st.group;
