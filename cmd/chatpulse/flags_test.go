@@ -74,19 +74,7 @@ func TestExitStatus(t *testing.T) {
 		"token file":       {[]string{"--auth-token-file", filepath.Join(file, "none")}, "--auth-token-file: open"},
 		"certificate":      {[]string{"--http", "127.0.0.1:0", "--nats-listen", free, "--tls-cert", file, "--tls-key", file}, "--tls-cert, --tls-key: tls: failed to find any PEM data"},
 	} {
-		cmd := exec.Command(bin, tc.args...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		err := cmd.Run()
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) || exit.ExitCode() != 2 {
-			t.Errorf("%s: %v, want exit status 2; stderr: %s", name, err, stderr.String())
-			continue
-		}
-		out := strings.TrimSpace(stderr.String())
-		if strings.Count(out, "\n") != 0 || !strings.HasPrefix(out, "chatpulse: ") || !strings.Contains(out, tc.want) {
-			t.Errorf("%s: stderr %q, want one line naming %q", name, out, tc.want)
-		}
+		exitsWithUsage(t, bin, name, tc.args, tc.want)
 	}
 }
 
@@ -138,5 +126,24 @@ func TestSecurityFlags(t *testing.T) {
 	var usage *UsageError
 	if !errors.As(err, &usage) || !strings.Contains(err.Error(), "--tls-cert, --tls-key:") {
 		t.Fatalf("bad certificate: %v", err)
+	}
+}
+
+// exitsWithUsage runs bin with args and checks that it ends with exit
+// status 2 and one line on stderr naming want; name says which case.
+func exitsWithUsage(t *testing.T, bin, name string, args []string, want string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+		t.Errorf("%s: %v, want exit status 2; stderr: %s", name, err, stderr.String())
+		return
+	}
+	out := strings.TrimSpace(stderr.String())
+	if strings.Count(out, "\n") != 0 || !strings.HasPrefix(out, "chatpulse: ") || !strings.Contains(out, want) {
+		t.Errorf("%s: stderr %q, want one line naming %q", name, out, want)
 	}
 }

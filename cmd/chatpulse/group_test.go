@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -309,19 +307,7 @@ func TestGroupBadConfig(t *testing.T) {
 		"windows":       {append(group, "--partitions", "8", "--instance", "x", "--windows", "1m"), "--windows 1m:1s, but group g uses 1m:1s,5m:5s,1h:1m"},
 		"same instance": {append(group, "--partitions", "8", "--instance", "m0"), "--instance m0: a live member of the group already has this instance name"},
 	} {
-		cmd := exec.Command(bin, tc.args...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		err := cmd.Run()
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) || exit.ExitCode() != 2 {
-			t.Errorf("%s: %v, want exit status 2; stderr: %s", name, err, stderr.String())
-			continue
-		}
-		out := strings.TrimSpace(stderr.String())
-		if strings.Count(out, "\n") != 0 || !strings.HasPrefix(out, "chatpulse: ") || !strings.Contains(out, tc.want) {
-			t.Errorf("%s: stderr %q, want one line naming %q", name, out, tc.want)
-		}
+		exitsWithUsage(t, bin, name, tc.args, tc.want)
 	}
 }
 
