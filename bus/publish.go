@@ -67,6 +67,9 @@ func (b *Bus) Serve(handlers map[string]Handler) (micro.Service, error) {
 			err = add("views_"+view, ViewsPrefix+view, handlers[view])
 		}
 	}
+	if err == nil {
+		err = b.nc.Flush() // the server has the endpoints before anyone is told chatpulse is ready
+	}
 	if err != nil {
 		svc.Stop()
 		return nil, err
