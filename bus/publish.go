@@ -1,9 +1,11 @@
 package bus
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -87,7 +89,18 @@ func respond(h Handler) micro.Handler {
 		case err != nil:
 			req.Error("500", "internal error", nil)
 		default:
-			req.RespondJSON(v)
+			buf := replies.Get().(*bytes.Buffer)
+			buf.Reset()
+			if err := json.NewEncoder(buf).Encode(v); err != nil {
+				req.Error("500", "internal error", nil)
+			} else {
+				req.Respond(bytes.TrimSuffix(buf.Bytes(), []byte("\n"))) // copied out before it returns
+			}
+			replies.Put(buf)
 		}
 	})
 }
+
+// replies hold answers while they are sent, so that an answer costs no
+// allocation of its size.
+var replies = sync.Pool{New: func() any { return new(bytes.Buffer) }}

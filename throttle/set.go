@@ -262,7 +262,7 @@ func (s *Set) Check(now int64, room, user, text string, hasText bool) Result {
 	st := s.state.Load()
 	var m msg
 	hasText = st.message(&m, now, room, user, text)
-	res := Result{Allowed: true, AsOf: chat.Time(now), Room: strings.Clone(room), User: strings.Clone(user), Decisions: []Decision{}}
+	res := Result{Allowed: true, AsOf: chat.Time(now), Room: strings.Clone(room), User: strings.Clone(user), Decisions: make([]Decision, 0, len(st.policies))}
 	for pi, p := range st.policies {
 		if !p.sees(room) || p.text && !hasText {
 			continue

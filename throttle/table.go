@@ -117,6 +117,7 @@ type table[S, E any, K kernel[S, E]] struct {
 	free       int32 // free places, chained by links[i].next; -1 when none
 	n          int   // keys tracked
 	zero       []E   // the ext of a fresh key; never written
+	fresh      S     // the state of a fresh key; never written
 	evicted    uint64
 	expired    uint64
 	sink       uint64 // where observeAll's early loads go
@@ -149,7 +150,7 @@ func newTable[S, E any, K kernel[S, E]](k K, scope Scope, hashed bool, max int, 
 		hk:      hk, groupHash: hk.nameHash(""),
 		index: newIndex(0),
 		head:  none, tail: none, free: none,
-		zero: make([]E, stride),
+		zero: make([]E, stride), fresh: k.fresh(),
 	}
 }
 
@@ -284,8 +285,7 @@ func (t *table[S, E, K]) check(m msg) Verdict {
 	if i := t.find(&k); i != none {
 		return t.k.decide(&t.states[i].st, t.extOf(i), m.at)
 	}
-	fresh := t.k.fresh()
-	return t.k.decide(&fresh, t.zero, m.at)
+	return t.k.decide(&t.fresh, t.zero, m.at)
 }
 
 func (t *table[S, E, K]) active(now int64, fn func(room, user string, v Verdict, since int64)) {

@@ -1,9 +1,9 @@
 package web
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -107,7 +107,10 @@ func (s *Server) user(p params) (any, error) {
 
 // throttleCheck is POST /api/v1/throttle/check.
 func (s *Server) throttleCheck(r *http.Request) (any, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxCheckBody))
+	body := jsonBufs.Get().(*bytes.Buffer) // decodeCheck keeps none of it
+	defer jsonBufs.Put(body)
+	body.Reset()
+	_, err := body.ReadFrom(http.MaxBytesReader(nil, r.Body, maxCheckBody))
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
@@ -116,7 +119,7 @@ func (s *Server) throttleCheck(r *http.Request) (any, error) {
 		// The client is gone, or too slow: the server's read timeout.
 		return nil, badf("reading the request body: %v", err)
 	}
-	req, err := decodeCheck(body)
+	req, err := decodeCheck(body.Bytes())
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package web
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -30,6 +31,8 @@ type checkRequest struct {
 
 const checkShape = `request must be a JSON object {"room": string, "user": string, "text": string (optional)}`
 
+var checkFields = map[string]kind{"room": name, "user": name, "text": text}
+
 // decodeCheck parses and validates a check request, over HTTP or NATS, by
 // the rules of an event's payload (ingest.Decode), so that a check names a
 // room and a user exactly as the events it is checked against do (see
@@ -40,7 +43,7 @@ func decodeCheck(data []byte) (checkRequest, error) {
 	if len(data) > maxCheckBody {
 		return checkRequest{}, badf("request body over %d bytes", maxCheckBody)
 	}
-	f, err := decodeObject(data, checkShape, map[string]kind{"room": name, "user": name, "text": text})
+	f, err := decodeObject(data, checkShape, checkFields)
 	if err != nil {
 		return checkRequest{}, err
 	}
@@ -96,8 +99,8 @@ func decodeObject(data []byte, shape string, want map[string]kind) (fields, erro
 	if data[i] != '{' {
 		return nil, badf("%s", shape)
 	}
-	f := fields{}
-	seen := map[string]bool{}
+	f := make(fields, len(want))
+	var seen []string // the fields met, which are few
 	for i = skipSpace(data, i+1); data[i] != '}'; {
 		key, next := literal(data, i)
 		field := unquote(key)
@@ -105,10 +108,10 @@ func decodeObject(data []byte, shape string, want map[string]kind) (fields, erro
 		if !ok {
 			return nil, badf("unknown field %q; %s", field, shape)
 		}
-		if seen[field] {
+		if slices.Contains(seen, field) {
 			return nil, badf("%s: duplicate key", field)
 		}
-		seen[field] = true
+		seen = append(seen, field)
 		i = skipSpace(data, skipSpace(data, next)+1) // past the colon
 		switch c := data[i]; {
 		case c == 'n': // null

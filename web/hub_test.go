@@ -69,7 +69,7 @@ func testHub(t *testing.T, views Views) string {
 	return "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws"
 }
 
-func newAggregator(t *testing.T) *aggregator.Aggregator {
+func newAggregator(t testing.TB) *aggregator.Aggregator {
 	t.Helper()
 	ws, err := rolling.ParseWindows("1m,5m,1h")
 	if err != nil {

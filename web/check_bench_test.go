@@ -1,0 +1,54 @@
+package web
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chatpulse/chatpulse/throttle"
+)
+
+// BenchmarkCheck is one throttle check as the NATS micro endpoint answers
+// it (decode, check, encode) and as HTTP does (the whole handler), with the
+// default policies, 10,000 users in 100 rooms.
+func BenchmarkCheck(b *testing.B) {
+	thr, err := throttle.NewSet(throttle.DefaultPolicies())
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := New(newAggregator(b), thr, Options{Now: func() time.Time { return testNow }})
+	bodies := make([][]byte, 1024)
+	for i := range bodies {
+		bodies[i] = fmt.Appendf(nil, `{"room":"room-%d","user":"user-%d","text":"hi there"}`, i%100, i*7%10_000)
+	}
+	b.Run("nats", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := range b.N {
+			v, err := s.CheckRequest(bodies[i%len(bodies)])
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := json.NewEncoder(io.Discard).Encode(v); err != nil { // as bus answers
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("http", func(b *testing.B) {
+		b.ReportAllocs()
+		w := httptest.NewRecorder()
+		for i := range b.N {
+			r := httptest.NewRequest(http.MethodPost, "/api/v1/throttle/check", strings.NewReader(string(bodies[i%len(bodies)])))
+			r.Host = "localhost"
+			w.Body.Reset()
+			s.ServeHTTP(w, r)
+			if w.Code != http.StatusOK {
+				b.Fatal(w.Code, w.Body.String())
+			}
+		}
+	})
+}
