@@ -41,7 +41,8 @@ func (t *table[S, E, K]) add(k *key) int32 {
 	e := &t.states[i]
 	*e = entry[S]{since: chat.Never, st: t.k.fresh()}
 	t.setKey(e, i, k)
-	t.links[i] = link{prev: none, next: t.head}
+	t.moves++
+	t.links[i] = link{prev: none, next: t.head, moved: t.moves}
 	if t.head != none {
 		t.links[t.head].prev = i
 	} else {
@@ -63,12 +64,22 @@ func grow[T any](s []T, n int) []T {
 	return append(make([]T, 0, max(2*cap(s), len(s)+n, 16)), s...)
 }
 
-// touch moves place i to the head of the list.
+// touch moves place i to the head of the list, unless it is in the newer
+// half of the list already: fewer than n/2 keys have been put at the head
+// since it was, so fewer than n/2 are in front of it. A move writes the
+// links of three other keys, cache misses every hit of a key already
+// tracked would pay; this way the busy keys, which most hits are for, stay
+// where they are, and the list is nearly in order of last observation: a
+// key is at the cold end only once at least half the keys tracked have
+// been observed after it (exactly in order, as a list moving every key,
+// while fewer than four keys are tracked).
 func (t *table[S, E, K]) touch(i int32) {
-	if t.head == i {
+	l := &t.links[i]
+	if t.head == i || t.moves-l.moved < uint32(t.n/2) {
 		return
 	}
-	l := &t.links[i]
+	t.moves++
+	l.moved = t.moves
 	t.links[l.prev].next = l.next
 	if l.next != none {
 		t.links[l.next].prev = l.prev
@@ -124,7 +135,7 @@ func (t *table[S, E, K]) compact() {
 	for i := t.head; i != none; i = t.links[i].next {
 		j := int32(len(states))
 		states = append(states, t.states[i])
-		links = append(links, link{prev: j - 1, next: j + 1})
+		links = append(links, link{prev: j - 1, next: j + 1, moved: t.links[i].moved})
 		if t.long != nil {
 			long = append(long, t.long[i])
 		}

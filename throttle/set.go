@@ -44,9 +44,10 @@ import (
 // at rest (its window empty, its bucket full, its TAT past) is forgotten,
 // since that changes no answer: a little at a time as new keys arrive, and
 // all at once by Sweep. Each policy also tracks at most WithMaxKeys keys; a
-// new key beyond that evicts the least recently observed one even if it is
-// not at rest (counted in Stats as Evicted), and with it its alert mark, so
-// such a key alerts again if it crosses again.
+// new key beyond that evicts one of the least recently observed even if it
+// is not at rest (counted in Stats as Evicted): one that at least half the
+// keys tracked were observed after. With it goes its alert mark, so such a
+// key alerts again if it crosses again.
 //
 // A Set saves its whole state (AppendState, CopyState) and loads it back
 // (LoadState) into a Set of the same policies, which then answers as the
@@ -85,7 +86,8 @@ type Option func(*options)
 type options struct{ maxKeys int }
 
 // WithMaxKeys caps the keys tracked per policy (default DefaultMaxKeys, at
-// least 1). A new key beyond the cap evicts the least recently observed one.
+// least 1). A new key beyond the cap evicts one of the least recently
+// observed (see Set).
 func WithMaxKeys(n int) Option { return func(o *options) { o.maxKeys = max(n, 1) } }
 
 // NewSet returns a Set of the policies, which must be valid and have

@@ -727,6 +727,42 @@ func TestNewSetRejects(t *testing.T) {
 	}
 }
 
+// The cap evicts a key that at least half the keys tracked were observed
+// after, whatever the order of observations (busy keys are not moved in
+// the list on every hit: see table.touch).
+func TestCapEvictsOnlyOldKeys(t *testing.T) {
+	const max, users, events = 64, 200, 20_000
+	s := mustSet(t, []Policy{{Name: "fw", Scope: ScopeUser, Algorithm: AlgFixedWindow, Limit: 1_000_000, Window: time.Hour}}, WithMaxKeys(max))
+	r := rand.New(rand.NewPCG(3, 4))
+	zipf := rand.NewZipf(r, 1.2, 1, users-1)
+	last := map[string]int{} // the event each tracked key was last observed at
+	var seq []string         // the user of each event
+	evicted := 0
+	for i := range events {
+		u := fmt.Sprint("u", zipf.Uint64())
+		s.Observe(chat.Event{TS: at(0), Room: "r", User: u})
+		seq = append(seq, u)
+		last[u] = i
+		for k, j := range last {
+			if s.Check(at(0), "r", k, "", false).Decisions[0].Count > 0 {
+				continue
+			}
+			evicted++
+			delete(last, k)
+			after := map[string]bool{}
+			for _, v := range seq[j+1:] {
+				after[v] = true
+			}
+			if len(after) < max/2 {
+				t.Fatalf("event %d: %s evicted with %d keys observed since its last, want at least %d", i, k, len(after), max/2)
+			}
+		}
+	}
+	if st := s.Stats()[0]; evicted == 0 || st.Evicted != uint64(evicted) || st.Keys != max {
+		t.Errorf("%d evictions seen, stats %+v", evicted, st)
+	}
+}
+
 // The cap evicts the least recently observed key.
 func TestCapEvictsLeastRecentlyObserved(t *testing.T) {
 	s := mustSet(t, []Policy{{Name: "fw", Scope: ScopeUser, Algorithm: AlgFixedWindow, Limit: 5, Window: time.Hour}}, WithMaxKeys(3))

@@ -60,8 +60,8 @@ type msg struct {
 // (hot: the fixed part of the state, the alert mark and the key itself,
 // all that a hit reads but the variable part of the state), the key's
 // links in a doubly linked list from the most to the least recently
-// observed key (warm: 8 bytes a key, so the neighbours a move to the front
-// writes are usually in cache) and the variable part of its state (ext,
+// observed key (see touch for how recently) and the variable part of its
+// state (ext,
 // stride elements). An entry is 64 bytes at most, a cache line, so that a
 // hit reads three cold lines (index slot, entry, ext element) where
 // separate slabs for state and key, and a key string, would take five; and
@@ -89,7 +89,8 @@ type msg struct {
 // new key first evicts up to two such keys from the cold end of the list,
 // and Sweep evicts them all; so the number of keys follows the live keys,
 // not the events. And at most max keys are kept: a new key beyond that
-// evicts the least recently observed one, at rest or not (evicted).
+// evicts the one at the cold end of the list, at rest or not (evicted): a
+// key that at least half the keys tracked were observed after (see touch).
 //
 // One mutex guards a table, held briefly by each call, or for a few dozen
 // messages by ObserveBatch. (An RWMutex would let checks run in parallel,
@@ -113,11 +114,12 @@ type table[S, E any, K kernel[S, E]] struct {
 	long       []string        // plain tables: the names longer than keyInline, or nil
 	names      map[int32]names // hashed tables: the names of the keys ever marked
 	ext        []E
-	head, tail int32 // most and least recently observed; -1 when empty
-	free       int32 // free places, chained by links[i].next; -1 when none
-	n          int   // keys tracked
-	zero       []E   // the ext of a fresh key; never written
-	fresh      S     // the state of a fresh key; never written
+	head, tail int32  // most and least recently moved to the head; -1 when empty
+	moves      uint32 // keys put at the head so far (wrapping)
+	free       int32  // free places, chained by links[i].next; -1 when none
+	n          int    // keys tracked
+	zero       []E    // the ext of a fresh key; never written
+	fresh      S      // the state of a fresh key; never written
 	evicted    uint64
 	expired    uint64
 	sink       uint64 // where observeAll's early loads go
@@ -132,7 +134,12 @@ type entry[S any] struct {
 	klen uint8
 }
 
-type link struct{ prev, next int32 }
+// A link is a place's in the list, and its move: the table's moves when
+// the key was last put at the head.
+type link struct {
+	prev, next int32
+	moved      uint32
+}
 
 const (
 	keyInline = 39
@@ -242,7 +249,7 @@ func (t *table[S, E, K]) prefetch(ms []msg, sel []int32, keys *[batchChunk]key) 
 		if i == none {
 			continue
 		}
-		sink += uint64(t.states[i].klen)
+		sink += uint64(t.states[i].klen) + uint64(t.links[i].moved)
 		if ext := t.extOf(i); len(ext) > 0 {
 			sink += uint64(*(*byte)(unsafe.Pointer(&ext[t.k.slot(ms[j].at)])))
 		}

@@ -212,7 +212,7 @@ func (t *table[S, E, K]) carry(k K, old settings, mark bool) *table[S, E, K] {
 	nt := newTable[S, E](k, t.scope, t.hashed, t.max, t.hk)
 	nt.index = index{slots: slices.Clone(t.index.slots), shift: t.index.shift, n: t.index.n}
 	nt.states, nt.links, nt.long = slices.Clone(t.states), slices.Clone(t.links), slices.Clone(t.long)
-	nt.head, nt.tail, nt.free, nt.n = t.head, t.tail, t.free, t.n
+	nt.head, nt.tail, nt.free, nt.n, nt.moves = t.head, t.tail, t.free, t.n, t.moves
 	nt.evicted, nt.expired = t.evicted, t.expired
 	nt.ext = make([]E, len(t.states)*nt.stride)
 	if mark {
