@@ -174,25 +174,12 @@ func (c *Consumer) loop(src Source) {
 	batch := make([]Msg, 0, batchSize)
 	for more := true; more; {
 		batch, more = src.Next(batch[:0])
-		if len(batch) == 0 {
-			continue
-		}
-		j := <-free // waits while the throttle goroutine is two batches behind
-		c.gate.Lock()
-		// A batch that is not full took all that had arrived: ingest keeps
-		// up, and handing the batch over would cost a goroutine wake-up
-		// (two threads' worth of scheduling) for nothing. So it is
-		// throttled here, unless the throttle goroutine still has one.
-		inline := len(batch) < cap(batch) && c.inflight.Load() == 0
-		c.inflight.Add(1)
-		c.handle(batch, j)
-		if inline {
-			c.throttle(j)
-			c.inflight.Add(-1)
-			free <- j
-		}
-		c.gate.Unlock()
-		if !inline {
+		if len(batch) > 0 {
+			j := <-free // waits while the throttle goroutine is two batches behind
+			c.gate.Lock()
+			c.inflight.Add(1)
+			c.handle(batch, j)
+			c.gate.Unlock()
 			work <- j
 		}
 	}
