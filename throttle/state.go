@@ -32,7 +32,7 @@ const stateVersion = 1
 //	policies    how many, then for each one:
 //	  policy    its settings, as text (length, bytes)
 //	  keys      how many, then how many the cap evicted, how many expired
-//	  then each key, from the least to the most recently observed:
+//	  then each key, in the order of its list, cold end first:
 //	    flags   1 byte: 1 if marked as over, 2 if its names are kept
 //	    since   if marked: when it crossed
 //	    key     its name (length, bytes): the user, the room, appendKey of

@@ -45,9 +45,9 @@ func (t *table[S, E, K]) copySlabs() *tableCopy[S, E] {
 	}
 }
 
-// appendCopy encodes c, a copy of t, with t's lock released. Keys go from
-// the least to the most recently observed, so that loadState puts each
-// one in turn at the head of the list.
+// appendCopy encodes c, a copy of t, with t's lock released. Keys go in
+// the order of the list, from its cold end (the least recently observed),
+// so that loadState puts each one in turn at the head of the list.
 func (t *table[S, E, K]) appendCopy(b []byte, c *tableCopy[S, E]) []byte {
 	b = binary.AppendUvarint(b, uint64(c.n))
 	b = binary.AppendUvarint(b, c.evicted)
