@@ -75,7 +75,7 @@ func grow[T any](s []T, n int) []T {
 // while fewer than four keys are tracked).
 func (t *table[S, E, K]) touch(i int32) {
 	l := &t.links[i]
-	if t.head == i || t.moves-l.moved < uint32(t.n/2) {
+	if t.head == i || t.moves-l.moved < uint64(t.n/2) {
 		return
 	}
 	t.moves++

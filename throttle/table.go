@@ -115,7 +115,7 @@ type table[S, E any, K kernel[S, E]] struct {
 	names      map[int32]names // hashed tables: the names of the keys ever marked
 	ext        []E
 	head, tail int32  // most and least recently moved to the head; -1 when empty
-	moves      uint32 // keys put at the head so far (wrapping)
+	moves      uint64 // keys put at the head so far
 	free       int32  // free places, chained by links[i].next; -1 when none
 	n          int    // keys tracked
 	zero       []E    // the ext of a fresh key; never written
@@ -138,7 +138,7 @@ type entry[S any] struct {
 // the key was last put at the head.
 type link struct {
 	prev, next int32
-	moved      uint32
+	moved      uint64
 }
 
 const (
