@@ -207,16 +207,18 @@ func TestGroupEqualsStandalone(t *testing.T) {
 }
 
 // startBinary runs the built chatpulse with args and waits for /readyz.
+// What it logs goes to the test's log, and to tm.log.
 func startBinary(t *testing.T, args ...string) (*exec.Cmd, *testMain) {
 	t.Helper()
 	port := freePort(t)
 	cmd := exec.Command(buildBinary(t), append([]string{"--http", fmt.Sprint("127.0.0.1:", port)}, args...)...)
-	cmd.Stderr = testWriter{t}
+	log := &syncBuffer{t: t}
+	cmd.Stderr = log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	tm := &testMain{t: t, url: fmt.Sprint("http://127.0.0.1:", port), grouped: slices.Contains(args, "--group")}
+	tm := &testMain{t: t, url: fmt.Sprint("http://127.0.0.1:", port), grouped: slices.Contains(args, "--group"), log: log}
 	tm.waitReady()
 	return cmd, tm
 }

@@ -32,6 +32,7 @@ type testMain struct {
 	client  *http.Client // nil: http.DefaultClient; with --tls-cert one that trusts it
 	token   string       // sent as a bearer token, if set
 	grouped bool         // a group member: its views say whether they are complete
+	log     *syncBuffer  // what a binary started by startBinary logged
 }
 
 // startMain parses args (after defaults that pick free ports and a temp
@@ -223,6 +224,26 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(bytes.TrimRight(p, "\n")))
 	return len(p), nil
+}
+
+// syncBuffer is a log both the test and a subprocess's stderr copier use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+	t  *testing.T
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.t.Log(string(bytes.TrimRight(p, "\n")))
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 var (

@@ -1,16 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -176,42 +173,13 @@ func TestPoliciesSIGHUPInProcess(t *testing.T) {
 	tm.waitLimit(7)
 }
 
-// syncBuffer is a log both the test and a subprocess's stderr copier use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-	t  *testing.T
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.t.Log(string(bytes.TrimRight(p, "\n")))
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // The built binary, sent SIGHUP after its policies file was edited,
 // applies it and goes on running; a broken version is refused with one
 // log line naming the file, the line and the field.
 func TestPoliciesSIGHUPBinary(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "policies.yaml")
 	os.WriteFile(path, []byte(floodPolicies(3)), 0o644)
-	port := freePort(t)
-	cmd := exec.Command(buildBinary(t), "--http", fmt.Sprint("127.0.0.1:", port), "--nats-url", natsServer(t), "--policies", path)
-	stderr := &syncBuffer{t: t}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	tm := &testMain{t: t, url: fmt.Sprint("http://127.0.0.1:", port)}
-	tm.waitReady()
+	cmd, tm := startBinary(t, "--nats-url", natsServer(t), "--policies", path)
 
 	os.WriteFile(path, []byte(floodPolicies(8)), 0o644)
 	cmd.Process.Signal(syscall.SIGHUP)
@@ -223,7 +191,7 @@ func TestPoliciesSIGHUPBinary(t *testing.T) {
 		return tm.metric("chatpulse_policies_reload_errors_total") == 1
 	})
 	var lines []string
-	for _, l := range strings.Split(stderr.String(), "\n") {
+	for _, l := range strings.Split(tm.log.String(), "\n") {
 		if strings.Contains(l, "policies not reloaded") {
 			lines = append(lines, l)
 		}
@@ -245,19 +213,10 @@ func TestPoliciesSIGHUPBinary(t *testing.T) {
 // SIGHUP to a chatpulse without a policies file to read again is noted in
 // the log, and ends nothing (Go's default for it would end the process).
 func TestSIGHUPWithoutPoliciesFile(t *testing.T) {
-	port := freePort(t)
-	cmd := exec.Command(buildBinary(t), "--http", fmt.Sprint("127.0.0.1:", port), "--nats-url", natsServer(t))
-	stderr := &syncBuffer{t: t}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	tm := &testMain{t: t, url: fmt.Sprint("http://127.0.0.1:", port)}
-	tm.waitReady()
+	cmd, tm := startBinary(t, "--nats-url", natsServer(t))
 	cmd.Process.Signal(syscall.SIGHUP)
 	eventually(t, 10*time.Second, "the SIGHUP noted", func() bool {
-		return strings.Contains(stderr.String(), "SIGHUP: no policies file to read again")
+		return strings.Contains(tm.log.String(), "SIGHUP: no policies file to read again")
 	})
 	tm.waitReady()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
