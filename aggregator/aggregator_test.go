@@ -249,15 +249,23 @@ func TestStateRoundTripCrowd(t *testing.T) { crowdReloads(t, false) }
 // crowdReloads runs a crowd's trace (3,000 users, big batches, pauses)
 // with reloads, written copy-on-write if cow.
 func crowdReloads(t *testing.T, cow bool) {
-	s := newSim(t, 7, "5s:1s,1m")
-	s.crowd, s.reload, s.cow = true, true, cow
+	s := newCrowd(t, 7)
+	s.reload, s.cow = true, cow
+	for i := range 2000 {
+		s.step(i)
+	}
+}
+
+// newCrowd is a sim of 3,000 users, too many for the rankings to keep them
+// all above their floors.
+func newCrowd(t *testing.T, seed uint64) *sim {
+	s := newSim(t, seed, "5s:1s,1m")
+	s.crowd = true
 	s.users = s.users[:0]
 	for i := range 3000 {
 		s.users = append(s.users, fmt.Sprintf("u%04d", i))
 	}
-	for i := range 2000 {
-		s.step(i)
-	}
+	return s
 }
 
 // FuzzLoadState: no input crashes LoadState or loads a state that does
@@ -300,12 +308,7 @@ func FuzzLoadState(f *testing.F) {
 // floors, and reads after a pause have to rebuild them.
 func TestOracleCrowd(t *testing.T) {
 	for seed := range uint64(2) {
-		s := newSim(t, seed, "5s:1s,1m")
-		s.crowd = true
-		s.users = s.users[:0]
-		for i := range 3000 {
-			s.users = append(s.users, fmt.Sprintf("u%04d", i))
-		}
+		s := newCrowd(t, seed)
 		for i := range 3000 {
 			s.step(i)
 		}
