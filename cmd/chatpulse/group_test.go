@@ -31,16 +31,7 @@ import (
 // a random port, and returns its URL.
 func natsServer(t *testing.T) string {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	t.Cleanup(ns.Shutdown)
-	return ns.ClientURL()
+	return startNATS(t, &server.Options{})
 }
 
 // startGroup starts n members of group g against url, each on its own
