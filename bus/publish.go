@@ -24,15 +24,14 @@ func (b *Bus) DeadLetter(m *ingest.Msg, e *ingest.Error) { b.dead.publish(deadLe
 // Alert publishes a throttle alert. Every instance reading the same
 // stream raises the same alerts, so each carries a Nats-Msg-Id naming the
 // crossing: a JetStream stream that captures chatpulse.alerts.> keeps one
-// of each.
+// of each. Alerts can come by the thousand a second, so the payload and
+// the id are written by hand (appendAlert, alertID), not by reflection.
 func (b *Bus) Alert(a throttle.Alert) {
-	data, err := json.Marshal(a)
-	if err != nil {
-		return
+	msg := &nats.Msg{
+		Subject: AlertSubject,
+		Header:  nats.Header{nats.MsgIdHdr: {alertID(a)}},
+		Data:    appendAlert(make([]byte, 0, 128), a),
 	}
-	msg := nats.NewMsg(AlertSubject)
-	msg.Data = data
-	msg.Header.Set(nats.MsgIdHdr, fmt.Sprintf("%s|%q|%q|%d", a.Policy, a.Room, a.User, int64(a.At)))
 	if err := b.nc.PublishMsg(msg); err != nil {
 		b.log.Warn("alert not published", "err", err)
 	}

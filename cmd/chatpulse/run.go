@@ -347,7 +347,9 @@ func usableDir(dir string) error {
 func (m *Main) alert(a throttle.Alert) {
 	m.bus.Alert(a)
 	m.web.Alert(a)
-	m.Log.Debug("throttle alert", "policy", a.Policy, "room", a.Room, "user", a.User, "count", a.Count, "limit", a.Limit)
+	if m.Log.Enabled(context.Background(), slog.LevelDebug) { // the arguments alone cost allocations
+		m.Log.Debug("throttle alert", "policy", a.Policy, "room", a.Room, "user", a.User, "count", a.Count, "limit", a.Limit)
+	}
 }
 
 // janitor frees what expired even when no traffic or reads come by.

@@ -1,0 +1,57 @@
+package bus
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/throttle"
+)
+
+// Alerts are written by hand; they must be what json.Marshal and the
+// fmt-built id were: the bytes that subscribers and JetStream's
+// deduplication have always seen.
+func TestAlertEncoding(t *testing.T) {
+	for _, a := range []throttle.Alert{
+		{Policy: "user_flood", Room: "lobby", User: "alice", Count: 31, Limit: 30, At: 1764000000123},
+		{Policy: "p", Room: `a "quoted" \\ room`, User: "<b>&amp;</b>", Count: 0, Limit: -1, At: 0},
+		{Policy: "p", Room: "caf\u00e9 \u2028 \U0001F600", User: "bad\xffutf8\x7f", Count: 1 << 62, Limit: 1, At: 253402300799999},
+		{},
+	} {
+		checkAlertEncoding(t, a)
+	}
+}
+
+func FuzzAlertEncoding(f *testing.F) {
+	f.Add("user_flood", "lobby", "alice", int64(31), int64(30), int64(1764000000123))
+	f.Add("p", "<&>\"\\", "\x00\xff\u2029", int64(-5), int64(0), int64(-1))
+	f.Fuzz(func(t *testing.T, policy, room, user string, count, limit, at int64) {
+		checkAlertEncoding(t, throttle.Alert{Policy: policy, Room: room, User: user, Count: count, Limit: limit, At: chat.Time(at)})
+	})
+}
+
+func checkAlertEncoding(t *testing.T, a throttle.Alert) {
+	t.Helper()
+	want, err := json.Marshal(a)
+	if err != nil {
+		t.Skip("json.Marshal refuses it:", err) // a time out of RFC 3339's range
+	}
+	if got := appendAlert(nil, a); string(got) != string(want) {
+		t.Errorf("appendAlert(%#v)\n got %s\nwant %s", a, got, want)
+	}
+	if got, want := alertID(a), fmt.Sprintf("%s|%q|%q|%d", a.Policy, a.Room, a.User, int64(a.At)); got != want {
+		t.Errorf("alertID(%#v) = %s, want %s", a, got, want)
+	}
+}
+
+// BenchmarkAlert is the cost of publishing one alert on core NATS, the
+// connection's flusher aside.
+func BenchmarkAlert(b *testing.B) {
+	bus := openBench(b, false)
+	a := throttle.Alert{Policy: "user_flood", Room: "room-0042", User: "user-012345", Count: 31, Limit: 30, At: 1764000000123}
+	b.ReportAllocs()
+	for b.Loop() {
+		bus.Alert(a)
+	}
+}
