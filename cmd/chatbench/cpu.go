@@ -57,32 +57,39 @@ func cpuCmd(args []string) error {
 	defer done()
 
 	// The processes measured: chatpulse, the baseline build if any, and
-	// the bare subscriber, last.
-	var ps []counted
-	var names []string
+	// the bare subscriber, last. The NATS server hands each message to its
+	// subscribers in the order they subscribed, and that order shows: the
+	// first of two processes of one binary measured 2-6% more CPU per
+	// event than the second. So every round starts them afresh, each in
+	// another place of the order than in the round before.
+	var procs []measured
 	for _, b := range []string{*bin, *baseline} {
 		if b == "" {
 			continue
 		}
-		cp, err := startChatpulse(b, dir, "--nats-url", url, "--jetstream=false", "--subject", "chat.>")
-		if err != nil {
-			return err
-		}
-		defer cp.stop()
-		ps = append(ps, counted{pid: cp.cmd.Process.Pid, count: func() (int64, error) {
-			m, err := scrape(cp.url + "/metrics")
-			return int64(m["chatpulse_events_received_total"]), err
+		procs = append(procs, measured{filepath.Base(b), func() (counted, func(), error) {
+			cp, err := startChatpulse(b, dir, "--nats-url", url, "--jetstream=false", "--subject", "chat.>")
+			if err != nil {
+				return counted{}, nil, err
+			}
+			return counted{pid: cp.cmd.Process.Pid, count: func() (int64, error) {
+				m, err := scrape(cp.url + "/metrics")
+				return int64(m["chatpulse_events_received_total"]), err
+			}}, cp.stop, nil
 		}})
-		names = append(names, fmt.Sprintf("%s (pid %d)", filepath.Base(b), cp.cmd.Process.Pid))
 	}
-	bare, err := startBare(url, "chat.>")
-	if err != nil {
-		return err
+	procs = append(procs, measured{"bare", func() (counted, func(), error) {
+		bare, err := startBare(url, "chat.>")
+		if err != nil {
+			return counted{}, nil, err
+		}
+		return bare.counted, bare.stop, nil
+	}})
+	var names []string
+	for _, p := range procs {
+		names = append(names, p.name)
 	}
-	defer bare.stop()
-	ps = append(ps, bare.counted)
-	names = append(names, fmt.Sprintf("bare (pid %d)", bare.pid))
-	fmt.Printf("%s: chatpulse in core NATS, default windows and policies, beside a bare nats.go subscriber; %d rooms, %d users (Zipf), %v per pace after %v of warm-up\n\n",
+	fmt.Printf("%s: chatpulse in core NATS, default windows and policies, beside a bare nats.go subscriber; %d rooms, %d users (Zipf), %v per pace after %v of warm-up; each round starts the processes afresh, in an order rotated by one\n\n",
 		strings.Join(names, ", "), *rooms, *users, *seconds, *warm)
 
 	pub, err := nats.Connect(url, nats.Name("chatbench-publisher"))
@@ -92,27 +99,39 @@ func cpuCmd(args []string) error {
 	defer pub.Close()
 	g := traffic.New(traffic.Config{Rooms: *rooms, Users: *users, Seed: 13})
 	results := make([][]paceResult, len(rates))
-	var sent int64
 	for round := range max(*rounds, 1) {
+		ps, stop, err := startRotated(procs, round)
+		if err != nil {
+			return err
+		}
+		var order []string
+		for k := range procs {
+			i := (round + k) % len(procs)
+			order = append(order, fmt.Sprintf("%s (pid %d)", names[i], ps[i].pid))
+		}
+		fmt.Printf("round %d: subscribed in this order: %s\n", round+1, strings.Join(order, ", "))
+		var sent int64 // by this round's processes, which start from none
 		for i, rate := range rates {
 			r, err := measurePace(pub, g, rate, *warm, *seconds, &sent, ps...)
 			if err != nil {
+				stop()
 				return err
 			}
 			fmt.Printf("round %d  %7.0f/s:", round+1, rate)
 			for k, us := range r.cpu {
-				fmt.Printf("  %s %5.2f µs/event", strings.Fields(names[k])[0], us)
+				fmt.Printf("  %s %5.2f µs/event", names[k], us)
 			}
 			fmt.Printf("  ratio %5.2fx  (%.0f events/s sent, %d measured)\n", r.ratio(0), r.sentRate, r.events)
 			results[i] = append(results[i], r)
 		}
+		stop()
 	}
 	fmt.Printf("\n| pace | chatpulse CPU/event | bare subscriber CPU/event | ratio |")
 	if *baseline != "" {
 		fmt.Printf(" baseline CPU/event | baseline ratio |")
 	}
 	fmt.Printf("\n|---|---|---|---|%s\n", strings.Repeat("---|", 2*min(1, len(*baseline))))
-	bareAt := len(ps) - 1
+	bareAt := len(procs) - 1
 	for i, rate := range rates {
 		fmt.Printf("| %s/s in 1 ms ticks | %s | %s | %s |", thousands(rate),
 			spread(results[i], func(r paceResult) float64 { return r.cpu[0] }, "%.2f µs"),
@@ -328,4 +347,35 @@ func bareSubCmd(args []string) error {
 		fmt.Println(n.Load())
 	}
 	return nil
+}
+
+// measured is a process that chatbench cpu measures: its name, and how to
+// start it, which returns what counts its events and what stops it.
+type measured struct {
+	name  string
+	start func() (counted, func(), error)
+}
+
+// startRotated starts every process, the one at round mod len(ms) first
+// and the others after it in turn, and returns them in their own order,
+// with what stops them all.
+func startRotated(ms []measured, round int) ([]counted, func(), error) {
+	out := make([]counted, len(ms))
+	var stops []func()
+	stop := func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+	for k := range ms {
+		i := (round + k) % len(ms)
+		c, s, err := ms[i].start()
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		out[i] = c
+		stops = append(stops, s)
+	}
+	return out, stop, nil
 }
