@@ -100,16 +100,16 @@ func cpuCmd(args []string) error {
 	g := traffic.New(traffic.Config{Rooms: *rooms, Users: *users, Seed: 13})
 	results := make([][]paceResult, len(rates))
 	for round := range max(*rounds, 1) {
-		ps, stop, err := startRotated(procs, round)
+		order := rotated(len(procs), round)
+		ps, stop, err := startInOrder(procs, order)
 		if err != nil {
 			return err
 		}
-		var order []string
-		for k := range procs {
-			i := (round + k) % len(procs)
-			order = append(order, fmt.Sprintf("%s (pid %d)", names[i], ps[i].pid))
+		var started []string
+		for _, i := range order {
+			started = append(started, fmt.Sprintf("%s (pid %d)", names[i], ps[i].pid))
 		}
-		fmt.Printf("round %d: subscribed in this order: %s\n", round+1, strings.Join(order, ", "))
+		fmt.Printf("round %d: subscribed in this order: %s\n", round+1, strings.Join(started, ", "))
 		var sent int64 // by this round's processes, which start from none
 		for i, rate := range rates {
 			r, err := measurePace(pub, g, rate, *warm, *seconds, &sent, ps...)
@@ -356,10 +356,18 @@ type measured struct {
 	start func() (counted, func(), error)
 }
 
-// startRotated starts every process, the one at round mod len(ms) first
-// and the others after it in turn, and returns them in their own order,
-// with what stops them all.
-func startRotated(ms []measured, round int) ([]counted, func(), error) {
+// rotated is 0..n-1 rotated left by round: round mod n comes first.
+func rotated(n, round int) []int {
+	order := make([]int, n)
+	for k := range order {
+		order[k] = (round + k) % n
+	}
+	return order
+}
+
+// startInOrder starts the processes in the order given (indexes into ms),
+// and returns them in their own order, with what stops them all.
+func startInOrder(ms []measured, order []int) ([]counted, func(), error) {
 	out := make([]counted, len(ms))
 	var stops []func()
 	stop := func() {
@@ -367,8 +375,7 @@ func startRotated(ms []measured, round int) ([]counted, func(), error) {
 			s()
 		}
 	}
-	for k := range ms {
-		i := (round + k) % len(ms)
+	for _, i := range order {
 		c, s, err := ms[i].start()
 		if err != nil {
 			stop()
