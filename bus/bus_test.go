@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/chatpulse/chatpulse/ingest"
+	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
 func openTest(t *testing.T, jetStream bool) *Bus {
@@ -38,7 +40,7 @@ func drain(src *Source) []ingest.Msg {
 // says the source is done.
 func TestSubscribeDeliversAllThenStops(t *testing.T) {
 	b := openTest(t, false)
-	src, err := b.Subscribe("chat.>")
+	src, err := b.Subscribe("chat.>", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,8 +48,12 @@ func TestSubscribeDeliversAllThenStops(t *testing.T) {
 	for i := range n {
 		b.Publish(fmt.Sprintf("chat.r.u%d", i), []byte(fmt.Sprint(i)))
 	}
-	b.nc.Flush()
-	time.Sleep(50 * time.Millisecond) // let the client take them in
+	wait.For(t, 10*time.Second, func() error { // the client has taken them in
+		if got, _ := b.events.Load().Delivered(); got < n {
+			return fmt.Errorf("the subscription has %d of %d messages", got, n)
+		}
+		return nil
+	})
 	src.Stop()
 	got := drain(src)
 	if len(got) != n {
@@ -60,47 +66,67 @@ func TestSubscribeDeliversAllThenStops(t *testing.T) {
 	}
 }
 
-// A stream read from the start replays what it held, marks the last of it
-// CaughtUp, and delivers what comes later as live.
-func TestStreamReplayThenLive(t *testing.T) {
+// A feed read from the start replays what the stream held, marks the
+// last of it CaughtUp and what was handled before (up to ReplayThrough)
+// Replay, and delivers what comes later as live.
+func TestFeedReplayThenLive(t *testing.T) {
 	b := openTest(t, true)
 	ctx := context.Background()
-	cfg := StreamConfig{Stream: "CHAT", Subject: "chat.>", MaxAge: time.Hour, From: time.Now().Add(-time.Minute)}
-	// The first reader creates the stream; nothing to replay.
-	src, replaying, err := b.Stream(ctx, cfg)
-	if err != nil || replaying {
-		t.Fatalf("first Stream: replaying %v, %v", replaying, err)
+	if err := b.EnsureStreams(ctx, StreamConfig{Stream: "CHAT", Subject: "chat.>", MaxAge: time.Hour}, 0); err != nil {
+		t.Fatal(err)
 	}
-	src.Stop()
-	js := b.nc
 	for i := range 5 {
-		if _, err := natsRequest(js, fmt.Sprintf("chat.r.u%d", i)); err != nil {
+		if _, err := natsRequest(b.nc, fmt.Sprintf("chat.r.u%d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	src, replaying, err = b.Stream(ctx, cfg)
-	if err != nil || !replaying {
-		t.Fatalf("second Stream: replaying %v, %v", replaying, err)
+	last, err := b.LastSeq(ctx, "CHAT")
+	if err != nil || last != 5 {
+		t.Fatalf("last sequence %d, %v; want 5", last, err)
 	}
-	var got []ingest.Msg
-	buf := make([]ingest.Msg, 0, 16)
-	read := func(n int) {
-		for deadline := time.Now().Add(10 * time.Second); len(got) < n && time.Now().Before(deadline); {
-			buf, _ = src.Next(buf[:0])
+	feeds := b.NewFeeds()
+	feed, caughtUp, err := feeds.Start(ctx, FeedConfig{Stream: "CHAT", Filter: "chat.>", FromTime: time.Now().Add(-time.Minute), ReplayThrough: 3})
+	if err != nil || caughtUp {
+		t.Fatalf("Start: caught up %v, %v; want something to replay", caughtUp, err)
+	}
+	var (
+		mu  sync.Mutex
+		got []ingest.Msg
+	)
+	done := make(chan struct{})
+	go func() { // the source's reader, as ingest is
+		defer close(done)
+		buf := make([]ingest.Msg, 0, 16)
+		for more := true; more; {
+			buf, more = feeds.Source().Next(buf[:0])
+			mu.Lock()
 			got = append(got, buf...)
+			mu.Unlock()
 		}
+	}()
+	read := func(n int) {
+		wait.For(t, 10*time.Second, func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if len(got) < n {
+				return fmt.Errorf("%d of %d messages delivered", len(got), n)
+			}
+			return nil
+		})
 	}
 	read(5)
-	natsRequest(js, "chat.r.live")
+	natsRequest(b.nc, "chat.r.live")
 	read(6)
-	src.Stop()
+	feed.Stop()
+	feeds.Source().Stop()
+	<-done
 	if len(got) != 6 {
 		t.Fatalf("got %d messages, want 6", len(got))
 	}
 	for i, m := range got {
-		wantReplay, wantCaughtUp := i < 5, i == 4
-		if m.Replay != wantReplay || m.CaughtUp != wantCaughtUp || m.Received == 0 {
-			t.Errorf("message %d (%s): replay %v caughtUp %v received %d", i, m.Subject, m.Replay, m.CaughtUp, m.Received)
+		wantReplay, wantCaughtUp := i < 3, i == 4
+		if m.Replay != wantReplay || m.CaughtUp != wantCaughtUp || m.Received == 0 || m.Seq != uint64(i+1) {
+			t.Errorf("message %d (%s): seq %d replay %v caughtUp %v received %d", i, m.Subject, m.Seq, m.Replay, m.CaughtUp, m.Received)
 		}
 	}
 }

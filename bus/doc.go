@@ -1,8 +1,10 @@
 // Package bus is chatpulse's side of NATS, all of it in one place: the
 // subjects and streams chatpulse uses (subjects.go), the embedded server
 // and the connection (conn.go), reading the chat events (source.go: a core
-// subscription, or an ordered JetStream consumer that replays one largest
-// window), and what chatpulse publishes (deadletter.go: dead letters, with
+// subscription; feed.go: ordered JetStream consumers, one per stage, that
+// replay from a time or a sequence and mark what was handled before), the
+// streams and the snapshots' object store (stream.go, objects.go), and
+// what chatpulse publishes (deadletter.go: dead letters, with
 // acks, none lost silently; publish.go: throttle alerts, and the micro
 // service that answers throttle checks), and the key-value keys that hold
 // throttle policies (kv.go: read at start, watched while it runs).

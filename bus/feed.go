@@ -19,10 +19,11 @@ type FeedConfig struct {
 	// FromSeq is the first stream sequence to read; 0: from FromTime.
 	FromSeq  uint64
 	FromTime time.Time
-	// Messages up to ReplayThrough were handled before, by whoever held
-	// the sink's partition: they are marked Replay.
+	// Messages up to ReplayThrough were handled before, by an earlier
+	// run or by whoever held the sink's partition: they are marked
+	// Replay.
 	ReplayThrough uint64
-	Sink          *ingest.Sink
+	Sink          ingest.Sink
 	// Subject is the events' subject filter (chat.>): a message the
 	// stream filed by partition is delivered under the subject it was
 	// published on, rebuilt from it.
@@ -31,8 +32,8 @@ type FeedConfig struct {
 
 // Feeds are ordered consumers, one per feed (one filter subject each,
 // started by sequence or time), that all deliver into one channel, read as
-// one Source: a group member has one per stage of each partition it holds,
-// and one pipeline for all of them.
+// one Source: a standalone instance has one feed, a group member one per
+// stage of each partition it holds, and one pipeline for all of them.
 type Feeds struct {
 	b   *Bus
 	ch  chan ingest.Msg
@@ -111,9 +112,25 @@ func (f *Feed) Pending() uint64 { return f.pending.Load() }
 func (f *Feed) Stop() {
 	f.stopped.Store(true)
 	f.cc.Stop()
+	f.closed()
+}
+
+// Drain stops the feed once it has delivered what it fetched; it returns
+// once it delivers no more.
+func (f *Feed) Drain() {
+	f.cc.Drain()
+	if !f.closed() {
+		f.cc.Stop()
+	}
+}
+
+// closed waits, up to 5 s, for the feed to deliver no more.
+func (f *Feed) closed() bool {
 	select {
 	case <-f.cc.Closed():
+		return true
 	case <-time.After(5 * time.Second):
+		return false
 	}
 }
 

@@ -78,10 +78,10 @@ func NewSource(ch <-chan ingest.Msg, stop func()) *Source {
 	return newSource(ch, func(m ingest.Msg) (ingest.Msg, bool) { return m, true }, stop)
 }
 
-// Subscribe reads subject with a plain core NATS subscription: no replay,
-// and what arrives while chatpulse is far behind is dropped by the client
-// (and counted: Dropped).
-func (b *Bus) Subscribe(subject string) (*Source, error) {
+// Subscribe reads subject into sink with a plain core NATS subscription:
+// no replay, and what arrives while chatpulse is far behind is dropped by
+// the client (and counted: Dropped).
+func (b *Bus) Subscribe(subject string, sink ingest.Sink) (*Source, error) {
 	ch := make(chan *nats.Msg, coreBuffer)
 	sub, err := b.nc.ChanSubscribe(subject, ch)
 	if err != nil {
@@ -92,7 +92,7 @@ func (b *Bus) Subscribe(subject string) (*Source, error) {
 	}
 	b.events.Store(sub)
 	conv := func(m *nats.Msg) (ingest.Msg, bool) {
-		return ingest.Msg{Subject: m.Subject, Data: m.Data, Header: m.Header}, true
+		return ingest.Msg{Subject: m.Subject, Data: m.Data, Header: m.Header, Sink: sink}, true
 	}
 	return newSource(ch, conv, func() {
 		if err := sub.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {

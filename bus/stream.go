@@ -7,86 +7,15 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/chatpulse/chatpulse/ingest"
 )
 
-// StreamConfig says which JetStream stream to read, and from when.
+// StreamConfig is the chat stream as chatpulse creates it if it is
+// missing.
 type StreamConfig struct {
-	Stream   string // created if missing, capturing Subject for MaxAge
-	Subject  string // the one filter subject of the consumer
+	Stream   string // its name
+	Subject  string // what it captures
 	MaxAge   time.Duration
-	Replicas int       // of the streams chatpulse creates (0: 1)
-	From     time.Time // where the replay starts
-	// FromSeq, if set, is where the replay starts instead: the first
-	// sequence a snapshot does not cover.
-	FromSeq uint64
-}
-
-// Stream makes sure the chat and dead-letter streams exist, then reads
-// the chat stream with an ordered consumer from c.From on. Messages are
-// marked Replay until the one that was the stream's last when it reached
-// it (marked CaughtUp too); replaying is false when there was nothing to
-// replay. An event's Received is the time the stream took it, the same on
-// a replay as when it was live.
-func (b *Bus) Stream(ctx context.Context, c StreamConfig) (src *Source, replaying bool, err error) {
-	if err := b.EnsureStreams(ctx, c, 0); err != nil {
-		return nil, false, err
-	}
-	js := b.js
-	from := c.From
-	cfg := jetstream.OrderedConsumerConfig{
-		// One filter subject: with several, DeliverByStartTime skips
-		// messages (nats-server #6076).
-		FilterSubjects: []string{c.Subject},
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
-		OptStartTime:   &from,
-	}
-	if c.FromSeq > 0 {
-		cfg.DeliverPolicy, cfg.OptStartTime, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, nil, c.FromSeq
-	}
-	cons, err := js.OrderedConsumer(ctx, c.Stream, cfg)
-	if err != nil {
-		return nil, false, fmt.Errorf("stream %s: consumer: %w", c.Stream, err)
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return nil, false, fmt.Errorf("stream %s: consumer info: %w", c.Stream, err)
-	}
-	if c.FromSeq > 0 {
-		b.log.Info("replaying", "stream", c.Stream, "from_sequence", c.FromSeq, "messages", info.NumPending)
-	} else {
-		b.log.Info("replaying", "stream", c.Stream, "from", from.UTC().Format(time.RFC3339), "messages", info.NumPending)
-	}
-	ch := make(chan ingest.Msg, jsBuffer)
-	caughtUp := info.NumPending == 0 // owned by the callback from here on
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		in := ingest.Msg{Subject: m.Subject(), Data: m.Data(), Header: m.Headers()}
-		md, err := m.Metadata()
-		if err == nil {
-			in.Received = md.Timestamp.UnixMilli()
-			in.Seq = md.Sequence.Stream
-		}
-		if !caughtUp {
-			in.Replay = true
-			in.CaughtUp = err == nil && md.NumPending == 0
-			caughtUp = in.CaughtUp
-		}
-		ch <- in
-	}, jetstream.PullMaxMessages(jsBuffer), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		b.log.Warn("jetstream consumer", "stream", c.Stream, "err", err)
-	}))
-	if err != nil {
-		return nil, false, fmt.Errorf("stream %s: consume: %w", c.Stream, err)
-	}
-	return NewSource(ch, func() {
-		cc.Drain()
-		select {
-		case <-cc.Closed():
-		case <-time.After(5 * time.Second):
-			cc.Stop()
-		}
-	}), info.NumPending > 0, nil
+	Replicas int // 0: 1
 }
 
 // EnsureStreams creates the chat stream (subjects = c.Subject, at least

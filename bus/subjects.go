@@ -81,6 +81,10 @@ func UserPartition(p int) string { return PartitionPrefix + "*." + strconv.Itoa(
 // AllPartitions is the filter subject of every partitioned event.
 const AllPartitions = PartitionPrefix + ">"
 
+// SnapshotBucket is the object store that keeps the snapshots (contract
+// section 9).
+const SnapshotBucket = "CHATPULSE_SNAPSHOTS"
+
 // Group subjects and buckets.
 const (
 	// GroupSettings is the key-value bucket of each group's settings.

@@ -31,6 +31,7 @@
 // complete false rather than silently left out. Throttle checks go to the
 // owners of the check's room and user partitions.
 //
-// It imports ingest, aggregator, throttle and bus, and none of them knows
-// it exists.
+// A Member is an engine.Engine, built of engine's stages and keeper as a
+// standalone instance is. It imports engine, ingest, aggregator, throttle
+// and bus, and none of them knows it exists.
 package group

@@ -16,9 +16,9 @@ import (
 	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/bus"
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/engine"
 	"github.com/chatpulse/chatpulse/ingest"
 	"github.com/chatpulse/chatpulse/rolling"
-	"github.com/chatpulse/chatpulse/snapshot"
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
@@ -27,23 +27,12 @@ import (
 // their replay.
 const DefaultLease = 4 * time.Second
 
-// Config is one member's configuration.
+// Config is one member's configuration: an engine's, and the group's.
 type Config struct {
-	Group      string
-	Instance   string
-	Partitions int
-	Replicas   int
-	Stream     string
-	Subject    string
-	Windows    []rolling.Window
-	MaxSkew    time.Duration
-	Policies   []throttle.Policy
-	Lease      time.Duration // 0: DefaultLease
-	// SnapshotInterval is how often each partition's state is saved; 0:
-	// never (and none is loaded).
-	SnapshotInterval time.Duration
-	Now              func() time.Time
-	Log              *slog.Logger
+	engine.Config // Instance names the member
+	Group         string
+	Partitions    int
+	Lease         time.Duration // 0: DefaultLease
 }
 
 // ErrConfig is a configuration that cannot work (the caller exits with
@@ -54,23 +43,24 @@ var ErrConfig = errors.New("group configuration")
 var namePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 var instancePattern = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$`)
 
-// A Member is this instance's part in a group: the partitions it holds,
-// the pipeline that counts their events, and the answers it gives.
+// A Member is this instance's part in a group (an engine.Engine): the
+// partitions it holds, the pipeline that counts their events, and the
+// answers it gives.
 type Member struct {
 	cfg     Config
 	bus     *bus.Bus
 	log     *slog.Logger
-	largest time.Duration
 	rules   atomic.Pointer[rules]  // the policies in force; Reconfigure changes them
 	windows *aggregator.Aggregator // answers Windows; counts nothing
 
 	leases   *leases
 	progress *progress
 	consumer *ingest.Consumer
-	feeds    *bus.Feeds       // every partition's stages, into the one pipeline
-	keeper   *snapshot.Keeper // nil: no snapshots
+	feeds    *bus.Feeds     // every partition's stages, into the one pipeline
+	keeper   *engine.Keeper // nil: no snapshots
 	reg      prometheus.Registerer
 	query    *nats.Subscription
+	alerts   *nats.Subscription
 	metrics  *metrics
 
 	mu      sync.RWMutex // guards parts, retired and running
@@ -84,18 +74,15 @@ type Member struct {
 	done   chan struct{}
 }
 
+var _ engine.Engine = (*Member)(nil)
+
 // New makes a member from its configuration; nothing touches the network
-// until Join.
-func New(cfg Config, reg prometheus.Registerer, onReject func(*ingest.Msg, *ingest.Error), onAlert func(throttle.Alert)) (*Member, error) {
+// until Attach.
+func New(cfg Config, reg prometheus.Registerer) (*Member, error) {
 	if cfg.Lease == 0 {
 		cfg.Lease = DefaultLease
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.Default()
-	}
+	cfg.Defaults()
 	switch {
 	case !namePattern.MatchString(cfg.Group):
 		return nil, fmt.Errorf("%w: --group %q: 1 to 64 letters, digits, '_' or '-'", ErrConfig, cfg.Group)
@@ -109,27 +96,27 @@ func New(cfg Config, reg prometheus.Registerer, onReject func(*ingest.Msg, *inge
 	if m.windows, err = aggregator.New(cfg.Windows); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	for _, w := range cfg.Windows {
-		m.largest = max(m.largest, w.Size)
-	}
 	r, err := newRules(cfg.Policies)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	m.rules.Store(r)
-	m.consumer = ingest.New(&ingest.Sink{}, reg, ingest.Config{
-		Own: bus.OwnPrefix, MaxSkew: cfg.MaxSkew, Now: cfg.Now, Log: cfg.Log, OnReject: onReject, OnAlert: onAlert,
+	m.consumer = ingest.New(reg, ingest.Config{
+		Own: bus.OwnPrefix, MaxSkew: cfg.MaxSkew, Now: cfg.Now, Log: cfg.Log,
+		OnReject: func(msg *ingest.Msg, err *ingest.Error) { m.bus.DeadLetter(msg, err) },
+		OnAlert:  func(a throttle.Alert) { m.bus.Alert(a) }, // every member's dashboards hear it back from NATS
 	})
 	m.metrics = newMetrics(m, reg)
 	m.reg = reg
 	return m, nil
 }
 
-// Join joins the group over b: it checks the configuration against the
+// Attach joins the group over b: it checks the configuration against the
 // group's, makes the partitioned stream and the group's buckets, and takes
 // this member's name; httpURL is where the others say it serves. Nothing
-// is read or answered until Run.
-func (m *Member) Join(ctx context.Context, b *bus.Bus, httpURL string) error {
+// is read or answered until Run. A configuration that cannot work is
+// ErrConfig.
+func (m *Member) Attach(ctx context.Context, b *bus.Bus, httpURL string) error {
 	cfg := m.cfg
 	m.bus = b
 	m.feeds = b.NewFeeds()
@@ -140,19 +127,18 @@ func (m *Member) Join(ctx context.Context, b *bus.Bus, httpURL string) error {
 		}
 		return err
 	}
-	if err := b.EnsureStreams(ctx, bus.StreamConfig{Stream: cfg.Stream, Subject: cfg.Subject, Replicas: cfg.Replicas,
-		MaxAge: m.largest + cfg.MaxSkew + 10*time.Minute}, cfg.Partitions); err != nil {
+	if err := b.EnsureStreams(ctx, cfg.StreamConfig(), cfg.Partitions); err != nil {
 		if errors.Is(err, bus.ErrPartitioned) {
 			return fmt.Errorf("%w: %v", ErrConfig, err)
 		}
 		return err
 	}
 	if cfg.SnapshotInterval > 0 {
-		store, err := snapshot.Open(ctx, js, cfg.Replicas)
+		store, err := b.Snapshots(ctx, cfg.Replicas)
 		if err != nil {
 			return err
 		}
-		m.keeper = snapshot.NewKeeper(store, snapshot.ConfigOf(cfg.Windows, m.rules.Load().policies, cfg.Partitions), cfg.Stream, m.reg, cfg.Log)
+		m.keeper = engine.NewKeeper(store, engine.ConfigOf(cfg.Windows, m.rules.Load().policies, cfg.Partitions), cfg.Stream, m.reg, cfg.Log)
 	}
 	kv, err := openLeases(ctx, js, cfg.Group, cfg.Replicas, cfg.Lease)
 	if err != nil {
@@ -184,8 +170,13 @@ func windowNames(ws []rolling.Window) string {
 }
 
 // Run starts answering the group's questions, counting and taking
-// partitions, until ctx is done or Close.
-func (m *Member) Run(ctx context.Context) error {
+// partitions, until Close. Every member's alerts, its own included, reach
+// alerts from NATS.
+func (m *Member) Run(alerts func(throttle.Alert)) error {
+	var err error
+	if m.alerts, err = m.bus.SubscribeAlerts(alerts); err != nil {
+		return fmt.Errorf("alerts: %w", err)
+	}
 	sub, err := m.bus.Conn().Subscribe(bus.GroupQuery(m.cfg.Group, chat.Token(m.cfg.Instance)), m.serve)
 	if err != nil {
 		return fmt.Errorf("group %s: questions: %w", m.cfg.Group, err)
@@ -194,8 +185,9 @@ func (m *Member) Run(ctx context.Context) error {
 	m.mu.Lock()
 	m.running = true
 	m.mu.Unlock()
-	m.consumer.Start(m.feeds.Source(), false)
-	ctx, m.cancel = context.WithCancel(ctx)
+	m.consumer.Start(m.feeds.Source())
+	var ctx context.Context
+	ctx, m.cancel = context.WithCancel(context.Background())
 	go func() {
 		defer close(m.done)
 		var wg sync.WaitGroup
@@ -203,7 +195,7 @@ func (m *Member) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); m.recordProgress(ctx) }()
 		if m.keeper != nil {
 			wg.Add(1)
-			go func() { defer wg.Done(); m.snapshots(ctx) }()
+			go func() { defer wg.Done(); m.keeper.Run(ctx, m.cfg.SnapshotInterval, m.consumer.Pause, m.snapshots) }()
 		}
 		if err := m.leases.run(ctx); err != nil {
 			m.log.Error("group: leases", "err", err)
@@ -224,6 +216,9 @@ func (m *Member) Close(ctx context.Context) error {
 	if m.query != nil {
 		m.query.Unsubscribe()
 	}
+	if m.alerts != nil {
+		m.alerts.Unsubscribe()
+	}
 	m.feeds.Source().Stop()
 	return m.consumer.Wait(ctx)
 }
@@ -236,11 +231,11 @@ func (m *Member) Sweep(now int64) {
 	defer m.mu.RUnlock()
 	for _, pt := range m.parts {
 		for _, s := range pt.stages {
-			if s.sink.Agg != nil {
-				s.sink.Agg.Advance(now)
+			if s.Agg != nil {
+				s.Agg.Advance(now)
 			}
-			if s.sink.Thr != nil {
-				s.sink.Thr.Sweep(now)
+			if s.Thr != nil {
+				s.Thr.Sweep(now)
 			}
 		}
 	}

@@ -4,14 +4,13 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/bus"
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/engine"
 	"github.com/chatpulse/chatpulse/ingest"
-	"github.com/chatpulse/chatpulse/snapshot"
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
@@ -26,13 +25,38 @@ const (
 	stageAll   = "all"
 )
 
-// stage is one reading of a partition's events: a sink and the feed that
-// fills it.
+// stage is one reading of a partition's events, and the feed that fills
+// it. The user stage reads the events the room stage reads, again: it is
+// quiet (ingest.Sink), so that each event is reported once. Every stage
+// accepts only events whose subject names their room and user (match):
+// those it was filed for.
 type stage struct {
-	name  string
-	sink  *ingest.Sink
+	*engine.Stage
+	quiet bool
+	match func(*ingest.Msg, *chat.Event) bool
 	feed  *bus.Feed
-	ready atomic.Bool
+}
+
+// Quiet says whether the stage is a second reading of what another
+// reports.
+func (s *stage) Quiet() bool { return s.quiet }
+
+// Accept rejects an event filed under a subject that does not name its
+// room and user as subject_mismatch (contract section 8).
+func (s *stage) Accept(m *ingest.Msg, ev *chat.Event) *ingest.Error {
+	if s.match(m, ev) {
+		return nil
+	}
+	return &ingest.Error{Reason: ingest.ReasonSubjectMismatch,
+		Msg: fmt.Sprintf("subject %s does not name the event's room %q and user %q", m.Subject, clip(ev.Room), clip(ev.User))}
+}
+
+// clip shortens a name quoted in an error.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
 }
 
 // partition is what this member runs for a partition it holds.
@@ -47,7 +71,7 @@ type partition struct {
 
 func (pt *partition) stage(name string) *stage {
 	for _, s := range pt.stages {
-		if s.name == name {
+		if s.Name == name {
 			return s
 		}
 	}
@@ -57,7 +81,7 @@ func (pt *partition) stage(name string) *stage {
 // ready reports whether every stage has caught up.
 func (pt *partition) ready() bool {
 	for _, s := range pt.stages {
-		if !s.ready.Load() {
+		if !s.Ready() {
 			return false
 		}
 	}
@@ -73,14 +97,14 @@ func (m *Member) newPartition(p int, rev uint64) *partition {
 	// A stage that decides policies has a throttle set even when it has
 	// none of them yet: a reload may give it some.
 	add := func(name string, agg, quiet, thr bool, match func(*ingest.Msg, *chat.Event) bool) {
-		s := &stage{name: name, sink: &ingest.Sink{Quiet: quiet, Match: match}}
+		s := &stage{Stage: &engine.Stage{Name: name}, quiet: quiet, match: match}
 		if agg {
-			s.sink.Agg, _ = aggregator.New(m.cfg.Windows) // checked in Open
+			s.Agg, _ = aggregator.New(m.cfg.Windows) // checked in New
 		}
 		if thr {
-			s.sink.Thr, _ = throttle.NewSet(r.ofStage(name)) // checked in New and Reconfigure
+			s.Thr, _ = throttle.NewSet(r.ofStage(name)) // checked in New and Reconfigure
 		}
-		s.sink.OnCaughtUp = func() { m.caughtUp(pt, s) }
+		s.OnCaughtUp = func() { m.caughtUp(pt) }
 		pt.stages = append(pt.stages, s)
 	}
 	// The room stage reports what it rejects; the user stage reads the
@@ -140,21 +164,22 @@ func (m *Member) start(p int, rev uint64) {
 		pt.through = through
 		// What a snapshot of the partition covers is not read again.
 		seqs := m.restore(ctx, pt)
-		from := m.cfg.Now().Add(-m.largest - m.cfg.MaxSkew)
+		from := m.cfg.ReplayFrom()
 		for _, s := range pt.stages {
 			for ctx.Err() == nil {
 				feed, caughtUp, err := m.feeds.Start(ctx, bus.FeedConfig{
-					Stream: m.cfg.Stream, Filter: m.filter(p, s.name), FromTime: from, FromSeq: seqs[s.name],
-					ReplayThrough: through[s.name], Sink: s.sink, Subject: m.cfg.Subject,
+					Stream: m.cfg.Stream, Filter: m.filter(p, s.Name), FromTime: from, FromSeq: seqs[s.Name],
+					ReplayThrough: through[s.Name], Sink: s, Subject: m.cfg.Subject,
 				})
 				if err == nil {
 					s.feed = feed
 					if caughtUp {
-						m.caughtUp(pt, s)
+						s.MarkReady()
+						m.caughtUp(pt)
 					}
 					break
 				}
-				m.log.Warn("group: partition feed not started; retrying", "partition", p, "stage", s.name, "err", err)
+				m.log.Warn("group: partition feed not started; retrying", "partition", p, "stage", s.Name, "err", err)
 				select {
 				case <-ctx.Done():
 				case <-time.After(time.Second):
@@ -164,10 +189,9 @@ func (m *Member) start(p int, rev uint64) {
 	}()
 }
 
-// caughtUp marks a stage as caught up, and the partition as ready once all
-// of its stages are.
-func (m *Member) caughtUp(pt *partition, s *stage) {
-	s.ready.Store(true)
+// caughtUp tells the leases that a partition is ready once all of its
+// stages have caught up.
+func (m *Member) caughtUp(pt *partition) {
 	if pt.ready() {
 		m.leases.ready(pt.p, pt.rev)
 	}
@@ -190,8 +214,8 @@ func (m *Member) stop(p int) {
 		if s.feed != nil {
 			s.feed.Stop()
 		}
-		if s.sink.Thr != nil {
-			m.retire(s.sink.Thr.Stats())
+		if s.Thr != nil {
+			m.retire(s.Thr.Stats())
 		}
 	}
 }
@@ -216,12 +240,13 @@ func (m *Member) replayThrough(ctx context.Context, p int) map[string]uint64 {
 
 func (m *Member) snapshotName(p int) string { return fmt.Sprintf("group.%s.p%d", m.cfg.Group, p) }
 
-func (pt *partition) parts() []snapshot.Part {
-	parts := make([]snapshot.Part, len(pt.stages))
-	for i, s := range pt.stages {
-		parts[i] = snapshot.Part{Name: s.name, Sink: s.sink}
+// job is the partition's snapshot: its stages.
+func (m *Member) job(pt *partition) engine.Job {
+	j := engine.Job{Name: m.snapshotName(pt.p)}
+	for _, s := range pt.stages {
+		j.Stages = append(j.Stages, s.Stage)
 	}
-	return parts
+	return j
 }
 
 // restore loads partition p's snapshot into its fresh stages, and returns
@@ -235,49 +260,19 @@ func (m *Member) restore(ctx context.Context, pt *partition) map[string]uint64 {
 		m.log.Warn("group: no snapshot loaded", "partition", pt.p, "err", err)
 		return nil
 	}
-	return m.keeper.Restore(ctx, m.snapshotName(pt.p), first, pt.parts())
+	return m.keeper.Restore(ctx, m.job(pt), first)
 }
 
-// snapshots saves, every interval, each partition this member holds and
-// has caught up, spread over the interval so that ingest waits a little
-// at a time.
-func (m *Member) snapshots(ctx context.Context) {
-	saved := map[int]uint64{}
-	for {
-		m.mu.RLock()
-		var pts []*partition
-		for _, pt := range m.parts {
-			if isOpen(pt) && pt.ready() {
-				pts = append(pts, pt)
-			}
-		}
-		m.mu.RUnlock()
-		step := m.cfg.SnapshotInterval / time.Duration(max(len(pts), 1))
-		for _, pt := range pts {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(step):
-			}
-			var seq uint64
-			for _, s := range pt.stages {
-				seq += s.sink.Seq()
-			}
-			if seq == saved[pt.p] {
-				continue
-			}
-			if _, err := m.keeper.Save(ctx, m.snapshotName(pt.p), m.consumer.Pause, pt.parts()); err != nil {
-				m.log.Warn("group: snapshot not saved", "partition", pt.p, "err", err)
-				continue
-			}
-			saved[pt.p] = seq
-		}
-		if len(pts) == 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(step):
-			}
+// snapshots are the jobs of the snapshot loop: each partition this member
+// holds and has caught up.
+func (m *Member) snapshots() []engine.Job {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var jobs []engine.Job
+	for _, pt := range m.parts {
+		if isOpen(pt) && pt.ready() {
+			jobs = append(jobs, m.job(pt))
 		}
 	}
+	return jobs
 }

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/chatpulse/chatpulse/snapshot"
+	"github.com/chatpulse/chatpulse/engine"
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
@@ -79,24 +79,22 @@ func (m *Member) Reconfigure(policies []throttle.Policy) error {
 	if running && had != (len(r.byScope[throttle.ScopeGroup]) > 0) {
 		return errGroupScope
 	}
-	m.consumer.Pause(func() { // as a snapshot's copy: never one state under the other's label
+	return m.keeper.Reconfigure(m.consumer.Pause, func() (string, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
+		var err error
 		for _, pt := range m.parts {
 			for _, s := range pt.stages {
-				if s.sink.Thr == nil {
+				if s.Thr == nil {
 					continue
 				}
-				if err2 := s.sink.Thr.Reconfigure(r.ofStage(s.name)); err2 != nil {
-					err = fmt.Errorf("partition %d, stage %s: %w", pt.p, s.name, err2) // checked whole above: cannot be
+				if err2 := s.Thr.Reconfigure(r.ofStage(s.Name)); err2 != nil {
+					err = fmt.Errorf("partition %d, stage %s: %w", pt.p, s.Name, err2) // checked whole above: cannot be
 				}
 			}
 		}
 		m.rules.Store(r)
 		m.metrics.track(policies)
-		if m.keeper != nil {
-			m.keeper.SetConfig(snapshot.ConfigOf(m.cfg.Windows, policies, m.cfg.Partitions))
-		}
+		return engine.ConfigOf(m.cfg.Windows, policies, m.cfg.Partitions), err
 	})
-	return err
 }

@@ -91,11 +91,11 @@ func (m *Member) answer(q question) answer {
 		read := func(t int64) error {
 			rooms, users = rooms[:0], users[:0]
 			for _, pt := range pts {
-				r, err := pt.stage(stageRoom).sink.Agg.Overview(q.Window, q.K, t)
+				r, err := pt.stage(stageRoom).Agg.Overview(q.Window, q.K, t)
 				if err != nil {
 					return err
 				}
-				u, _ := pt.stage(stageUser).sink.Agg.Overview(q.Window, q.K, t)
+				u, _ := pt.stage(stageUser).Agg.Overview(q.Window, q.K, t)
 				rooms, users = append(rooms, r), append(users, u)
 			}
 			return nil
@@ -113,7 +113,7 @@ func (m *Member) answer(q question) answer {
 		for again, t := true, q.Now; again; {
 			parts, again = parts[:0], false
 			for _, pt := range pts {
-				r, err := pt.stage(stageRoom).sink.Agg.Rooms(q.Window, q.Limit, t)
+				r, err := pt.stage(stageRoom).Agg.Rooms(q.Window, q.Limit, t)
 				if err != nil {
 					return fail(err)
 				}
@@ -126,26 +126,26 @@ func (m *Member) answer(q question) answer {
 		v := mergeRooms(parts, q.Limit)
 		a.Rooms, a.AsOf = &v, int64(v.AsOf)
 	case "room":
-		v, err := pts[0].stage(stageRoom).sink.Agg.Room(q.Room, q.Window, q.K, q.Now)
+		v, err := pts[0].stage(stageRoom).Agg.Room(q.Room, q.Window, q.K, q.Now)
 		if err != nil {
 			return fail(err)
 		}
 		a.Room, a.AsOf = &v, int64(v.AsOf)
 	case "user":
-		v, err := pts[0].stage(stageUser).sink.Agg.User(q.User, q.Window, q.Now)
+		v, err := pts[0].stage(stageUser).Agg.User(q.User, q.Window, q.Now)
 		if err != nil {
 			return fail(err)
 		}
 		a.User, a.AsOf = &v, int64(v.AsOf)
 	case "check":
-		if s := pts[0].stage(q.Stage); s != nil && s.sink.Thr != nil {
-			a.Decisions = s.sink.Thr.Check(q.Now, q.Room, q.User, q.Text, q.HasText).Decisions
+		if s := pts[0].stage(q.Stage); s != nil && s.Thr != nil {
+			a.Decisions = s.Thr.Check(q.Now, q.Room, q.User, q.Text, q.HasText).Decisions
 		}
 	case "active":
 		for _, pt := range pts {
 			for _, s := range pt.stages {
-				if s.sink.Thr != nil {
-					a.Active = append(a.Active, s.sink.Thr.Active(q.Now)...)
+				if s.Thr != nil {
+					a.Active = append(a.Active, s.Thr.Active(q.Now)...)
 				}
 			}
 		}

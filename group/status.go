@@ -32,8 +32,10 @@ type MemberStatus struct {
 	Partitions []int  `json:"partitions"` // which it owns (chatpulse's addition)
 }
 
-// Status says who is in the group and what each owns.
-func (m *Member) Status() Status {
+// Status says who is in the group and what each owns (a Status).
+func (m *Member) Status() any { return m.status() }
+
+func (m *Member) status() Status {
 	t := m.leases.table()
 	s := Status{Group: m.cfg.Group, Instance: m.cfg.Instance, Partitions: m.cfg.Partitions, Complete: m.complete(t), Members: []MemberStatus{}}
 	for _, name := range slices.Sorted(maps.Keys(t.members)) {
@@ -109,7 +111,7 @@ func (m *Member) recordProgress(ctx context.Context) {
 			}
 			seqs := map[string]uint64{}
 			for _, s := range pt.stages {
-				seqs[s.name] = max(s.sink.Seq(), pt.through[s.name])
+				seqs[s.Name] = max(s.Seq(), pt.through[s.Name])
 			}
 			now[p] = seqs
 		}
@@ -134,8 +136,8 @@ func (m *Member) Stats() aggregator.Stats {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	for _, pt := range m.parts {
-		r := pt.stage(stageRoom).sink.Agg.Stats()
-		u := pt.stage(stageUser).sink.Agg.Stats()
+		r := pt.stage(stageRoom).Agg.Stats()
+		u := pt.stage(stageUser).Agg.Stats()
 		st.Rooms += r.Rooms
 		st.Pairs += r.Pairs
 		st.Users += u.Users
@@ -161,10 +163,10 @@ func (m *Member) ThrottleStats() []throttle.PolicyStats {
 	}
 	for _, pt := range m.parts {
 		for _, s := range pt.stages {
-			if s.sink.Thr == nil {
+			if s.Thr == nil {
 				continue
 			}
-			for _, ps := range s.sink.Thr.Stats() {
+			for _, ps := range s.Thr.Stats() {
 				o := &out[r.order[ps.Policy]]
 				o.Keys += ps.Keys
 				o.Evicted += ps.Evicted

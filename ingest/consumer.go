@@ -11,7 +11,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/throttle"
 )
@@ -26,35 +25,39 @@ type Msg struct {
 	Header   map[string][]string
 	Received int64  // Unix ms it reached NATS, if known (JetStream), else 0
 	Seq      uint64 // its stream sequence, if known (JetStream), else 0
-	Replay   bool   // handled before (by an earlier run): no alerts, no dead letters
-	CaughtUp bool   // the last message of the replay
-	Sink     *Sink  // where it is counted; nil: the consumer's own sink
+	// Replay: handled before, by an earlier run or by the partition's
+	// previous owner: it is counted again, but raises no alert and no dead
+	// letter (those went out when it was first handled).
+	Replay   bool
+	CaughtUp bool // the last message of what its source had when it began
+	Sink     Sink // where it is counted
 }
 
-// A Sink is where events are counted: an aggregator and the throttle
-// policies that go with it. A consumer has one of its own; in a group,
-// each partition's stage is a sink, and each message names its own.
-type Sink struct {
-	Agg *aggregator.Aggregator // nil: nothing to count (nor anything late)
-	Thr *throttle.Set          // nil: no policies
-	// Quiet marks a second reading of events that another sink reports:
-	// its rejections are neither counted nor dead-lettered, and its
-	// messages are not in the metrics.
-	Quiet bool
-	// Match, if set, says whether a decoded event belongs here: whether
-	// the subject it came on names its room and user. One that does not
-	// is rejected as subject_mismatch.
-	Match func(m *Msg, ev *chat.Event) bool
-	// OnCaughtUp, if set, is called, on the consumer's goroutine, once the
-	// message marked CaughtUp has been handled.
-	OnCaughtUp func()
-
-	seq atomic.Uint64 // stream sequence of the newest message handled
+// A Sink is where the events of the messages that name it are counted
+// (engine.Stage is chatpulse's). The consumer calls Accept and Count on its
+// loop's goroutine, and Throttle and Handled on its throttle goroutine, a
+// batch behind, each for a run of consecutive messages of one sink; never
+// two calls of one kind at once.
+type Sink interface {
+	// Accept says whether a decoded event belongs in the sink: nil, or
+	// the error it is rejected with (contract section 8's
+	// subject_mismatch, in a group).
+	Accept(m *Msg, ev *chat.Event) *Error
+	// Count counts evs at now (Unix ms) and appends to late the indexes
+	// of those older than every window, in order.
+	Count(now int64, evs []chat.Event, late []int) []int
+	// Throttle feeds evs to the throttle policies and calls alert with
+	// each crossing of an event that is not a replay (replay[i]).
+	Throttle(evs []chat.Event, replay []bool, alert func(throttle.Alert))
+	// Handled says that every message up to stream sequence seq (0:
+	// unknown) has been handled, and whether the one marked CaughtUp was
+	// among them.
+	Handled(seq uint64, caughtUp bool)
+	// Quiet reports whether the sink is a second reading of events that
+	// another sink reports: its rejections are neither counted nor
+	// dead-lettered, and its messages are not in the metrics.
+	Quiet() bool
 }
-
-// Seq is the stream sequence of the newest message the sink has handled
-// (its throttle policies included).
-func (s *Sink) Seq() uint64 { return s.seq.Load() }
 
 // A Source delivers messages. Next waits until at least one has arrived or
 // delivery has stopped, then appends to buf what has arrived, up to
@@ -80,13 +83,11 @@ type Config struct {
 	OnAlert func(throttle.Alert)
 }
 
-// Consumer reads events from a Source into sinks.
+// Consumer reads events from a Source into the sinks they name.
 type Consumer struct {
-	cfg  Config
-	sink *Sink // for messages that name none
-	m    *metrics
+	cfg Config
+	m   *metrics
 
-	ready   atomic.Bool
 	handled atomic.Uint64 // messages handled, of every kind
 	done    chan struct{} // closed when the loop has handled everything
 
@@ -101,33 +102,23 @@ type Consumer struct {
 	late []int
 }
 
-// New returns a consumer that counts in sink what names no other; Start
-// starts it.
-func New(sink *Sink, reg prometheus.Registerer, cfg Config) *Consumer {
+// New returns a consumer; Start starts it.
+func New(reg prometheus.Registerer, cfg Config) *Consumer {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Consumer{cfg: cfg, sink: sink, m: newMetrics(reg), done: make(chan struct{})}
+	return &Consumer{cfg: cfg, m: newMetrics(reg), done: make(chan struct{})}
 }
-
-// Ready reports whether the consumer has caught up with its source: it has
-// handled the message marked CaughtUp, or was started with nothing to
-// replay.
-func (c *Consumer) Ready() bool { return c.ready.Load() }
 
 // Handled is the number of messages handled so far, counted or not.
 func (c *Consumer) Handled() uint64 { return c.handled.Load() }
 
 // Start handles what src delivers, on goroutines of its own, until it
-// stops. replaying says that src begins with a replay, ended by a message
-// marked CaughtUp; until that one is handled the consumer is not Ready.
-func (c *Consumer) Start(src Source, replaying bool) {
-	c.ready.Store(!replaying)
-	go c.loop(src)
-}
+// stops.
+func (c *Consumer) Start(src Source) { go c.loop(src) }
 
 // Wait returns once every message the source delivered has been handled
 // (stop the source first), or ctx is done.
@@ -201,7 +192,7 @@ type job struct {
 // run is the part of a batch that went to one sink: its events are
 // evs[start:end] of the job.
 type run struct {
-	sink       *Sink
+	sink       Sink
 	start, end int
 	seq        uint64 // the newest stream sequence among its messages
 	caughtUp   bool
@@ -214,9 +205,9 @@ func (c *Consumer) handle(batch []Msg, j *job) {
 	nowMs := c.cfg.Now().UnixMilli()
 	*j = job{evs: j.evs[:0], replay: j.replay[:0], runs: j.runs[:0], messages: len(batch)}
 	for start := 0; start < len(batch); {
-		s := c.sinkOf(&batch[start])
+		s := batch[start].Sink
 		end := start + 1
-		for end < len(batch) && c.sinkOf(&batch[end]) == s {
+		for end < len(batch) && batch[end].Sink == s {
 			end++
 		}
 		c.handleRun(batch[start:end], s, nowMs, j)
@@ -224,16 +215,10 @@ func (c *Consumer) handle(batch []Msg, j *job) {
 	}
 }
 
-func (c *Consumer) sinkOf(m *Msg) *Sink {
-	if m.Sink != nil {
-		return m.Sink
-	}
-	return c.sink
-}
-
 // handleRun handles messages for one sink.
-func (c *Consumer) handleRun(msgs []Msg, s *Sink, nowMs int64, j *job) {
+func (c *Consumer) handleRun(msgs []Msg, s Sink, nowMs int64, j *job) {
 	skew := c.cfg.MaxSkew.Milliseconds()
+	quiet := s.Quiet()
 	r := run{sink: s, start: len(j.evs)}
 	c.from = c.from[:0]
 	for i := range msgs {
@@ -243,7 +228,7 @@ func (c *Consumer) handleRun(msgs []Msg, s *Sink, nowMs int64, j *job) {
 		if c.cfg.Own != "" && strings.HasPrefix(m.Subject, c.cfg.Own) {
 			continue // never our own subjects, whatever the filter says
 		}
-		if !s.Quiet {
+		if !quiet {
 			j.received++
 		}
 		received := nowMs
@@ -255,17 +240,17 @@ func (c *Consumer) handleRun(msgs []Msg, s *Sink, nowMs int64, j *job) {
 		case err != nil:
 			c.reject(m, s, err.(*Error))
 		case !ev.Counted:
-			if !s.Quiet {
+			if !quiet {
 				j.ignored++
 			}
 		default:
-			// Match is asked about the event where it is kept: a pointer
-			// to ev handed to a func value would make ev escape, an
-			// allocation for every message.
+			// The sink is asked about the event where it is kept: a
+			// pointer to ev handed to an interface would make ev escape,
+			// an allocation for every message.
 			j.evs = append(j.evs, ev.Event)
-			if s.Match != nil && !s.Match(m, &j.evs[len(j.evs)-1]) {
+			if e := s.Accept(m, &j.evs[len(j.evs)-1]); e != nil {
 				j.evs = j.evs[:len(j.evs)-1]
-				c.reject(m, s, &Error{Reason: ReasonSubjectMismatch, Msg: fmt.Sprintf("subject %s does not name the event's room %q and user %q", m.Subject, clip(ev.Room), clip(ev.User))})
+				c.reject(m, s, e)
 			} else {
 				c.from = append(c.from, i)
 			}
@@ -274,10 +259,7 @@ func (c *Consumer) handleRun(msgs []Msg, s *Sink, nowMs int64, j *job) {
 	// The run's events are counted where they are, in the job, and the
 	// late ones (rare) taken out after, the others moving up in order.
 	evs := j.evs[r.start:]
-	c.late = c.late[:0]
-	if s.Agg != nil {
-		c.late = s.Agg.Observe(nowMs, evs, c.late)
-	}
+	c.late = s.Count(nowMs, evs, c.late[:0])
 	late, kept := c.late, r.start
 	for k := range evs {
 		m := &msgs[c.from[k]]
@@ -306,23 +288,11 @@ func (c *Consumer) throttle(j *job) {
 	accepted := 0
 	for _, r := range j.runs {
 		evs := j.evs[r.start:r.end]
-		if r.sink.Thr != nil {
-			replay := j.replay[r.start:r.end]
-			r.sink.Thr.ObserveBatch(evs, func(i int, a throttle.Alert) {
-				if !replay[i] && c.cfg.OnAlert != nil { // a replayed event's alert went out when it was live
-					c.cfg.OnAlert(a)
-				}
-			})
-		}
-		if !r.sink.Quiet {
+		r.sink.Throttle(evs, j.replay[r.start:r.end], c.cfg.OnAlert)
+		if !r.sink.Quiet() {
 			accepted += len(evs)
 		}
-		if r.seq != 0 {
-			r.sink.seq.Store(r.seq)
-		}
-		if r.caughtUp {
-			c.caughtUp(r.sink)
-		}
+		r.sink.Handled(r.seq, r.caughtUp)
 	}
 	c.m.received.Add(float64(j.received))
 	c.m.ignored.Add(float64(j.ignored))
@@ -331,22 +301,11 @@ func (c *Consumer) throttle(j *job) {
 	clear(j.evs) // let the payloads go
 }
 
-// caughtUp notes that a sink's replay has been handled.
-func (c *Consumer) caughtUp(s *Sink) {
-	if s.OnCaughtUp != nil {
-		s.OnCaughtUp()
-	}
-	if s == c.sink && !c.ready.Load() {
-		c.ready.Store(true)
-		c.cfg.Log.Info("replay caught up")
-	}
-}
-
 // reject counts a rejected message and hands it to OnReject, to be
 // dead-lettered. Replayed messages were dead-lettered when they first
 // arrived, and are not again; a quiet sink's are another sink's to report.
-func (c *Consumer) reject(m *Msg, s *Sink, err *Error) {
-	if s.Quiet {
+func (c *Consumer) reject(m *Msg, s Sink, err *Error) {
+	if s.Quiet() {
 		return
 	}
 	c.m.rejected[err.Reason].Inc()

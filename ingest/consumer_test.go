@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,18 +28,60 @@ func (s *slice) Next(buf []Msg) ([]Msg, bool) {
 	return buf, len(s.msgs) > 0
 }
 
-func newSink(t *testing.T, quiet bool) *Sink {
+// testSink is a Sink as a group's stage is: an aggregator, policies, and
+// optionally quiet and a match of the subject.
+type testSink struct {
+	Agg        *aggregator.Aggregator
+	Thr        *throttle.Set
+	quiet      bool
+	Match      func(m *Msg, ev *chat.Event) bool
+	OnCaughtUp func()
+	seq        atomic.Uint64
+}
+
+func newSink(t testing.TB, quiet bool) *testSink {
 	ws, _ := rolling.ParseWindows("1m")
 	agg, err := aggregator.New(ws)
 	if err != nil {
 		t.Fatal(err)
 	}
 	thr, _ := throttle.NewSet(throttle.DefaultPolicies())
-	return &Sink{Agg: agg, Thr: thr, Quiet: quiet}
+	return &testSink{Agg: agg, Thr: thr, quiet: quiet}
 }
 
+func (s *testSink) Accept(m *Msg, ev *chat.Event) *Error {
+	if s.Match == nil || s.Match(m, ev) {
+		return nil
+	}
+	return &Error{Reason: ReasonSubjectMismatch, Msg: "subject " + m.Subject}
+}
+
+func (s *testSink) Count(now int64, evs []chat.Event, late []int) []int {
+	return s.Agg.Observe(now, evs, late)
+}
+
+func (s *testSink) Throttle(evs []chat.Event, replay []bool, alert func(throttle.Alert)) {
+	s.Thr.ObserveBatch(evs, func(i int, a throttle.Alert) {
+		if !replay[i] && alert != nil {
+			alert(a)
+		}
+	})
+}
+
+func (s *testSink) Handled(seq uint64, caughtUp bool) {
+	if seq != 0 {
+		s.seq.Store(seq)
+	}
+	if caughtUp && s.OnCaughtUp != nil {
+		s.OnCaughtUp()
+	}
+}
+
+func (s *testSink) Quiet() bool { return s.quiet }
+func (s *testSink) Seq() uint64 { return s.seq.Load() }
+
 // Messages go to the sink they name; a quiet sink counts but reports
-// nothing; Match rejects what does not belong; every sink learns its
+// nothing; what a sink does not accept is rejected; every sink learns its
 // newest sequence and when its replay is done.
 func TestSinks(t *testing.T) {
 	now := time.UnixMilli(1_764_000_000_000)
@@ -52,7 +95,7 @@ func TestSinks(t *testing.T) {
 		return fmt.Appendf(nil, `{"room":%q,"user":%q,"ts":%d}`, room, user, now.UnixMilli())
 	}
 	msgs := []Msg{
-		{Subject: "chat.a.u", Data: ev("a", "u"), Seq: 1},
+		{Subject: "chat.a.u", Data: ev("a", "u"), Seq: 1, Sink: def},
 		{Subject: "chat.a.u", Data: ev("a", "u"), Seq: 2, Sink: loud, Replay: true},
 		{Subject: "chat.a.u", Data: ev("a", "u"), Seq: 2, Sink: quiet, Replay: true},
 		{Subject: "chat.a.u", Data: ev("a", "u"), Seq: 3, Sink: loud, CaughtUp: true, Replay: true},
@@ -63,15 +106,15 @@ func TestSinks(t *testing.T) {
 		{Subject: "chatpulse.alerts.x", Data: ev("a", "u"), Seq: 6, Sink: loud},
 	}
 	var rejected []Reason
-	c := New(def, prometheus.NewRegistry(), Config{
+	c := New(prometheus.NewRegistry(), Config{
 		Own: "chatpulse.", Now: func() time.Time { return now }, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		OnReject: func(m *Msg, e *Error) { rejected = append(rejected, e.Reason) },
 	})
-	c.Start(&slice{msgs}, false)
+	c.Start(&slice{msgs})
 	if err := c.Wait(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	count := func(s *Sink) int64 {
+	count := func(s *testSink) int64 {
 		v, _ := s.Agg.Overview("", 1, now.UnixMilli())
 		return v.Messages
 	}
@@ -121,13 +164,13 @@ func (s chanSource) Next(buf []Msg) ([]Msg, bool) {
 func TestPauseSeesOnePoint(t *testing.T) {
 	now := time.UnixMilli(1_764_000_000_000)
 	s := newSink(t, false)
-	c := New(s, prometheus.NewRegistry(), Config{Now: func() time.Time { return now }, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	c := New(prometheus.NewRegistry(), Config{Now: func() time.Time { return now }, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	src := make(chanSource, 64)
-	c.Start(src, false)
+	c.Start(src)
 	const n = 20_000
 	go func() {
 		for i := range n {
-			src <- Msg{Subject: "chat.a.u", Seq: uint64(i + 1), Data: fmt.Appendf(nil, `{"room":"a","user":"u%d","ts":%d}`, i%50, now.UnixMilli())}
+			src <- Msg{Subject: "chat.a.u", Seq: uint64(i + 1), Sink: s, Data: fmt.Appendf(nil, `{"room":"a","user":"u%d","ts":%d}`, i%50, now.UnixMilli())}
 		}
 		close(src)
 	}()
@@ -151,7 +194,7 @@ func TestPauseSeesOnePoint(t *testing.T) {
 
 // Handling a batch of events of tracked keys allocates nothing beyond what
 // the source delivered: decoded in place, counted, fed to the policies,
-// with and without a Match.
+// with and without a subject to match.
 func TestHandleTrackedDoesNotAllocate(t *testing.T) {
 	for _, match := range []bool{false, true} {
 		handle := trackedBatches(t, match)
@@ -166,7 +209,7 @@ func TestHandleTrackedDoesNotAllocate(t *testing.T) {
 
 // BenchmarkHandle is what the consumer's loop and throttle goroutine do
 // with a batch of 64 events of tracked keys (40 users in 5 rooms), with
-// and without a Match: one op is one batch.
+// and without a subject to match: one op is one batch.
 func BenchmarkHandle(b *testing.B) {
 	for _, match := range []bool{false, true} {
 		b.Run(fmt.Sprint("match=", match), func(b *testing.B) {
@@ -187,24 +230,18 @@ func BenchmarkHandle(b *testing.B) {
 // trackedBatches returns what handles one batch of 64 events, the same
 // ones each time, their clock 50 ms further on each time.
 func trackedBatches(t testing.TB, match bool) func() {
-	ws, _ := rolling.ParseWindows("1m")
-	agg, err := aggregator.New(ws)
-	if err != nil {
-		t.Fatal(err)
-	}
-	thr, _ := throttle.NewSet(throttle.DefaultPolicies())
-	sink := &Sink{Agg: agg, Thr: thr}
+	sink := newSink(t, false)
 	if match {
 		sink.Match = func(m *Msg, ev *chat.Event) bool { return len(m.Subject) > len(ev.Room) }
 	}
 	now := int64(1_764_000_000_000)
-	c := New(sink, prometheus.NewRegistry(), Config{
+	c := New(prometheus.NewRegistry(), Config{
 		Now: func() time.Time { return time.UnixMilli(now) }, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	batch := make([]Msg, 64)
 	for i := range batch {
 		room, user := fmt.Sprint("r", i%5), fmt.Sprint("u", i%40)
-		batch[i] = Msg{Subject: "chat." + room + "." + user, Data: fmt.Appendf(nil, // no ts: they happen when they arrive
+		batch[i] = Msg{Subject: "chat." + room + "." + user, Sink: sink, Data: fmt.Appendf(nil, // no ts: they happen when they arrive
 			`{"id":"m-%d","room":%q,"user":%q,"text":"hello %d"}`, i, room, user, i%3)}
 	}
 	j := &job{}
@@ -221,7 +258,7 @@ func TestLateTakenOut(t *testing.T) {
 	now := int64(1_764_000_000_000)
 	sink := newSink(t, false) // a 1m window
 	var rejected []string
-	c := New(sink, prometheus.NewRegistry(), Config{
+	c := New(prometheus.NewRegistry(), Config{
 		Now: func() time.Time { return time.UnixMilli(now) }, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		OnReject: func(m *Msg, e *Error) { rejected = append(rejected, string(e.Reason)+" "+m.Subject) },
 	})
@@ -231,7 +268,7 @@ func TestLateTakenOut(t *testing.T) {
 		if late {
 			ts = now - 2*60_000
 		}
-		batch = append(batch, Msg{Subject: fmt.Sprint("chat.r.u", i), Data: fmt.Appendf(nil, `{"room":"r","user":"u%d","ts":%d}`, i, ts)})
+		batch = append(batch, Msg{Subject: fmt.Sprint("chat.r.u", i), Sink: sink, Data: fmt.Appendf(nil, `{"room":"r","user":"u%d","ts":%d}`, i, ts)})
 	}
 	j := &job{}
 	c.handle(batch, j)

@@ -4,8 +4,8 @@
 // batches, and hands every rejected message back to be dead-lettered.
 //
 // Messages come from a Source, whatever delivers them (package bus reads
-// them from NATS); a Consumer is Ready once the replay its source began
-// with has been handled.
+// them from NATS), each naming the Sink it is counted in (an engine's
+// stage).
 //
 // It never talks to the network and never decides what a count is: that is
 // the aggregator's.

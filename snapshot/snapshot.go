@@ -1,14 +1,14 @@
-// Package snapshot is how chatpulse saves its state and gets it back
-// (contract section 9): the format of a snapshot (the state of one or more
-// stages, each at the stream sequence it covers, with what it was taken
-// under), and the JetStream object store that keeps them.
+// Package snapshot is the format of chatpulse's saved state (contract
+// section 9): a snapshot is the state of one or more stages, each at the
+// stream sequence it covers, with what it was taken under.
 //
 // The state itself is the aggregator's and the throttle set's to write and
 // read (their AppendState and LoadState); this package frames it: a magic
 // line, a version, the configuration it was taken under (a snapshot of
 // another is ignored), and a CRC-32C of everything, so that a corrupt or
 // foreign object is refused before any of it is loaded. It never decides
-// when to take one or what to do without one.
+// when to take one, where to keep it, or what to do without one: that is
+// engine's Keeper.
 package snapshot
 
 import (

@@ -217,9 +217,13 @@ func (s *Server) throttlePolicies(w http.ResponseWriter, r *http.Request) {
 
 // group is GET /api/v1/group: the group's members, or 404 when standalone.
 func (s *Server) group(w http.ResponseWriter, r *http.Request) {
-	if s.opts.Group == nil {
+	var status any
+	if s.opts.Group != nil {
+		status = s.opts.Group()
+	}
+	if status == nil {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "not in a group: this instance runs standalone (see --group)"})
 		return
 	}
-	writeJSON(w, http.StatusOK, s.opts.Group())
+	writeJSON(w, http.StatusOK, status)
 }

@@ -27,7 +27,8 @@ type Options struct {
 	Log            *slog.Logger
 	PushInterval   time.Duration // websocket pushes
 	AllowedOrigins []string      // besides the same origin, for /ws
-	// Group answers GET /api/v1/group; nil (standalone) answers 404.
+	// Group answers GET /api/v1/group; nil, or nil from it (standalone),
+	// answers 404.
 	Group func() any
 	// Policies answers GET /api/v1/throttle/policies: the throttle policies
 	// in force, and since when.

@@ -28,10 +28,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/bus"
-	"github.com/chatpulse/chatpulse/ingest"
+	"github.com/chatpulse/chatpulse/engine"
 	"github.com/chatpulse/chatpulse/rolling"
+	"github.com/chatpulse/chatpulse/standalone"
 	"github.com/chatpulse/chatpulse/throttle"
 	"github.com/chatpulse/chatpulse/traffic"
 )
@@ -278,29 +278,25 @@ func phaseChatpulse(url string, n int, useJS bool, stream string, warm bool, pub
 	}
 	defer b.Close()
 	ws, _ := rolling.ParseWindows(rolling.DefaultWindows)
-	agg, _ := aggregator.New(ws)
-	thr, _ := throttle.NewSet(throttle.DefaultPolicies())
-	var src *bus.Source
-	replaying := false
+	subject := "core.>"
 	if useJS {
-		src, replaying, err = b.Stream(context.Background(), bus.StreamConfig{
-			Stream: stream, Subject: "js.>", MaxAge: 2 * time.Hour, From: time.Now().Add(-time.Hour),
-		})
-	} else {
-		src, err = b.Subscribe("core.>")
+		subject = "js.>"
 	}
+	e, err := standalone.New(engine.Config{
+		Stream: stream, Subject: subject, JetStream: useJS, Windows: ws, MaxSkew: 5 * time.Second,
+		Policies: throttle.DefaultPolicies(), Instance: "chatbench", Log: quiet,
+	}, prometheus.NewRegistry())
 	if err != nil {
 		return phase{}, err
 	}
-	c := ingest.New(&ingest.Sink{Agg: agg, Thr: thr}, prometheus.NewRegistry(), ingest.Config{
-		Own: bus.OwnPrefix, MaxSkew: 5 * time.Second, Log: quiet,
-		OnReject: b.DeadLetter,
-	})
-	c.Start(src, replaying)
-	defer func() {
-		src.Stop()
-		c.Wait(context.Background())
-	}()
+	if err := e.Attach(context.Background(), b, ""); err != nil {
+		return phase{}, err
+	}
+	if err := e.Run(nil); err != nil {
+		return phase{}, err
+	}
+	defer e.Close(context.Background())
+	c := e
 	handled := func(want int) error {
 		for deadline := time.Now().Add(3 * time.Minute); c.Handled() < uint64(want); time.Sleep(time.Millisecond) {
 			if time.Now().After(deadline) {

@@ -27,13 +27,6 @@ type stats interface {
 	ThrottleStats() []throttle.PolicyStats
 }
 
-type standalone struct {
-	*aggregator.Aggregator
-	thr *throttle.Set
-}
-
-func (s standalone) ThrottleStats() []throttle.PolicyStats { return s.thr.Stats() }
-
 func newStatsCollector(st stats, windows []string, labels func() []throttle.DecisionLabel, dropped func() uint64) *statsCollector {
 	return &statsCollector{
 		stats: st, dropped: dropped, windows: windows, labels: labels,

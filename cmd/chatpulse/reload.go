@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/chatpulse/chatpulse/bus"
-	"github.com/chatpulse/chatpulse/snapshot"
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
@@ -51,7 +50,7 @@ func (m *Main) kvPolicies(ctx context.Context) error {
 	}
 	ps, err := throttle.ParsePolicies(src.name, v.Data)
 	if err == nil {
-		err = m.applyPolicies(ps)
+		err = m.engine.Reconfigure(ps)
 	}
 	if err != nil {
 		return usagef("--policies %s: %v", src.name, err)
@@ -60,24 +59,6 @@ func (m *Main) kvPolicies(ctx context.Context) error {
 	defer m.policies.mu.Unlock()
 	m.policies.set(ps)
 	return nil
-}
-
-// applyPolicies makes ps the policies of every throttle set of this
-// instance, or of none: standalone, the one set (Reconfigure changes
-// nothing if they are not valid); in a group, the member's. It runs while
-// ingest waits, as a snapshot is taken, so that a snapshot holds the state
-// of the policies it is labelled with.
-func (m *Main) applyPolicies(ps []throttle.Policy) error {
-	if m.member != nil {
-		return m.member.Reconfigure(ps)
-	}
-	var err error
-	m.consumer.Pause(func() {
-		if err = m.thr.Reconfigure(ps); err == nil && m.keeper != nil {
-			m.keeper.SetConfig(snapshot.ConfigOf(m.Config.Windows, m.thr.Policies(), 0))
-		}
-	})
-	return err
 }
 
 // watchPolicies offers every new version of the policies source until

@@ -18,43 +18,37 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/bus"
+	"github.com/chatpulse/chatpulse/engine"
 	"github.com/chatpulse/chatpulse/group"
-	"github.com/chatpulse/chatpulse/ingest"
 	"github.com/chatpulse/chatpulse/rolling"
-	"github.com/chatpulse/chatpulse/snapshot"
+	"github.com/chatpulse/chatpulse/standalone"
 	"github.com/chatpulse/chatpulse/throttle"
 	"github.com/chatpulse/chatpulse/traffic"
 	"github.com/chatpulse/chatpulse/web"
 )
 
-// Main is the program: ParseFlags, then Run, then Close.
+// Main is the program: ParseFlags, then Run, then Close. It wires the
+// parts together (flags, TLS, HTTP, the bus, web, the policies, the
+// janitor) around the engine, which does the counting: standalone, or a
+// member of a group with --group. It never asks which it has.
 type Main struct {
 	Config Config
 	Log    *slog.Logger
 	Stderr io.Writer
 	Now    func() time.Time
 
-	agg       *aggregator.Aggregator // standalone
-	thr       *throttle.Set          // standalone
-	member    *group.Member          // in a group
-	sink      *ingest.Sink           // standalone: the aggregator and the throttle set
-	keeper    *snapshot.Keeper       // nil: no snapshots
-	policies  *policies              // in force, and where new versions come from
-	reg       *prometheus.Registry
-	consumer  *ingest.Consumer
-	web       *web.Server
-	bus       *bus.Bus
-	source    *bus.Source
-	replaying bool // the source begins with a replay
-	consuming bool // the consumer was started
-	svc       micro.Service
-	http      *http.Server
-	httpAddr  net.Addr
-	stop      chan struct{} // ends the hub, the janitor and the demo
-	wg        sync.WaitGroup
-	closed    bool
+	engine   engine.Engine
+	policies *policies // in force, and where new versions come from
+	web      *web.Server
+	bus      *bus.Bus
+	running  bool // the engine was started
+	svc      micro.Service
+	http     *http.Server
+	httpAddr net.Addr
+	stop     chan struct{} // ends the hub, the janitor and the demo
+	wg       sync.WaitGroup
+	closed   bool
 
 	tls *tls.Config // nil: plain HTTP
 	// httpTimeouts are defaultHTTPTimeouts; tests shorten them.
@@ -94,8 +88,7 @@ func (m *Main) Run(ctx context.Context) error {
 }
 
 // build makes the parts that hold state and wires them together; nothing
-// runs yet. Standalone, that is one aggregator and one throttle set fed by
-// one consumer; in a group, a member that holds partitions of them.
+// runs yet.
 func (m *Main) build() error {
 	c := &m.Config
 	if len(c.Windows) == 0 {
@@ -109,23 +102,24 @@ func (m *Main) build() error {
 	if err != nil {
 		return err
 	}
-	thr, err := throttle.NewSet(policies)
-	if err != nil {
+	if _, err := throttle.NewSet(policies); err != nil {
 		return &UsageError{fmt.Errorf("--policies: %w", err)}
 	}
 	if m.tls, err = loadTLS(c); err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()
-	m.reg = reg
 	m.policies = newPolicies(src, policies, m.Now, m.Log, reg)
-	m.policies.apply = m.applyPolicies
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "chatpulse_deadletter_failed_total",
 		Help: "Dead letters not kept: not sent, refused by the dead-letter stream, or not acked in time.",
 	}, func() float64 { return float64(m.bus.DeadLetterFailed()) }))
-	opts := web.Options{
+	if m.engine, err = newEngine(c, policies, m.Now, m.Log, reg); err != nil {
+		return &UsageError{err}
+	}
+	m.policies.apply = m.engine.Reconfigure
+	m.web = web.New(m.engine, m.engine, web.Options{
 		Now:            m.Now,
 		Gatherer:       reg,
 		Registerer:     reg,
@@ -136,43 +130,34 @@ func (m *Main) build() error {
 		AuthToken:      c.AuthToken,
 		MetricsAuth:    c.MetricsAuth,
 		Policies:       m.policies.answer,
-	}
-	deadLetter := func(msg *ingest.Msg, err *ingest.Error) { m.bus.DeadLetter(msg, err) }
-	var stats stats
-	if c.Group != "" {
-		m.member, err = group.New(group.Config{
-			Group: c.Group, Instance: c.Instance, Partitions: c.Partitions, Replicas: c.Replicas,
-			Stream: c.Stream, Subject: c.Subject, Windows: c.Windows, MaxSkew: c.MaxSkew, Policies: policies,
-			SnapshotInterval: c.SnapshotInterval, Now: m.Now, Log: m.Log,
-		}, reg, deadLetter, func(a throttle.Alert) { m.bus.Alert(a) }) // dashboards hear it back from NATS
-		if err != nil {
-			return &UsageError{err}
-		}
-		stats = m.member
-		opts.Ready = m.member.Ready
-		opts.Group = func() any { return m.member.Status() }
-		m.web = web.New(m.member, m.member, opts)
-	} else {
-		m.thr = thr
-		if m.agg, err = aggregator.New(c.Windows); err != nil {
-			return &UsageError{err}
-		}
-		stats = standalone{m.agg, m.thr}
-		m.sink = &ingest.Sink{Agg: m.agg, Thr: m.thr}
-		m.consumer = ingest.New(m.sink, reg, ingest.Config{
-			Own:      bus.OwnPrefix,
-			MaxSkew:  c.MaxSkew,
-			Now:      m.Now,
-			Log:      m.Log,
-			OnReject: deadLetter,
-			OnAlert:  m.alert,
-		})
-		opts.Ready = m.consumer.Ready
-		m.web = web.New(m.agg, m.thr, opts)
-	}
-	reg.MustRegister(newStatsCollector(stats, names(c.Windows), m.policies.decisionLabels, func() uint64 { return m.bus.Dropped() }))
-	reg.MustRegister(readyGauge(opts.Ready))
+		Ready:          m.engine.Ready,
+		Group:          m.engine.Status,
+	})
+	reg.MustRegister(newStatsCollector(m.engine, names(c.Windows), m.policies.decisionLabels, func() uint64 { return m.bus.Dropped() }))
+	reg.MustRegister(readyGauge(m.engine.Ready))
 	return nil
+}
+
+// newEngine is the one place that knows there are two engines: a member
+// of --group, or a standalone instance.
+func newEngine(c *Config, policies []throttle.Policy, now func() time.Time, log *slog.Logger, reg prometheus.Registerer) (engine.Engine, error) {
+	ec := engine.Config{
+		Stream: c.Stream, Subject: c.Subject, JetStream: c.JetStream, Windows: c.Windows, MaxSkew: c.MaxSkew,
+		Policies: policies, Replicas: c.Replicas, Instance: c.Instance, SnapshotInterval: c.SnapshotInterval,
+		Now: now, Log: log,
+	}
+	if c.Group != "" {
+		m, err := group.New(group.Config{Config: ec, Group: c.Group, Partitions: c.Partitions}, reg)
+		if err != nil {
+			return nil, err
+		}
+		return m, nil
+	}
+	e, err := standalone.New(ec, reg)
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
 }
 
 func names(ws []rolling.Window) []string {
@@ -184,7 +169,7 @@ func names(ws []rolling.Window) []string {
 }
 
 // attach takes the HTTP address and connects to NATS (starting the
-// embedded server), subscribing to the events, or joining the group.
+// embedded server), and attaches the engine to it.
 func (m *Main) attach(ctx context.Context) (net.Listener, error) {
 	c := &m.Config
 	// The HTTP address first: a taken one is the commonest mistake.
@@ -201,42 +186,17 @@ func (m *Main) attach(ctx context.Context) (net.Listener, error) {
 		ln.Close()
 		return nil, err
 	}
-	switch {
-	case m.member != nil:
-		err = m.member.Join(ctx, m.bus, m.HTTPURL())
-		if errors.Is(err, group.ErrConfig) {
-			err = &UsageError{err}
-		}
-	case c.JetStream:
-		largest := largest(c)
-		sc := bus.StreamConfig{
-			Stream:   c.Stream,
-			Subject:  c.Subject,
-			MaxAge:   largest + c.MaxSkew + streamMaxAgeMargin,
-			Replicas: c.Replicas,
-			// One largest window (plus the skew a ts may have over its
-			// publish time) before now: everything any window can still
-			// hold. A snapshot, if there is one, covers the start.
-			From: m.Now().Add(-largest - c.MaxSkew),
-		}
-		if sc.FromSeq, err = m.restore(ctx, sc); err == nil {
-			m.source, m.replaying, err = m.bus.Stream(ctx, sc)
-		}
-	default:
-		m.source, err = m.bus.Subscribe(c.Subject)
-	}
-	if err != nil {
+	if err := m.engine.Attach(ctx, m.bus, m.HTTPURL()); err != nil {
 		ln.Close()
+		if errors.Is(err, group.ErrConfig) {
+			return nil, &UsageError{err}
+		}
 		return nil, err
 	}
 	return ln, nil
 }
 
-// streamMaxAgeMargin is how much longer than the largest window (and the
-// skew) a stream chatpulse creates keeps events.
-const streamMaxAgeMargin = 10 * time.Minute
-
-// open serves HTTP and NATS requests and starts consuming.
+// open serves HTTP and NATS requests and starts the engine.
 func (m *Main) open(ln net.Listener) error {
 	c := &m.Config
 	var err error
@@ -255,20 +215,10 @@ func (m *Main) open(ln net.Listener) error {
 	if err := m.watchPolicies(); err != nil {
 		return err
 	}
-	if m.keeper != nil {
-		m.goRun(m.snapshots)
+	if err := m.engine.Run(m.web.Alert); err != nil {
+		return err
 	}
-	if m.member != nil {
-		if _, err := m.bus.SubscribeAlerts(m.web.Alert); err != nil {
-			return fmt.Errorf("alerts: %w", err)
-		}
-		if err := m.member.Run(context.Background()); err != nil {
-			return err
-		}
-	} else {
-		m.consumer.Start(m.source, m.replaying)
-	}
-	m.consuming = true
+	m.running = true
 
 	m.Log.Info("chatpulse is running",
 		"dashboard", m.HTTPURL()+"/",
@@ -279,14 +229,6 @@ func (m *Main) open(ln net.Listener) error {
 		m.goRun(m.demo)
 	}
 	return nil
-}
-
-func largest(c *Config) time.Duration {
-	var l time.Duration
-	for _, w := range c.Windows {
-		l = max(l, w.Size)
-	}
-	return l
 }
 
 func (m *Main) goRun(f func()) {
@@ -343,15 +285,6 @@ func usableDir(dir string) error {
 	return os.Remove(f.Name())
 }
 
-// alert publishes a throttle alert on NATS and to every dashboard.
-func (m *Main) alert(a throttle.Alert) {
-	m.bus.Alert(a)
-	m.web.Alert(a)
-	if m.Log.Enabled(context.Background(), slog.LevelDebug) { // the arguments alone cost allocations
-		m.Log.Debug("throttle alert", "policy", a.Policy, "room", a.Room, "user", a.User, "count", a.Count, "limit", a.Limit)
-	}
-}
-
 // janitor frees what expired even when no traffic or reads come by.
 // Counts are right without it.
 func (m *Main) janitor() {
@@ -362,13 +295,7 @@ func (m *Main) janitor() {
 		case <-m.stop:
 			return
 		case <-t.C:
-			now := m.Now().UnixMilli()
-			if m.member != nil {
-				m.member.Sweep(now)
-				continue
-			}
-			m.agg.Advance(now)
-			m.thr.Sweep(now)
+			m.engine.Sweep(m.Now().UnixMilli())
 		}
 	}
 }
@@ -418,15 +345,8 @@ func (m *Main) Close() error {
 	defer cancel()
 	close(m.stop)
 	var errs []error
-	switch {
-	case m.member != nil && m.consuming:
-		errs = append(errs, m.member.Close(ctx))
-	case m.source != nil:
-		m.source.Stop()
-		if m.consuming {
-			errs = append(errs, m.consumer.Wait(ctx))
-			m.lastSnapshot(ctx)
-		}
+	if m.engine != nil {
+		errs = append(errs, m.engine.Close(ctx))
 	}
 	if m.svc != nil {
 		errs = append(errs, m.svc.Stop())

@@ -16,6 +16,7 @@ import (
 	"github.com/chatpulse/chatpulse/aggregator/oracle"
 	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/rolling"
+	"github.com/chatpulse/chatpulse/standalone"
 )
 
 // answers are every answer of an instance that a snapshot must keep: every
@@ -195,7 +196,7 @@ func corrupt(t *testing.T, dir string, change func([]byte) []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := tm.snapshotName()
+	name := standalone.SnapshotName(tm.Config.Stream, tm.Config.Instance)
 	b, err := obj.GetBytes(ctx, name)
 	if err != nil {
 		t.Fatal(err)

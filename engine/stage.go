@@ -1,0 +1,107 @@
+package engine
+
+import (
+	"sync/atomic"
+
+	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/ingest"
+	"github.com/chatpulse/chatpulse/throttle"
+)
+
+// A Stage is one reading of the chat stream into counts: an aggregator,
+// the throttle policies that go with it, and how far it has read. A
+// standalone instance has one; a group member, two or more for each
+// partition it holds. It is the ingest.Sink the messages of its feed name,
+// and what a snapshot saves and loads.
+type Stage struct {
+	Name string
+	Agg  *aggregator.Aggregator // nil: counts nothing (nor anything late)
+	Thr  *throttle.Set          // nil: no policies
+	// OnCaughtUp, if set, is called on the consumer's goroutine once the
+	// message marked CaughtUp has been handled.
+	OnCaughtUp func()
+
+	seq   atomic.Uint64 // stream sequence of the newest message handled
+	ready atomic.Bool
+}
+
+// Seq is the stream sequence of the newest message the stage has handled
+// (its throttle policies included).
+func (s *Stage) Seq() uint64 { return s.seq.Load() }
+
+// Ready reports whether the stage has caught up with what its feed held
+// when it began.
+func (s *Stage) Ready() bool { return s.ready.Load() }
+
+// MarkReady says the stage has caught up: its feed began with nothing to
+// read, or it has none (core NATS).
+func (s *Stage) MarkReady() { s.ready.Store(true) }
+
+// Accept takes every event: a stage reads only what its feed selects.
+func (s *Stage) Accept(*ingest.Msg, *chat.Event) *ingest.Error { return nil }
+
+// Count counts evs in the aggregator.
+func (s *Stage) Count(now int64, evs []chat.Event, late []int) []int {
+	if s.Agg == nil {
+		return late
+	}
+	return s.Agg.Observe(now, evs, late)
+}
+
+// Throttle feeds evs to the policies; the alerts of replayed events went
+// out when they were first handled, and are dropped.
+func (s *Stage) Throttle(evs []chat.Event, replay []bool, alert func(throttle.Alert)) {
+	if s.Thr == nil {
+		return
+	}
+	s.Thr.ObserveBatch(evs, func(i int, a throttle.Alert) {
+		if !replay[i] && alert != nil {
+			alert(a)
+		}
+	})
+}
+
+// Handled records how far the stage has read.
+func (s *Stage) Handled(seq uint64, caughtUp bool) {
+	if seq != 0 {
+		s.seq.Store(seq)
+	}
+	if caughtUp {
+		s.ready.Store(true)
+		if s.OnCaughtUp != nil {
+			s.OnCaughtUp()
+		}
+	}
+}
+
+// Quiet is false: a stage reports what it rejects.
+func (s *Stage) Quiet() bool { return false }
+
+// load loads a snapshot's stage into s, a fresh stage.
+func (s *Stage) load(agg, thr []byte) error {
+	if (s.Agg != nil) != (len(agg) > 0) || (s.Thr != nil) != (len(thr) > 0) {
+		return errNotThisStage
+	}
+	if s.Agg != nil {
+		if err := s.Agg.LoadState(agg); err != nil {
+			return err
+		}
+	}
+	if s.Thr != nil {
+		if err := s.Thr.LoadState(thr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reset empties a stage that may have been loaded in part.
+func (s *Stage) reset() {
+	if s.Agg != nil {
+		s.Agg.Reset()
+	}
+	if s.Thr != nil {
+		s.Thr.Reset()
+	}
+}
