@@ -4,6 +4,22 @@ import "github.com/chatpulse/chatpulse/chat"
 
 // The views, shaped exactly as the contract's JSON (section 3).
 
+// A View names a view, as the HTTP API, the websocket, the bus's endpoints
+// (chatpulse.views.<view>) and a group's members all call it.
+type View string
+
+// The views, each a type below.
+const (
+	ViewWindows  View = "windows"
+	ViewOverview View = "overview"
+	ViewRooms    View = "rooms"
+	ViewRoom     View = "room"
+	ViewUser     View = "user"
+)
+
+// Views lists every view.
+var Views = []View{ViewWindows, ViewOverview, ViewRooms, ViewRoom, ViewUser}
+
 // Talker is a user and its messages in a window.
 type Talker struct {
 	User     string `json:"user"`

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/ingest"
 	"github.com/chatpulse/chatpulse/throttle"
 )
@@ -43,11 +44,10 @@ func (b *Bus) Alert(a throttle.Alert) {
 type Handler func(request []byte) (any, error)
 
 // Serve registers the chatpulse micro service on the connection: the
-// throttle check on chatpulse.throttle.check and each view on
-// chatpulse.views.<view> (windows, overview, rooms, room, user), answered
-// by the handler of that name ("check" for the check). Instances share
+// throttle check on chatpulse.throttle.check, answered by check, and each
+// view on chatpulse.views.<view>, answered by its handler. Instances share
 // requests through the service's queue group.
-func (b *Bus) Serve(handlers map[string]Handler) (micro.Service, error) {
+func (b *Bus) Serve(check Handler, views map[aggregator.View]Handler) (micro.Service, error) {
 	svc, err := micro.AddService(b.nc, micro.Config{
 		Name:        ServiceName,
 		Version:     ServiceVersion,
@@ -62,10 +62,10 @@ func (b *Bus) Serve(handlers map[string]Handler) (micro.Service, error) {
 		}
 		return svc.AddEndpoint(endpoint, respond(h), micro.WithEndpointSubject(subject))
 	}
-	err = add("throttle_check", CheckSubject, handlers["check"])
-	for _, view := range Views {
+	err = add("throttle_check", CheckSubject, check)
+	for _, view := range aggregator.Views {
 		if err == nil {
-			err = add("views_"+view, ViewsPrefix+view, handlers[view])
+			err = add("views_"+string(view), ViewsPrefix+string(view), views[view])
 		}
 	}
 	if err == nil {

@@ -37,9 +37,6 @@ const (
 	ViewsPrefix = "chatpulse.views."
 )
 
-// Views are the views answered on the bus, each on ViewsPrefix + its name.
-var Views = []string{"windows", "overview", "rooms", "room", "user"}
-
 // PartitionPrefix starts the subject under which a group's chat stream
 // files each event of --subject's chat.<room>.<user> form:
 // _CP.<room partition>.<user partition>.<room>.<user>.

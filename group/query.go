@@ -3,6 +3,7 @@ package group
 import (
 	"cmp"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -13,11 +14,36 @@ import (
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
-// A question is what one member asks another (or itself) about the
-// partitions it owns: a partial view, the decisions of a throttle check,
-// the active keys.
+// The members' protocol: what one member asks another (or itself) about
+// the partitions it owns, over NATS request-reply on
+// chatpulse.group.<group>.query.<member>, as JSON.
+//
+// Every question carries the protocol's version. A member that gets a
+// question of another version, or an operation it does not know (a newer
+// member's, during a rolling upgrade), answers with Unknown set and says
+// what it knows; the asker counts that member's partitions as missing, as
+// if it had not answered, and logs why. A version changes when a
+// question or an answer changes meaning; adding an operation does not
+// change it.
+const protocol = 1
+
+// An op is what a question asks for: a partial view, the decisions of a
+// throttle check, the active keys.
+type op string
+
+const (
+	opOverview = op(aggregator.ViewOverview)
+	opRooms    = op(aggregator.ViewRooms)
+	opRoom     = op(aggregator.ViewRoom)
+	opUser     = op(aggregator.ViewUser)
+	opCheck    = op("check")
+	opActive   = op("active")
+)
+
+// A question is one op about some partitions.
 type question struct {
-	Op      string `json:"op"` // overview, rooms, room, user, check, active
+	V       int    `json:"v"`
+	Op      op     `json:"op"`
 	Window  string `json:"window,omitempty"`
 	K       int    `json:"k,omitempty"`     // overview, room
 	Limit   int    `json:"limit,omitempty"` // rooms
@@ -42,6 +68,23 @@ type answer struct {
 	Decisions []throttle.Decision  `json:"decisions,omitempty"`
 	Active    []throttle.Active    `json:"active,omitempty"`
 	Error     string               `json:"error,omitempty"`
+	// Unknown: the member does not know the question's version or op
+	// (Error says which it knows).
+	Unknown bool `json:"unknown,omitempty"`
+}
+
+// known are the ops this member answers.
+var known = []op{opOverview, opRooms, opRoom, opUser, opCheck, opActive}
+
+// unknown is the answer to a question this member cannot answer, or nil.
+func unknown(q question) *answer {
+	switch {
+	case q.V != protocol:
+		return &answer{Unknown: true, Error: fmt.Sprintf("protocol version %d; this member speaks %d", q.V, protocol)}
+	case !slices.Contains(known, q.Op):
+		return &answer{Unknown: true, Error: fmt.Sprintf("unknown op %q; this member knows %v", q.Op, known)}
+	}
+	return nil
 }
 
 // serve answers a question from another member.
@@ -50,6 +93,8 @@ func (m *Member) serve(msg *nats.Msg) {
 	var a answer
 	if err := json.Unmarshal(msg.Data, &q); err != nil {
 		a.Error = "bad question: " + err.Error()
+	} else if u := unknown(q); u != nil {
+		a = *u
 	} else {
 		a = m.answer(q)
 	}
@@ -86,7 +131,7 @@ func (m *Member) answer(q question) answer {
 	}
 	fail := func(err error) answer { return answer{Error: err.Error()} }
 	switch q.Op {
-	case "overview":
+	case opOverview:
 		var rooms, users []aggregator.Overview
 		read := func(t int64) error {
 			rooms, users = rooms[:0], users[:0]
@@ -108,7 +153,7 @@ func (m *Member) answer(q question) answer {
 		}
 		v := mergeOverview(rooms, users, q.K, m.seconds(q.Window))
 		a.Overview, a.AsOf = &v, int64(v.AsOf)
-	case "rooms":
+	case opRooms:
 		var parts []aggregator.Rooms
 		for again, t := true, q.Now; again; {
 			parts, again = parts[:0], false
@@ -125,23 +170,23 @@ func (m *Member) answer(q question) answer {
 		}
 		v := mergeRooms(parts, q.Limit)
 		a.Rooms, a.AsOf = &v, int64(v.AsOf)
-	case "room":
+	case opRoom:
 		v, err := pts[0].stage(stageRoom).Agg.Room(q.Room, q.Window, q.K, q.Now)
 		if err != nil {
 			return fail(err)
 		}
 		a.Room, a.AsOf = &v, int64(v.AsOf)
-	case "user":
+	case opUser:
 		v, err := pts[0].stage(stageUser).Agg.User(q.User, q.Window, q.Now)
 		if err != nil {
 			return fail(err)
 		}
 		a.User, a.AsOf = &v, int64(v.AsOf)
-	case "check":
+	case opCheck:
 		if s := pts[0].stage(q.Stage); s != nil && s.Thr != nil {
 			a.Decisions = s.Thr.Check(q.Now, q.Room, q.User, q.Text, q.HasText).Decisions
 		}
-	case "active":
+	case opActive:
 		for _, pt := range pts {
 			for _, s := range pt.stages {
 				if s.Thr != nil {

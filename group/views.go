@@ -57,6 +57,7 @@ func (m *Member) ask(q question) ([]answer, int) {
 
 // request puts q to one member.
 func (m *Member) request(owner string, q question) answer {
+	q.V = protocol
 	if owner == m.cfg.Instance {
 		return m.answer(q)
 	}
@@ -69,7 +70,11 @@ func (m *Member) request(owner string, q question) answer {
 		return answer{}
 	}
 	var a answer
-	if err := json.Unmarshal(msg.Data, &a); err != nil || a.Error != "" {
+	switch err := json.Unmarshal(msg.Data, &a); {
+	case err == nil && a.Unknown:
+		m.log.Warn("group: a member cannot answer this question (another version?); its partitions count as missing", "member", owner, "op", q.Op, "answer", a.Error)
+		return answer{}
+	case err != nil || a.Error != "":
 		m.log.Warn("group: bad answer", "member", owner, "err", err, "error", a.Error)
 		return answer{}
 	}
@@ -125,7 +130,7 @@ func (m *Member) Overview(win string, k int, now int64) (aggregator.Overview, er
 	if err != nil {
 		return empty, err
 	}
-	answers, missing := m.askAll(question{Op: "overview", Window: empty.Window, K: k, Now: now})
+	answers, missing := m.askAll(question{Op: opOverview, Window: empty.Window, K: k, Now: now})
 	parts := []aggregator.Overview{empty}
 	for _, a := range answers {
 		if a.Overview != nil && len(a.Parts) > 0 {
@@ -143,7 +148,7 @@ func (m *Member) Rooms(win string, limit int, now int64) (aggregator.Rooms, erro
 	if err != nil {
 		return empty, err
 	}
-	answers, missing := m.askAll(question{Op: "rooms", Window: empty.Window, Limit: limit, Now: now})
+	answers, missing := m.askAll(question{Op: opRooms, Window: empty.Window, Limit: limit, Now: now})
 	parts := []aggregator.Rooms{empty}
 	for _, a := range answers {
 		if a.Rooms != nil && len(a.Parts) > 0 {
@@ -162,7 +167,7 @@ func (m *Member) Room(name, win string, k int, now int64) (aggregator.Room, erro
 		return v, err
 	}
 	p := Partition(chat.Token(name), m.cfg.Partitions)
-	answers, missing := m.ask(question{Op: "room", Room: name, Window: v.Window, K: k, Now: now, Parts: []int{p}})
+	answers, missing := m.ask(question{Op: opRoom, Room: name, Window: v.Window, K: k, Now: now, Parts: []int{p}})
 	for _, a := range answers {
 		if a.Room != nil && len(a.Parts) > 0 {
 			v = *a.Room
@@ -179,7 +184,7 @@ func (m *Member) User(name, win string, now int64) (aggregator.User, error) {
 		return v, err
 	}
 	p := Partition(chat.Token(name), m.cfg.Partitions)
-	answers, missing := m.ask(question{Op: "user", User: name, Window: v.Window, Now: now, Parts: []int{p}})
+	answers, missing := m.ask(question{Op: opUser, User: name, Window: v.Window, Now: now, Parts: []int{p}})
 	for _, a := range answers {
 		if a.User != nil && len(a.Parts) > 0 {
 			v = *a.User
@@ -196,7 +201,7 @@ func (m *Member) User(name, win string, now int64) (aggregator.User, error) {
 func (m *Member) Check(now int64, room, user, text string, hasText bool) throttle.Result {
 	res := throttle.Result{Allowed: true, AsOf: chat.Time(now), Room: room, User: user, Decisions: []throttle.Decision{}}
 	var asks []question
-	base := question{Op: "check", Room: room, User: user, Text: text, HasText: hasText, Now: now}
+	base := question{Op: opCheck, Room: room, User: user, Text: text, HasText: hasText, Now: now}
 	r := m.rules.Load()
 	if len(r.byScope[throttle.ScopeRoom]) > 0 {
 		q := base
@@ -251,7 +256,7 @@ func (m *Member) Active(now int64) []throttle.Active {
 
 // ActiveCovered is Active and how much of the group it covers.
 func (m *Member) ActiveCovered(now int64) ([]throttle.Active, *chat.Coverage) {
-	answers, missing := m.ask(question{Op: "active", Now: now, Parts: m.everything()})
+	answers, missing := m.ask(question{Op: opActive, Now: now, Parts: m.everything()})
 	out := []throttle.Active{}
 	for _, a := range answers {
 		out = append(out, a.Active...)

@@ -1,11 +1,13 @@
 package web
 
-// Requests is how the views of contract section 3 and the throttle check
-// are answered over other transports than HTTP (NATS request-reply): by
-// name, each takes the request's body and gives the answer (the HTTP
-// body's value) or an error; a bad request's error has a method
-// BadRequest.
-func (s *Server) Requests() map[string]func(body []byte) (any, error) {
+import "github.com/chatpulse/chatpulse/aggregator"
+
+// Requests is how the views of contract section 3 are answered over other
+// transports than HTTP (NATS request-reply): by view, each takes the
+// request's body and gives the answer (the HTTP body's value) or an error;
+// a bad request's error has a method BadRequest. CheckRequest answers the
+// throttle check.
+func (s *Server) Requests() map[aggregator.View]func(body []byte) (any, error) {
 	view := func(v func(params) (any, error)) func([]byte) (any, error) {
 		return func(body []byte) (any, error) {
 			if len(body) == 0 {
@@ -21,13 +23,12 @@ func (s *Server) Requests() map[string]func(body []byte) (any, error) {
 			return v(f)
 		}
 	}
-	return map[string]func([]byte) (any, error){
-		"windows":  view(s.windows),
-		"overview": view(s.overview),
-		"rooms":    view(s.rooms),
-		"room":     view(s.room),
-		"user":     view(s.user),
-		"check":    s.CheckRequest,
+	return map[aggregator.View]func([]byte) (any, error){
+		aggregator.ViewWindows:  view(s.windows),
+		aggregator.ViewOverview: view(s.overview),
+		aggregator.ViewRooms:    view(s.rooms),
+		aggregator.ViewRoom:     view(s.room),
+		aggregator.ViewUser:     view(s.user),
 	}
 }
 

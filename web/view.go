@@ -12,13 +12,13 @@ import (
 // The views the hub pushes (contract section 4): what names one, how the
 // server renders one, and the frames that go over the websocket.
 
-type viewKind string
+type viewKind = aggregator.View
 
 const (
-	viewOverview viewKind = "overview"
-	viewRoom     viewKind = "room"
-	viewRooms    viewKind = "rooms"  // the rooms list, an addition to the contract's two views
-	viewAlerts   viewKind = "alerts" // throttle alerts, coalesced (alerts.go)
+	viewOverview          = aggregator.ViewOverview
+	viewRoom              = aggregator.ViewRoom
+	viewRooms             = aggregator.ViewRooms // the rooms list, an addition to the contract's two views
+	viewAlerts   viewKind = "alerts"             // throttle alerts, coalesced (alerts.go)
 )
 
 // viewKey names one pushed view; window is always a configured name.

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/bus"
 	"github.com/chatpulse/chatpulse/engine"
 	"github.com/chatpulse/chatpulse/group"
@@ -200,11 +201,11 @@ func (m *Main) attach(ctx context.Context) (net.Listener, error) {
 func (m *Main) open(ln net.Listener) error {
 	c := &m.Config
 	var err error
-	handlers := map[string]bus.Handler{}
-	for name, h := range m.web.Requests() {
-		handlers[name] = h
+	views := map[aggregator.View]bus.Handler{}
+	for view, h := range m.web.Requests() {
+		views[view] = h
 	}
-	if m.svc, err = m.bus.Serve(handlers); err != nil {
+	if m.svc, err = m.bus.Serve(m.web.CheckRequest, views); err != nil {
 		ln.Close()
 		return fmt.Errorf("micro service: %w", err)
 	}
