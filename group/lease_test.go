@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chatpulse/chatpulse/bus"
 )
 
 const testTTL = time.Second
@@ -29,6 +29,17 @@ func startServer(t *testing.T) *server.Server {
 	}
 	t.Cleanup(ns.Shutdown)
 	return ns
+}
+
+// openBus connects to ns as a member does.
+func openBus(t *testing.T, ns *server.Server) *bus.Bus {
+	t.Helper()
+	b, err := bus.Open(bus.Options{URL: ns.ClientURL(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	return b
 }
 
 // tracker checks that no partition is ever started by two members at once,
@@ -78,20 +89,16 @@ func (h *fakeHand) stop(p int) {
 
 type member struct {
 	l      *leases
-	nc     *nats.Conn
+	b      *bus.Bus
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
 func startMember(t *testing.T, ns *server.Server, tr *tracker, name string, partitions int) *member {
 	t.Helper()
-	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, _ := jetstream.New(nc)
+	b := openBus(t, ns)
 	ctx, cancel := context.WithCancel(context.Background())
-	kv, err := openLeases(ctx, js, "test", 1, testTTL)
+	kv, err := openLeases(ctx, b, "test", 1, testTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,12 +111,12 @@ func startMember(t *testing.T, ns *server.Server, tr *tracker, name string, part
 	if err := l.join(ctx); err != nil {
 		t.Fatal(err)
 	}
-	m := &member{l: l, nc: nc, cancel: cancel, done: make(chan struct{})}
+	m := &member{l: l, b: b, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(m.done)
 		l.run(ctx)
 	}()
-	t.Cleanup(func() { m.cancel(); <-m.done; nc.Close() })
+	t.Cleanup(func() { m.cancel(); <-m.done })
 	return m
 }
 
@@ -171,7 +178,7 @@ func TestLeasesConvergeAndFailOver(t *testing.T) {
 	// c is cut off from NATS: it can no longer renew, so it must stop
 	// answering for its partitions before a or d may start them (the
 	// tracker checks that), and they take over within about the lease.
-	ms["c"].nc.Close()
+	ms["c"].b.Close()
 	delete(ms, "c")
 	start = time.Now()
 	converged(t, tr, ms, partitions)
@@ -184,10 +191,10 @@ func TestDuplicateInstance(t *testing.T) {
 	ns := startServer(t)
 	tr := &tracker{t: t, active: map[int]string{}, byWho: map[string]*leases{}}
 	startMember(t, ns, tr, "a", 4)
-	nc, _ := nats.Connect(ns.ClientURL())
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	kv, _ := openLeases(context.Background(), js, "test", 1, testTTL)
+	kv, err := openLeases(context.Background(), openBus(t, ns), "test", 1, testTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
 	twin := newLeases(kv, memberInfo{Instance: "a"}, 4, testTTL, &fakeHand{tr: tr, name: "a2"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err := twin.join(context.Background()); !errors.Is(err, errDuplicate) {
 		t.Fatalf("join of a live name: %v", err)
@@ -205,18 +212,15 @@ func TestDuplicateInstance(t *testing.T) {
 
 // Two members with different partition counts: the second is refused.
 func TestPartitionsAgree(t *testing.T) {
-	ns := startServer(t)
-	nc, _ := nats.Connect(ns.ClientURL())
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	b := openBus(t, startServer(t))
 	ctx := context.Background()
-	if err := agree(ctx, js, "g", settings{Partitions: 64, Windows: "1m"}, 1); err != nil {
+	if err := agree(ctx, b, "g", settings{Partitions: 64, Windows: "1m"}, 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := agree(ctx, js, "g", settings{Partitions: 64, Windows: "1m"}, 1); err != nil {
+	if err := agree(ctx, b, "g", settings{Partitions: 64, Windows: "1m"}, 1); err != nil {
 		t.Fatal(err)
 	}
-	err := agree(ctx, js, "g", settings{Partitions: 32, Windows: "1m"}, 1)
+	err := agree(ctx, b, "g", settings{Partitions: 32, Windows: "1m"}, 1)
 	if !errors.Is(err, ErrPartitions) || err.Error() != fmt.Sprintf("%v: --partitions 32, but group g uses 64", ErrPartitions) {
 		t.Fatalf("err = %v", err)
 	}
