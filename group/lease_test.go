@@ -2,10 +2,12 @@ package group
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/chatpulse/chatpulse/bus"
+	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
 const testTTL = time.Second
@@ -128,27 +131,21 @@ func converged(t *testing.T, tr *tracker, ms map[string]*member, partitions int)
 	for n := range ms {
 		names = append(names, n)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		ok := true
+	wait.For(t, 15*time.Second, func() error {
 		now := time.Now()
 		for p := range partitions {
-			want := owner(p, names)
-			if !ms[want].l.table().owns(p, now) {
-				ok = false
+			if want := owner(p, names); !ms[want].l.table().owns(p, now) {
+				return fmt.Errorf("partition %d: %s, its owner among %v, does not answer for it", p, want, names)
 			}
 		}
 		tr.mu.Lock()
 		running := len(tr.active)
 		tr.mu.Unlock()
-		if ok && running == partitions {
-			return
+		if running != partitions {
+			return fmt.Errorf("%d of %d partitions running on %v", running, partitions, names)
 		}
-		if now.After(deadline) {
-			t.Fatalf("not converged on %v", names)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestLeasesConvergeAndFailOver(t *testing.T) {
@@ -161,15 +158,26 @@ func TestLeasesConvergeAndFailOver(t *testing.T) {
 	}
 	converged(t, tr, ms, partitions)
 
-	// b leaves cleanly: a and c take its partitions at once.
+	// b leaves cleanly: by the time its loop returns it has deleted its
+	// keys, so a and c take its partitions at once rather than when its
+	// leases run out.
 	ms["b"].cancel()
 	<-ms["b"].done
 	delete(ms, "b")
-	start := time.Now()
-	converged(t, tr, ms, partitions)
-	if d := time.Since(start); d > testTTL {
-		t.Errorf("a clean leave took %v to take over", d)
+	kv, err := openLeases(context.Background(), openBus(t, ns), "test", 1, testTTL)
+	if err != nil {
+		t.Fatal(err)
 	}
+	if v, err := kv.Get(context.Background(), memberKey+"b"); !errors.Is(err, bus.ErrNoKey) {
+		t.Errorf("b's member key after it left: %+v, %v; want it deleted", v, err)
+	}
+	for p := range partitions {
+		var o ownerInfo
+		if v, err := kv.Get(context.Background(), ownerKey+strconv.Itoa(p)); err == nil && json.Unmarshal(v.Data, &o) == nil && o.Instance == "b" {
+			t.Errorf("partition %d still leased to b after it left: %s", p, v.Data)
+		}
+	}
+	converged(t, tr, ms, partitions)
 
 	// d joins: it takes partitions from a and c without anyone restarting.
 	ms["d"] = startMember(t, ns, tr, "d", partitions)
@@ -180,7 +188,7 @@ func TestLeasesConvergeAndFailOver(t *testing.T) {
 	// tracker checks that), and they take over within about the lease.
 	ms["c"].b.Close()
 	delete(ms, "c")
-	start = time.Now()
+	start := time.Now()
 	converged(t, tr, ms, partitions)
 	t.Logf("takeover after losing a member: %v (lease %v)", time.Since(start), testTTL)
 }
