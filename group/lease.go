@@ -112,6 +112,8 @@ func (t *table) owns(p int, now time.Time) bool {
 // member key, to decide which partitions to stop (renew's now), and at the
 // send of each partition write, to stamp it (writeOwner's sent): a write
 // can take seconds, and each lease counts from its own write's send.
+// Tests drive the loop a step at a time (apply, takeReady, tick, settle)
+// over a fake bucket and clock.
 type leases struct {
 	kv         keyValue
 	clock      func() time.Time // elapsed time: time.Now; the tests' is a fake
@@ -199,8 +201,8 @@ func (l *leases) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tick := time.NewTicker(l.ttl / 4)
-	defer tick.Stop()
+	ticker := time.NewTicker(l.ttl / 4)
+	defer ticker.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -233,9 +235,8 @@ func (l *leases) run(ctx context.Context) error {
 			}
 		case <-l.readyc:
 			l.takeReady()
-		case <-tick.C:
-			l.beat(ctx)
-			l.renew(ctx, l.clock())
+		case <-ticker.C:
+			l.tick(ctx)
 		}
 		l.settle(ctx)
 	}
@@ -292,6 +293,14 @@ func (l *leases) apply(e *bus.Entry) {
 		o.rev = e.Revision
 		l.owners[p] = o
 	}
+}
+
+// tick rewrites our keys, every ttl/4: the member key, then the
+// partitions' keys, deciding which partitions to stop by the clock read
+// after the member key's write.
+func (l *leases) tick(ctx context.Context) {
+	l.beat(ctx)
+	l.renew(ctx, l.clock())
 }
 
 // beat rewrites our member key.
