@@ -6,8 +6,11 @@
 // streams and the snapshots' object store (stream.go, objects.go), and
 // what chatpulse publishes (deadletter.go: dead letters, with
 // acks, none lost silently; publish.go: throttle alerts, and the micro
-// service that answers throttle checks), and the key-value keys that hold
-// throttle policies (kv.go: read at start, watched while it runs).
+// service that answers throttle checks), the key-value keys that hold
+// throttle policies (kv.go: read at start, watched while it runs), and the
+// buckets a group keeps its settings, progress and leases in (buckets.go:
+// compare-and-set writes and a watch of every key, whose lost writes and
+// missing keys are ErrKeyChanged and ErrNoKey, whatever JetStream said).
 //
 // It decides nothing about events: it delivers them to ingest as ingest.Msg
 // and publishes what it is handed.

@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/chatpulse/chatpulse/bus"
 )
 
@@ -25,13 +23,13 @@ var ErrPartitions = errors.New("settings differ from the group's")
 
 // agree records the group's settings if it has none yet, and otherwise
 // checks that ours are the same.
-func agree(ctx context.Context, js jetstream.JetStream, group string, s settings, replicas int) error {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bus.GroupSettings, Replicas: replicas, Description: "chatpulse groups' settings"})
+func agree(ctx context.Context, b *bus.Bus, group string, s settings, replicas int) error {
+	kv, err := b.Bucket(ctx, bus.GroupSettings, "chatpulse groups' settings", replicas)
 	if err != nil {
-		return fmt.Errorf("key-value bucket %s: %w", bus.GroupSettings, err)
+		return err
 	}
 	value, _ := json.Marshal(s)
-	if _, err := kv.Create(ctx, group, value); err == nil || !errors.Is(err, jetstream.ErrKeyExists) {
+	if _, err := kv.Create(ctx, group, value); err == nil || !errors.Is(err, bus.ErrKeyChanged) {
 		return err
 	}
 	e, err := kv.Get(ctx, group)
@@ -39,7 +37,7 @@ func agree(ctx context.Context, js jetstream.JetStream, group string, s settings
 		return fmt.Errorf("group %s: settings: %w", group, err)
 	}
 	var theirs settings
-	if err := json.Unmarshal(e.Value(), &theirs); err != nil {
+	if err := json.Unmarshal(e.Data, &theirs); err != nil {
 		return fmt.Errorf("group %s: settings: %w", group, err)
 	}
 	if theirs.Partitions != s.Partitions {
@@ -52,21 +50,10 @@ func agree(ctx context.Context, js jetstream.JetStream, group string, s settings
 }
 
 // openLeases makes the group's lease bucket: keys live ttl after their
-// last write, and their expiry is told to watchers (LimitMarkerTTL), so
-// that a member that dies is seen gone within about ttl.
-func openLeases(ctx context.Context, js jetstream.JetStream, group string, replicas int, ttl time.Duration) (jetstream.KeyValue, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:         bus.GroupLeases(group),
-		Description:    "chatpulse group " + group + ": members and partition owners",
-		TTL:            ttl,
-		LimitMarkerTTL: time.Second,
-		Storage:        jetstream.MemoryStorage,
-		Replicas:       replicas,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("key-value bucket %s: %w", bus.GroupLeases(group), err)
-	}
-	return kv, nil
+// last write, and their expiry is told to watchers, so that a member that
+// dies is seen gone within about ttl.
+func openLeases(ctx context.Context, b *bus.Bus, group string, replicas int, ttl time.Duration) (*bus.Bucket, error) {
+	return b.LeaseBucket(ctx, bus.GroupLeases(group), "chatpulse group "+group+": members and partition owners", ttl, replicas)
 }
 
 // progress keeps, per partition and stage, the newest stream sequence its
@@ -75,16 +62,13 @@ func openLeases(ctx context.Context, js jetstream.JetStream, group string, repli
 // so alerts and dead letters go out once, even across a member's death
 // (then at most the last second or so is handled twice).
 type progress struct {
-	kv jetstream.KeyValue
+	kv *bus.Bucket
 }
 
-func openProgress(ctx context.Context, js jetstream.JetStream, group string, replicas int) (*progress, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: bus.GroupProgress(group), Description: "chatpulse group " + group + ": how far each partition was handled",
-		Storage: jetstream.FileStorage, Replicas: replicas,
-	})
+func openProgress(ctx context.Context, b *bus.Bus, group string, replicas int) (*progress, error) {
+	kv, err := b.Bucket(ctx, bus.GroupProgress(group), "chatpulse group "+group+": how far each partition was handled", replicas)
 	if err != nil {
-		return nil, fmt.Errorf("key-value bucket %s: %w", bus.GroupProgress(group), err)
+		return nil, err
 	}
 	return &progress{kv: kv}, nil
 }
@@ -98,7 +82,7 @@ func (pr *progress) get(ctx context.Context, p int) (map[string]uint64, bool) {
 		return nil, false
 	}
 	var seqs map[string]uint64
-	if json.Unmarshal(e.Value(), &seqs) != nil {
+	if json.Unmarshal(e.Data, &seqs) != nil {
 		return nil, false
 	}
 	return seqs, true

@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/chatpulse/chatpulse/bus"
 )
 
 // Keys of the leases bucket.
@@ -34,6 +34,28 @@ type ownerInfo struct {
 	Instance string `json:"instance"`
 	Ready    bool   `json:"ready"` // caught up: it answers for the partition
 	rev      uint64
+}
+
+// A keyValue is the bucket the leases live in: compare-and-set writes of
+// keys that expire ttl after their last write, and a watch of every key.
+// bus.Bucket is one over JetStream (openLeases); the tests have one in
+// memory. Its entries are bus.Entry because bus cannot name a type of
+// ours.
+type keyValue interface {
+	// Create writes key if it does not exist, and returns its revision;
+	// if it exists, the error is bus.ErrKeyChanged.
+	Create(ctx context.Context, key string, value []byte) (uint64, error)
+	// Update writes key if its revision is still last, and returns the
+	// new one; if it is not, the error is bus.ErrKeyChanged.
+	Update(ctx context.Context, key string, value []byte, last uint64) (uint64, error)
+	// Put writes key whatever its revision.
+	Put(ctx context.Context, key string, value []byte) (uint64, error)
+	// Delete deletes key if its revision is still last (0: whatever it is).
+	Delete(ctx context.Context, key string, last uint64) error
+	// WatchAll delivers the newest version of every key, then nil once
+	// those have all come, then every change, until ctx is done or the
+	// watch breaks: then it closes the channel.
+	WatchAll(ctx context.Context) (<-chan *bus.Entry, error)
 }
 
 // A hand is what the lease loop does with the partitions it wins and loses:
@@ -81,8 +103,20 @@ func (t *table) owns(p int, now time.Time) bool {
 // whose lease we could not renew by then is stopped at the next tick, by
 // 3/4 ttl: before the key can expire on the server (ttl after it received
 // the write, which was after we sent it) and another member can create it.
+//
+// Time: leases run on elapsed time, this member's monotonic clock (clock:
+// time.Now, whose readings carry it, so stepping the wall clock moves no
+// lease; owns is asked with one of its readings), while views and
+// throttles run on event time, the events' own timestamps, which never
+// move a lease. The loop reads the clock once per tick, after writing our
+// member key, to decide which partitions to stop (renew's now), and at the
+// send of each partition write, to stamp it (writeOwner's sent): a write
+// can take seconds, and each lease counts from its own write's send.
+// Tests drive the loop a step at a time (apply, takeReady, tick, settle)
+// over a fake bucket and clock.
 type leases struct {
-	kv         jetstream.KeyValue
+	kv         keyValue
+	clock      func() time.Time // elapsed time: time.Now; the tests' is a fake
 	self       memberInfo
 	partitions int
 	ttl        time.Duration
@@ -102,8 +136,8 @@ type leases struct {
 	mine    map[int]*held
 }
 
-func newLeases(kv jetstream.KeyValue, self memberInfo, partitions int, ttl time.Duration, h hand, log *slog.Logger) *leases {
-	l := &leases{kv: kv, self: self, partitions: partitions, ttl: ttl, hand: h, log: log,
+func newLeases(kv keyValue, self memberInfo, partitions int, ttl time.Duration, h hand, log *slog.Logger) *leases {
+	l := &leases{kv: kv, clock: time.Now, self: self, partitions: partitions, ttl: ttl, hand: h, log: log,
 		caught: map[int]uint64{}, readyc: make(chan struct{}, 1),
 		members: map[string]memberInfo{}, owners: map[int]ownerInfo{}, mine: map[int]*held{}}
 	l.publish()
@@ -136,7 +170,7 @@ func (l *leases) join(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) {
+		if !errors.Is(err, bus.ErrKeyChanged) {
 			return err
 		}
 		if time.Now().After(deadline) {
@@ -155,23 +189,34 @@ var errDuplicate = errors.New("a live member of the group already has this insta
 // run keeps the leases until ctx is done, then releases every partition
 // it holds and removes its member key.
 func (l *leases) run(ctx context.Context) error {
-	w, err := l.kv.WatchAll(ctx)
+	stop := func() {} // ends the watch
+	defer func() { stop() }()
+	watch := func() (<-chan *bus.Entry, error) {
+		stop()
+		var wctx context.Context
+		wctx, stop = context.WithCancel(ctx)
+		return l.kv.WatchAll(wctx)
+	}
+	w, err := watch()
 	if err != nil {
 		return err
 	}
-	defer func() { w.Stop() }()
-	tick := time.NewTicker(l.ttl / 4)
-	defer tick.Stop()
+	ticker := time.NewTicker(l.ttl / 4)
+	defer ticker.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			l.leave()
 			return nil
-		case e, ok := <-w.Updates():
-			if !ok { // the connection closed under the watch
-				if w, err = l.kv.WatchAll(ctx); err != nil {
+		case e, ok := <-w:
+			if !ok { // the connection closed under the watch, or ctx is done
+				if ctx.Err() != nil {
+					w = nil // the next turn leaves
+					continue
+				}
+				if w, err = watch(); err != nil {
 					l.log.Warn("group: cannot watch the leases", "err", err)
-					w = stopped{}
+					w = nil // nothing comes any more, while we run out our leases
 				}
 				continue
 			}
@@ -179,7 +224,7 @@ func (l *leases) run(ctx context.Context) error {
 			// Take in everything the watch has before acting on it.
 			for more := true; more; {
 				select {
-				case e, ok := <-w.Updates():
+				case e, ok := <-w:
 					if ok {
 						l.apply(e)
 					}
@@ -189,44 +234,48 @@ func (l *leases) run(ctx context.Context) error {
 				}
 			}
 		case <-l.readyc:
-			l.readyMu.Lock()
-			for p, claim := range l.caught {
-				if h := l.mine[p]; h != nil && h.claim == claim {
-					h.readyAsked = true
-				}
-			}
-			clear(l.caught)
-			l.readyMu.Unlock()
-		case <-tick.C:
-			l.renew(ctx)
+			l.takeReady()
+		case <-ticker.C:
+			l.tick(ctx)
 		}
-		if l.synced { // until then the members we know are not all there are
-			l.balance(ctx)
-		}
-		l.publish()
+		l.settle(ctx)
 	}
 }
 
-// stopped is a watch that delivers nothing: what the loop watches when it
-// cannot watch, while it runs out its leases.
-type stopped struct{}
+// settle acts on what the loop knows after each event, and publishes it.
+func (l *leases) settle(ctx context.Context) {
+	if l.synced { // until then the members we know are not all there are
+		l.balance(ctx)
+	}
+	l.publish()
+}
 
-func (stopped) Updates() <-chan jetstream.KeyValueEntry { return nil }
-func (stopped) Stop() error                             { return nil }
+// takeReady marks the partitions hand said caught up, if we still hold
+// them by the claim that caught up, to be said so in their keys.
+func (l *leases) takeReady() {
+	l.readyMu.Lock()
+	for p, claim := range l.caught {
+		if h := l.mine[p]; h != nil && h.claim == claim {
+			h.readyAsked = true
+		}
+	}
+	clear(l.caught)
+	l.readyMu.Unlock()
+}
 
 // apply takes one change of the bucket into the loop's maps; nil marks
 // the end of the keys that were there when the watch began.
-func (l *leases) apply(e jetstream.KeyValueEntry) {
+func (l *leases) apply(e *bus.Entry) {
 	if e == nil {
 		l.synced = true
 		return
 	}
-	gone := e.Operation() != jetstream.KeyValuePut
-	switch key := e.Key(); {
+	gone := e.Deleted
+	switch key := e.Key; {
 	case strings.HasPrefix(key, memberKey):
 		name := key[len(memberKey):]
 		var m memberInfo
-		if gone || json.Unmarshal(e.Value(), &m) != nil {
+		if gone || json.Unmarshal(e.Data, &m) != nil {
 			delete(l.members, name)
 			return
 		}
@@ -237,19 +286,25 @@ func (l *leases) apply(e jetstream.KeyValueEntry) {
 			return
 		}
 		var o ownerInfo
-		if gone || json.Unmarshal(e.Value(), &o) != nil {
+		if gone || json.Unmarshal(e.Data, &o) != nil {
 			delete(l.owners, p)
 			return
 		}
-		o.rev = e.Revision()
+		o.rev = e.Revision
 		l.owners[p] = o
 	}
 }
 
-// renew rewrites our member key and the keys of the partitions we hold.
-// A partition whose key was changed by someone else, or that we could not
-// renew in time, is lost: stopped at once.
-func (l *leases) renew(ctx context.Context) {
+// tick rewrites our keys, every ttl/4: the member key, then the
+// partitions' keys, deciding which partitions to stop by the clock read
+// after the member key's write.
+func (l *leases) tick(ctx context.Context) {
+	l.beat(ctx)
+	l.renew(ctx, l.clock())
+}
+
+// beat rewrites our member key.
+func (l *leases) beat(ctx context.Context) {
 	if l.lag != nil {
 		l.self.Lag = l.lag()
 	}
@@ -257,14 +312,18 @@ func (l *leases) renew(ctx context.Context) {
 	if _, err := l.kv.Put(ctx, memberKey+l.self.Instance, value); err != nil {
 		l.log.Warn("group: member key not renewed", "err", err)
 	}
-	now := time.Now()
+}
+
+// renew rewrites the keys of the partitions we hold. A partition whose key
+// was changed by someone else is lost: stopped at once; so is one we could
+// not renew whose lease had run out by now.
+func (l *leases) renew(ctx context.Context, now time.Time) {
 	for p, h := range l.mine {
-		sent := time.Now()
-		rev, err := l.writeOwner(ctx, p, h.readyAsked, h.rev)
+		rev, sent, err := l.writeOwner(ctx, p, h.readyAsked, h.rev)
 		switch {
 		case err == nil:
 			h.rev, h.validUntil, h.ready = rev, l.until(sent), h.readyAsked
-		case errors.Is(err, jetstream.ErrKeyExists) || now.After(h.validUntil):
+		case errors.Is(err, bus.ErrKeyChanged) || now.After(h.validUntil):
 			l.log.Warn("group: lost partition", "partition", p, "err", err)
 			l.drop(p)
 		default:
@@ -274,14 +333,19 @@ func (l *leases) renew(ctx context.Context) {
 }
 
 // writeOwner writes partition p's key as ours, if its revision is still
-// rev (0: if it does not exist), and returns the new revision.
-func (l *leases) writeOwner(ctx context.Context, p int, ready bool, rev uint64) (uint64, error) {
+// rev (0: if it does not exist), and returns the new revision and when
+// the write was sent.
+func (l *leases) writeOwner(ctx context.Context, p int, ready bool, rev uint64) (uint64, time.Time, error) {
+	sent := l.clock()
 	value, _ := json.Marshal(ownerInfo{Instance: l.self.Instance, Ready: ready})
 	key := ownerKey + strconv.Itoa(p)
+	var err error
 	if rev == 0 {
-		return l.kv.Create(ctx, key, value)
+		rev, err = l.kv.Create(ctx, key, value)
+	} else {
+		rev, err = l.kv.Update(ctx, key, value, rev)
 	}
-	return l.kv.Update(ctx, key, value, rev)
+	return rev, sent, err
 }
 
 // balance releases the partitions that should now be another member's and
@@ -297,8 +361,7 @@ func (l *leases) balance(ctx context.Context) {
 			if _, taken := l.owners[p]; taken {
 				continue // its holder releases it, or its lease runs out
 			}
-			sent := time.Now()
-			rev, err := l.writeOwner(ctx, p, false, 0)
+			rev, sent, err := l.writeOwner(ctx, p, false, 0)
 			if err != nil {
 				continue // someone was quicker; the watch will say who
 			}
@@ -307,8 +370,7 @@ func (l *leases) balance(ctx context.Context) {
 			l.log.Info("group: partition claimed", "partition", p)
 			l.hand.start(p, rev)
 		case h != nil && h.readyAsked && !h.ready:
-			sent := time.Now()
-			if rev, err := l.writeOwner(ctx, p, true, h.rev); err == nil {
+			if rev, sent, err := l.writeOwner(ctx, p, true, h.rev); err == nil {
 				h.rev, h.validUntil, h.ready = rev, l.until(sent), true
 				l.owners[p] = ownerInfo{Instance: l.self.Instance, Ready: true, rev: rev}
 			}
@@ -336,7 +398,7 @@ func (l *leases) wants(p int) bool {
 func (l *leases) release(ctx context.Context, p int) {
 	rev := l.mine[p].rev
 	l.drop(p)
-	if err := l.kv.Delete(ctx, ownerKey+strconv.Itoa(p), jetstream.LastRevision(rev)); err != nil {
+	if err := l.kv.Delete(ctx, ownerKey+strconv.Itoa(p), rev); err != nil {
 		l.log.Warn("group: partition not released (its lease runs out instead)", "partition", p, "err", err)
 	}
 	l.log.Info("group: partition released", "partition", p)
@@ -359,7 +421,7 @@ func (l *leases) leave() {
 	for p := range l.mine {
 		l.release(ctx, p)
 	}
-	l.kv.Delete(ctx, memberKey+l.self.Instance)
+	l.kv.Delete(ctx, memberKey+l.self.Instance, 0)
 	l.publish()
 }
 

@@ -2,17 +2,20 @@ package group
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chatpulse/chatpulse/bus"
+	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
 const testTTL = time.Second
@@ -29,6 +32,17 @@ func startServer(t *testing.T) *server.Server {
 	}
 	t.Cleanup(ns.Shutdown)
 	return ns
+}
+
+// openBus connects to ns as a member does.
+func openBus(t *testing.T, ns *server.Server) *bus.Bus {
+	t.Helper()
+	b, err := bus.Open(bus.Options{URL: ns.ClientURL(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	return b
 }
 
 // tracker checks that no partition is ever started by two members at once,
@@ -78,20 +92,16 @@ func (h *fakeHand) stop(p int) {
 
 type member struct {
 	l      *leases
-	nc     *nats.Conn
+	b      *bus.Bus
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
 func startMember(t *testing.T, ns *server.Server, tr *tracker, name string, partitions int) *member {
 	t.Helper()
-	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, _ := jetstream.New(nc)
+	b := openBus(t, ns)
 	ctx, cancel := context.WithCancel(context.Background())
-	kv, err := openLeases(ctx, js, "test", 1, testTTL)
+	kv, err := openLeases(ctx, b, "test", 1, testTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,12 +114,12 @@ func startMember(t *testing.T, ns *server.Server, tr *tracker, name string, part
 	if err := l.join(ctx); err != nil {
 		t.Fatal(err)
 	}
-	m := &member{l: l, nc: nc, cancel: cancel, done: make(chan struct{})}
+	m := &member{l: l, b: b, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(m.done)
 		l.run(ctx)
 	}()
-	t.Cleanup(func() { m.cancel(); <-m.done; nc.Close() })
+	t.Cleanup(func() { m.cancel(); <-m.done })
 	return m
 }
 
@@ -121,27 +131,21 @@ func converged(t *testing.T, tr *tracker, ms map[string]*member, partitions int)
 	for n := range ms {
 		names = append(names, n)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		ok := true
+	wait.For(t, 15*time.Second, func() error {
 		now := time.Now()
 		for p := range partitions {
-			want := owner(p, names)
-			if !ms[want].l.table().owns(p, now) {
-				ok = false
+			if want := owner(p, names); !ms[want].l.table().owns(p, now) {
+				return fmt.Errorf("partition %d: %s, its owner among %v, does not answer for it", p, want, names)
 			}
 		}
 		tr.mu.Lock()
 		running := len(tr.active)
 		tr.mu.Unlock()
-		if ok && running == partitions {
-			return
+		if running != partitions {
+			return fmt.Errorf("%d of %d partitions running on %v", running, partitions, names)
 		}
-		if now.After(deadline) {
-			t.Fatalf("not converged on %v", names)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestLeasesConvergeAndFailOver(t *testing.T) {
@@ -154,15 +158,26 @@ func TestLeasesConvergeAndFailOver(t *testing.T) {
 	}
 	converged(t, tr, ms, partitions)
 
-	// b leaves cleanly: a and c take its partitions at once.
+	// b leaves cleanly: by the time its loop returns it has deleted its
+	// keys, so a and c take its partitions at once rather than when its
+	// leases run out.
 	ms["b"].cancel()
 	<-ms["b"].done
 	delete(ms, "b")
-	start := time.Now()
-	converged(t, tr, ms, partitions)
-	if d := time.Since(start); d > testTTL {
-		t.Errorf("a clean leave took %v to take over", d)
+	kv, err := openLeases(context.Background(), openBus(t, ns), "test", 1, testTTL)
+	if err != nil {
+		t.Fatal(err)
 	}
+	if v, err := kv.Get(context.Background(), memberKey+"b"); !errors.Is(err, bus.ErrNoKey) {
+		t.Errorf("b's member key after it left: %+v, %v; want it deleted", v, err)
+	}
+	for p := range partitions {
+		var o ownerInfo
+		if v, err := kv.Get(context.Background(), ownerKey+strconv.Itoa(p)); err == nil && json.Unmarshal(v.Data, &o) == nil && o.Instance == "b" {
+			t.Errorf("partition %d still leased to b after it left: %s", p, v.Data)
+		}
+	}
+	converged(t, tr, ms, partitions)
 
 	// d joins: it takes partitions from a and c without anyone restarting.
 	ms["d"] = startMember(t, ns, tr, "d", partitions)
@@ -171,9 +186,9 @@ func TestLeasesConvergeAndFailOver(t *testing.T) {
 	// c is cut off from NATS: it can no longer renew, so it must stop
 	// answering for its partitions before a or d may start them (the
 	// tracker checks that), and they take over within about the lease.
-	ms["c"].nc.Close()
+	ms["c"].b.Close()
 	delete(ms, "c")
-	start = time.Now()
+	start := time.Now()
 	converged(t, tr, ms, partitions)
 	t.Logf("takeover after losing a member: %v (lease %v)", time.Since(start), testTTL)
 }
@@ -184,10 +199,10 @@ func TestDuplicateInstance(t *testing.T) {
 	ns := startServer(t)
 	tr := &tracker{t: t, active: map[int]string{}, byWho: map[string]*leases{}}
 	startMember(t, ns, tr, "a", 4)
-	nc, _ := nats.Connect(ns.ClientURL())
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	kv, _ := openLeases(context.Background(), js, "test", 1, testTTL)
+	kv, err := openLeases(context.Background(), openBus(t, ns), "test", 1, testTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
 	twin := newLeases(kv, memberInfo{Instance: "a"}, 4, testTTL, &fakeHand{tr: tr, name: "a2"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err := twin.join(context.Background()); !errors.Is(err, errDuplicate) {
 		t.Fatalf("join of a live name: %v", err)
@@ -205,18 +220,15 @@ func TestDuplicateInstance(t *testing.T) {
 
 // Two members with different partition counts: the second is refused.
 func TestPartitionsAgree(t *testing.T) {
-	ns := startServer(t)
-	nc, _ := nats.Connect(ns.ClientURL())
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	b := openBus(t, startServer(t))
 	ctx := context.Background()
-	if err := agree(ctx, js, "g", settings{Partitions: 64, Windows: "1m"}, 1); err != nil {
+	if err := agree(ctx, b, "g", settings{Partitions: 64, Windows: "1m"}, 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := agree(ctx, js, "g", settings{Partitions: 64, Windows: "1m"}, 1); err != nil {
+	if err := agree(ctx, b, "g", settings{Partitions: 64, Windows: "1m"}, 1); err != nil {
 		t.Fatal(err)
 	}
-	err := agree(ctx, js, "g", settings{Partitions: 32, Windows: "1m"}, 1)
+	err := agree(ctx, b, "g", settings{Partitions: 32, Windows: "1m"}, 1)
 	if !errors.Is(err, ErrPartitions) || err.Error() != fmt.Sprintf("%v: --partitions 32, but group g uses 64", ErrPartitions) {
 		t.Fatalf("err = %v", err)
 	}

@@ -121,7 +121,7 @@ func (m *Member) Attach(ctx context.Context, b *bus.Bus, httpURL string) error {
 	m.bus = b
 	m.feeds = b.NewFeeds()
 	js := b.JetStream()
-	if err := agree(ctx, js, cfg.Group, settings{Partitions: cfg.Partitions, Windows: windowNames(cfg.Windows)}, cfg.Replicas); err != nil {
+	if err := agree(ctx, b, cfg.Group, settings{Partitions: cfg.Partitions, Windows: windowNames(cfg.Windows)}, cfg.Replicas); err != nil {
 		if errors.Is(err, ErrPartitions) {
 			return fmt.Errorf("%w: %v", ErrConfig, err)
 		}
@@ -140,11 +140,11 @@ func (m *Member) Attach(ctx context.Context, b *bus.Bus, httpURL string) error {
 		}
 		m.keeper = engine.NewKeeper(store, engine.ConfigOf(cfg.Windows, m.rules.Load().policies, cfg.Partitions), cfg.Stream, m.reg, cfg.Log)
 	}
-	kv, err := openLeases(ctx, js, cfg.Group, cfg.Replicas, cfg.Lease)
+	kv, err := openLeases(ctx, b, cfg.Group, cfg.Replicas, cfg.Lease)
 	if err != nil {
 		return err
 	}
-	if m.progress, err = openProgress(ctx, js, cfg.Group, cfg.Replicas); err != nil {
+	if m.progress, err = openProgress(ctx, b, cfg.Group, cfg.Replicas); err != nil {
 		return err
 	}
 	m.leases = newLeases(kv, memberInfo{Instance: cfg.Instance, HTTP: httpURL}, cfg.Partitions, cfg.Lease, m, cfg.Log)

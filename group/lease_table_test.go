@@ -1,0 +1,496 @@
+package group
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chatpulse/chatpulse/bus"
+	"github.com/chatpulse/chatpulse/internal/wait"
+)
+
+// The tests here drive the lease loop a step at a time, as run does, over
+// a fake bucket and a fake clock: no JetStream, no sleeping.
+
+// fenceTTL is the lease of these tests: ticks every second, answers for
+// two seconds after a write's send, the key gone four seconds after.
+const fenceTTL = 4 * time.Second
+
+func memberValue(name string) []byte {
+	v, _ := json.Marshal(memberInfo{Instance: name})
+	return v
+}
+
+func ownerValue(name string, ready bool) []byte {
+	v, _ := json.Marshal(ownerInfo{Instance: name, Ready: ready})
+	return v
+}
+
+// rig is one member's lease loop, driven by hand.
+type rig struct {
+	t     *testing.T
+	ctx   context.Context
+	clock *fakeClock
+	trace *trace
+	kv    *fakeKV
+	hand  *recHand
+	l     *leases
+	w     <-chan *bus.Entry
+	mark  int // trace events before it are not ours to check
+}
+
+// newRig makes member self's lease loop over a fake bucket that holds
+// keys (written by others, in order, before we start), creates our member
+// key as join does, and watches. The watch's first turn is the test's.
+func newRig(t *testing.T, self string, partitions int, keys ...[2]string) *rig {
+	t.Helper()
+	r := &rig{t: t, ctx: t.Context(), clock: newFakeClock(), trace: &trace{}}
+	r.kv = newFakeKV(r.clock, fenceTTL, r.trace)
+	r.hand = newRecHand(r.trace)
+	for _, kv := range keys {
+		r.kv.steal(kv[0], []byte(kv[1]))
+	}
+	r.l = newLeases(r.kv, memberInfo{Instance: self}, partitions, fenceTTL, r.hand, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r.l.clock = r.clock.now
+	if err := r.l.join(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	w, err := r.kv.WatchAll(r.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.w = w
+	r.mark = len(r.trace.all())
+	return r
+}
+
+// watchTurn is run's turn on a watch event: take in everything the watch
+// has, then act. Nothing waiting, no turn.
+func (r *rig) watchTurn() {
+	took := false
+	for more := true; more; {
+		select {
+		case e := <-r.w:
+			r.l.apply(e)
+			took = true
+		default:
+			more = false
+		}
+	}
+	if took {
+		r.l.settle(r.ctx)
+	}
+}
+
+// tickAt is run's turn on a tick at t0+d (or later, if a hang has moved
+// the clock past it), then the watch's turn with the tick's writes.
+func (r *rig) tickAt(d time.Duration) {
+	r.clock.at(d)
+	r.l.tick(r.ctx)
+	r.l.settle(r.ctx)
+	r.watchTurn()
+}
+
+// caughtUp is hand reporting partition p caught up by claim, then run's
+// turn on it, then the watch's.
+func (r *rig) caughtUp(p int, claim uint64) {
+	r.l.ready(p, claim)
+	select {
+	case <-r.l.readyc:
+	default:
+		r.t.Fatal("ready did not wake the loop")
+	}
+	r.l.takeReady()
+	r.l.settle(r.ctx)
+	r.watchTurn()
+}
+
+// answers reports whether the published table lets us answer for p now.
+func (r *rig) answers(p int) bool { return r.l.table().owns(p, r.clock.now()) }
+
+// ours is what happened since newRig (or the last call), without our
+// member key's writes.
+func (r *rig) ours() []string {
+	all := r.trace.all()
+	var got []string
+	for _, e := range all[r.mark:] {
+		if !strings.Contains(e, memberKey+r.l.self.Instance) {
+			got = append(got, e)
+		}
+	}
+	r.mark = len(all)
+	return got
+}
+
+// checkFence checks what must hold at every step: a partition we run has
+// a key that is ours and has not expired, and we answer only for
+// partitions we run.
+func (r *rig) checkFence(step string) {
+	r.t.Helper()
+	now := r.clock.now()
+	for p := range r.l.partitions {
+		_, running := r.hand.claim(p)
+		if r.answers(p) && !running {
+			r.t.Errorf("%s: answers for partition %d, which it does not run", step, p)
+		}
+		if !running {
+			continue
+		}
+		e, expires, ok := r.kv.key(ownerKey + strconv.Itoa(p))
+		var o ownerInfo
+		switch {
+		case !ok:
+			r.t.Errorf("%s: partition %d runs at %v with no key", step, p, now.Sub(t0))
+		case json.Unmarshal(e.Data, &o) != nil || o.Instance != r.l.self.Instance:
+			r.t.Errorf("%s: partition %d runs at %v, but its key is %s", step, p, now.Sub(t0), e.Data)
+		case !now.Before(expires):
+			r.t.Errorf("%s: partition %d runs at %v, but its key expired at %v", step, p, now.Sub(t0), expires.Sub(t0))
+		}
+	}
+}
+
+// heldRig is the leased partition 0 of member a, alone: claimed at t0 and
+// said ready at t0, so it answers until ttl/2.
+func heldRig(t *testing.T) *rig {
+	r := newRig(t, "a", 1)
+	r.watchTurn()
+	claim, ok := r.hand.claim(0)
+	if !ok {
+		t.Fatal("partition 0 not claimed")
+	}
+	r.caughtUp(0, claim)
+	if !r.answers(0) {
+		t.Fatal("partition 0 claimed and caught up, but not answered for")
+	}
+	r.ours()
+	return r
+}
+
+// The fence: a partition answers for ttl/2 from the send of its last
+// write that went through, and one not renewed by then is stopped at the
+// next tick, by 3/4 ttl, before its key can expire; one whose key someone
+// else wrote is stopped at once.
+func TestLeaseFence(t *testing.T) {
+	s := time.Second
+	timeout := func(r *rig, op, key string) error { return errFakeTimeout }
+	type tick struct {
+		at    time.Duration // when it comes; a hang moves the clock on
+		held  bool          // partition 0 still runs after it
+		until time.Duration // and answers until t0+until
+	}
+	cases := []struct {
+		name   string
+		before func(r *rig)                       // before the first tick
+		fault  func(r *rig, op, key string) error // on each write that would go through
+		ticks  []tick
+	}{{
+		name: "renewals go through",
+		ticks: []tick{
+			{at: 1 * s, held: true, until: 3 * s},
+			{at: 2 * s, held: true, until: 4 * s},
+			{at: 3 * s, held: true, until: 5 * s},
+		},
+	}, {
+		name: "renewals fail: answers until ttl/2, stopped by 3/4 ttl",
+		fault: func(r *rig, op, key string) error {
+			if op == "update" {
+				return errFakeTimeout
+			}
+			return nil
+		},
+		ticks: []tick{
+			{at: 1 * s, held: true, until: 2 * s},
+			{at: 2 * s, held: true, until: 2 * s}, // not answering: ttl/2 is up
+			{at: 3 * s, held: false},
+		},
+	}, {
+		name:  "every write fails, the member key's too: the same",
+		fault: timeout,
+		ticks: []tick{
+			{at: 1 * s, held: true, until: 2 * s},
+			{at: 2 * s, held: true, until: 2 * s},
+			{at: 3 * s, held: false},
+		},
+	}, {
+		name: "a renewal fails once, within ttl/2: kept",
+		fault: func(r *rig, op, key string) error {
+			if op == "update" && r.clock.now().Equal(t0.Add(s)) {
+				return errFakeTimeout
+			}
+			return nil
+		},
+		ticks: []tick{
+			{at: 1 * s, held: true, until: 2 * s},
+			{at: 2 * s, held: true, until: 4 * s},
+			{at: 3 * s, held: true, until: 5 * s},
+		},
+	}, {
+		name:   "a lost compare-and-set: stopped at once",
+		before: func(r *rig) { r.kv.steal(ownerKey+"0", ownerValue("b", false)) },
+		ticks: []tick{
+			{at: 1 * s, held: false}, // though its lease had a second to go
+			{at: 2 * s, held: false}, // and not claimed again: b holds the key
+		},
+	}, {
+		name: "the member key's write hangs past ttl/2 and fails, then the renewal: stopped at that tick",
+		fault: func(r *rig, op, key string) error {
+			if op == "put" {
+				r.clock.advance(2 * s)
+			}
+			return errFakeTimeout
+		},
+		ticks: []tick{
+			{at: 1 * s, held: false}, // at 3s
+		},
+	}, {
+		name: "a renewal hangs past ttl/2 and fails: answers no more, stopped at the next tick",
+		fault: func(r *rig, op, key string) error {
+			if op == "update" && r.clock.now().Equal(t0.Add(s)) {
+				r.clock.advance(1500 * time.Millisecond)
+			}
+			if op == "update" {
+				return errFakeTimeout
+			}
+			return nil
+		},
+		ticks: []tick{
+			{at: 1 * s, held: true, until: 2 * s}, // returns at 2.5s
+			{at: 2 * s, held: false},              // the tick that came meanwhile, at 2.5s
+		},
+	}, {
+		name: "a renewal that hangs then goes through counts from its send",
+		fault: func(r *rig, op, key string) error {
+			if op == "update" && r.clock.now().Equal(t0.Add(s)) {
+				r.clock.advance(500 * time.Millisecond)
+			}
+			return nil
+		},
+		ticks: []tick{
+			{at: 1 * s, held: true, until: 3 * s}, // sent at 1s, back at 1.5s
+			{at: 2 * s, held: true, until: 4 * s},
+		},
+	}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := heldRig(t)
+			if c.before != nil {
+				c.before(r)
+			}
+			if c.fault != nil {
+				r.kv.fault = func(op, key string) error { return c.fault(r, op, key) }
+			}
+			stopped := false
+			for _, k := range c.ticks {
+				r.tickAt(k.at)
+				step := fmt.Sprintf("tick at %v (clock %v)", k.at, r.clock.now().Sub(t0))
+				r.checkFence(step)
+				_, running := r.hand.claim(0)
+				if running != k.held {
+					t.Fatalf("%s: partition 0 runs: %v, want %v; trace %q", step, running, k.held, r.trace.all())
+				}
+				if !k.held {
+					stopped = true
+					continue
+				}
+				if until := r.l.table().mine[0]; !until.Equal(t0.Add(k.until)) {
+					t.Errorf("%s: answers until %v, want %v", step, until.Sub(t0), k.until)
+				}
+				if want := r.clock.now().Before(t0.Add(k.until)); r.answers(0) != want {
+					t.Errorf("%s: answers %v, want %v", step, r.answers(0), want)
+				}
+			}
+			if n := slices.Index(r.trace.all(), "stop 0"); stopped != (n >= 0) || stopped && slices.Contains(r.trace.all()[n+1:], "stop 0") {
+				t.Errorf("stopped: %v, want %v, once; trace %q", n >= 0, stopped, r.trace.all())
+			}
+		})
+	}
+}
+
+// Claims, releases and ready flags: what the loop writes, and what it has
+// hand start and stop, in order.
+func TestLeaseOwnership(t *testing.T) {
+	s := time.Second
+	var four []int // the partitions of 0..3 that rendezvous gives b among a and b
+	for p := range 4 {
+		if owner(p, []string{"a", "b"}) == "b" {
+			four = append(four, p)
+		}
+	}
+	if len(four) == 0 || len(four) == 4 {
+		t.Fatalf("rendezvous gives b %v of 4: pick other names", four)
+	}
+	cases := []struct {
+		name       string
+		partitions int
+		keys       [][2]string // others' keys, there before a joins
+		script     func(r *rig) []string
+		want       []string // trace, our member key's writes left out
+	}{{
+		name:       "claims a free partition; says it is ready once hand has caught up",
+		partitions: 1,
+		script: func(r *rig) []string {
+			r.watchTurn()
+			if r.answers(0) {
+				r.t.Error("answers for partition 0 before it caught up")
+			}
+			claim, _ := r.hand.claim(0)
+			r.caughtUp(0, claim)
+			if !r.answers(0) {
+				r.t.Error("does not answer for partition 0 once caught up")
+			}
+			return r.ours()
+		},
+		want: []string{"create owner.0", "start 0", "update owner.0"},
+	}, {
+		name:       "a caught-up report for another claim writes nothing",
+		partitions: 1,
+		script: func(r *rig) []string {
+			r.watchTurn()
+			claim, _ := r.hand.claim(0)
+			r.caughtUp(0, claim+1)
+			if r.answers(0) {
+				r.t.Error("answers for partition 0, caught up by another claim")
+			}
+			return r.ours()
+		},
+		want: []string{"create owner.0", "start 0"},
+	}, {
+		name:       "does not claim a partition another holds",
+		partitions: 1,
+		keys:       [][2]string{{ownerKey + "0", string(ownerValue("b", true))}}, // b's member key is gone, its lease not yet
+		script: func(r *rig) []string {
+			r.watchTurn()
+			return r.ours()
+		},
+		want: nil,
+	}, {
+		name:       "claims it once the holder's lease has run out",
+		partitions: 1,
+		keys:       [][2]string{{ownerKey + "0", string(ownerValue("b", true))}},
+		script: func(r *rig) []string {
+			r.watchTurn()
+			for at := s; at <= fenceTTL; at += s {
+				r.tickAt(at) // at 4s the server expires b's key, and tells us
+			}
+			return r.ours()
+		},
+		want: []string{"create owner.0", "start 0"},
+	}, {
+		name:       "loses the race to claim: not started, not tried again",
+		partitions: 1,
+		script: func(r *rig) []string {
+			r.kv.fault = func(op, key string) error {
+				if op == "create" && key == ownerKey+"0" {
+					r.kv.steal(key, ownerValue("b", false)) // b was quicker
+					return fmt.Errorf("fake kv: %w", bus.ErrKeyChanged)
+				}
+				return nil
+			}
+			r.watchTurn() // a claims, and loses
+			r.watchTurn() // b's key comes
+			r.tickAt(s)
+			return r.ours()
+		},
+		want: []string{"someone else writes owner.0", "create owner.0: changed"},
+	}, {
+		name:       "releases what rendezvous gives a member that joins: stopped, then its key deleted",
+		partitions: 4,
+		script: func(r *rig) []string {
+			r.watchTurn()
+			r.kv.steal(memberKey+"b", memberValue("b"))
+			r.ours()
+			r.watchTurn()
+			return r.ours()
+		},
+		want: func() []string {
+			var w []string
+			for _, p := range four {
+				w = append(w, fmt.Sprintf("stop %d", p), fmt.Sprintf("delete owner.%d", p))
+			}
+			return w
+		}(),
+	}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRig(t, "a", c.partitions, c.keys...)
+			got := c.script(r)
+			r.checkFence("end")
+			if !slices.Equal(got, c.want) {
+				t.Errorf("trace\n got %q\nwant %q", got, c.want)
+			}
+		})
+	}
+}
+
+// A watch gap: the watch closes (the connection closed under it) and a
+// member joins meanwhile, unseen; the loop watches again, takes in every
+// key there is, and gives the newcomer its share. This one runs run
+// itself, waiting with wait.For; its lease is long enough that no tick
+// comes.
+func TestLeaseWatchGap(t *testing.T) {
+	const partitions = 8
+	tr := &trace{}
+	clock := newFakeClock()
+	kv := newFakeKV(clock, time.Hour, tr)
+	hand := newRecHand(tr)
+	l := newLeases(kv, memberInfo{Instance: "a"}, partitions, time.Hour, hand, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	l.clock = clock.now
+	ctx, cancel := context.WithCancel(t.Context())
+	if err := l.join(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	runs := func(want []int) func() error {
+		return func() error {
+			if got := hand.runs(); !slices.Equal(got, want) {
+				return fmt.Errorf("running %v, want %v (watched %d times)", got, want, kv.watchCalls())
+			}
+			return nil
+		}
+	}
+	all := make([]int, partitions)
+	for p := range all {
+		all[p] = p
+	}
+	wait.For(t, 10*time.Second, runs(all))
+
+	kv.missed(memberKey+"b", memberValue("b"))
+	kv.breakWatches()
+	var mine []int
+	for p := range partitions {
+		if owner(p, []string{"a", "b"}) == "a" {
+			mine = append(mine, p)
+		}
+	}
+	wait.For(t, 10*time.Second, runs(mine))
+	if n := kv.watchCalls(); n != 2 {
+		t.Errorf("watched %d times, want 2", n)
+	}
+	if _, ok := l.table().members["b"]; !ok {
+		t.Errorf("members after the gap: %v, want b among them", l.table().members)
+	}
+
+	// Leaving releases the rest and deletes the member key.
+	cancel()
+	<-done
+	for p := range partitions {
+		if e, _, ok := kv.key(ownerKey + strconv.Itoa(p)); ok {
+			t.Errorf("partition %d's key after a left: %s", p, e.Data)
+		}
+	}
+	if _, _, ok := kv.key(memberKey + "a"); ok {
+		t.Error("a's member key is there after it left")
+	}
+}
