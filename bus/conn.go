@@ -131,11 +131,6 @@ func (b *Bus) PublishURL() string {
 	return b.url
 }
 
-// Conn and JetStream are the connection, for what reaches beyond this
-// package (a group's leases and questions).
-func (b *Bus) Conn() *nats.Conn               { return b.nc }
-func (b *Bus) JetStream() jetstream.JetStream { return b.js }
-
 // Publish sends data on subject, as any chat server would.
 func (b *Bus) Publish(subject string, data []byte) error { return b.nc.Publish(subject, data) }
 

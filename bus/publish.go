@@ -2,6 +2,7 @@ package bus
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -103,3 +104,19 @@ func respond(h Handler) micro.Handler {
 // replies hold answers while they are sent, so that an answer costs no
 // allocation of its size.
 var replies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// Answer answers every request on subject with what fn returns for its
+// payload, on the connection's goroutine for that subscription, until the
+// subscription is unsubscribed: how a group's members answer each other.
+func (b *Bus) Answer(subject string, fn func(request []byte) []byte) (*nats.Subscription, error) {
+	return b.nc.Subscribe(subject, func(m *nats.Msg) { m.Respond(fn(m.Data)) })
+}
+
+// Ask sends a request on subject and returns the answer's payload.
+func (b *Bus) Ask(ctx context.Context, subject string, request []byte) ([]byte, error) {
+	m, err := b.nc.RequestWithContext(ctx, subject, request)
+	if err != nil {
+		return nil, err
+	}
+	return m.Data, nil
+}

@@ -120,7 +120,6 @@ func (m *Member) Attach(ctx context.Context, b *bus.Bus, httpURL string) error {
 	cfg := m.cfg
 	m.bus = b
 	m.feeds = b.NewFeeds()
-	js := b.JetStream()
 	if err := agree(ctx, b, cfg.Group, settings{Partitions: cfg.Partitions, Windows: windowNames(cfg.Windows)}, cfg.Replicas); err != nil {
 		if errors.Is(err, ErrPartitions) {
 			return fmt.Errorf("%w: %v", ErrConfig, err)
@@ -177,7 +176,7 @@ func (m *Member) Run(alerts func(throttle.Alert)) error {
 	if m.alerts, err = m.bus.SubscribeAlerts(alerts); err != nil {
 		return fmt.Errorf("alerts: %w", err)
 	}
-	sub, err := m.bus.Conn().Subscribe(bus.GroupQuery(m.cfg.Group, chat.Token(m.cfg.Instance)), m.serve)
+	sub, err := m.bus.Answer(bus.GroupQuery(m.cfg.Group, chat.Token(m.cfg.Instance)), m.serve)
 	if err != nil {
 		return fmt.Errorf("group %s: questions: %w", m.cfg.Group, err)
 	}

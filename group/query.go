@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/throttle"
 )
@@ -88,10 +86,10 @@ func unknown(q question) *answer {
 }
 
 // serve answers a question from another member.
-func (m *Member) serve(msg *nats.Msg) {
+func (m *Member) serve(request []byte) []byte {
 	var q question
 	var a answer
-	if err := json.Unmarshal(msg.Data, &q); err != nil {
+	if err := json.Unmarshal(request, &q); err != nil {
 		a.Error = "bad question: " + err.Error()
 	} else if u := unknown(q); u != nil {
 		a = *u
@@ -99,7 +97,7 @@ func (m *Member) serve(msg *nats.Msg) {
 		a = m.answer(q)
 	}
 	data, _ := json.Marshal(a)
-	msg.Respond(data)
+	return data
 }
 
 // owned returns the partitions of q this member may answer for now.

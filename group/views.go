@@ -64,13 +64,13 @@ func (m *Member) request(owner string, q question) answer {
 	data, _ := json.Marshal(q)
 	ctx, cancel := context.WithTimeout(context.Background(), askTimeout)
 	defer cancel()
-	msg, err := m.bus.Conn().RequestWithContext(ctx, bus.GroupQuery(m.cfg.Group, chat.Token(owner)), data)
+	reply, err := m.bus.Ask(ctx, bus.GroupQuery(m.cfg.Group, chat.Token(owner)), data)
 	if err != nil {
 		m.log.Debug("group: no answer", "member", owner, "err", err)
 		return answer{}
 	}
 	var a answer
-	switch err := json.Unmarshal(msg.Data, &a); {
+	switch err := json.Unmarshal(reply, &a); {
 	case err == nil && a.Unknown:
 		m.log.Warn("group: a member cannot answer this question (another version?); its partitions count as missing", "member", owner, "op", q.Op, "answer", a.Error)
 		return answer{}
