@@ -11,7 +11,7 @@ import (
 	"github.com/chatpulse/chatpulse/topk"
 )
 
-// The reads: every view of contract section 3, each under the lock and
+// The reads: every view of docs/contract.md section 3, each under the lock and
 // at the as_of T = max(now, newest accepted event time).
 
 // window finds a window by name; "" is the first.

@@ -7,7 +7,7 @@ import (
 	"github.com/chatpulse/chatpulse/chat"
 )
 
-// Saving and loading the state (contract section 9). What counts is each
+// Saving and loading the state (docs/contract.md section 9). What counts is each
 // (room, user) pair's events per bucket in each window: every other number
 // follows from those (a room's cells are the sum of its pairs', a user's
 // count the sum of its pairs', the total the sum of all), and the heaps are

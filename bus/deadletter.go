@@ -14,7 +14,7 @@ import (
 	"github.com/chatpulse/chatpulse/ingest"
 )
 
-// Dead letters (contract section 1): every rejected event is republished,
+// Dead letters (docs/contract.md section 1): every rejected event is republished,
 // its payload unchanged, to chatpulse.deadletter.<reason>, and none is
 // lost silently. With JetStream each is published to the dead-letter
 // stream and its ack awaited; a refusal, a missing ack or a publish that

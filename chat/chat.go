@@ -143,7 +143,7 @@ func (t *Time) UnmarshalJSON(b []byte) error {
 }
 
 // Coverage says whether an answer merged from a group's partitions counts
-// all of them (contract section 8). Answers of one instance that holds
+// all of them (docs/contract.md section 8). Answers of one instance that holds
 // everything carry none.
 type Coverage struct {
 	Complete          bool `json:"complete"`

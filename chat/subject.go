@@ -3,7 +3,7 @@ package chat
 import "strings"
 
 // Token writes a room or user name as one subject token, as events are
-// published in a group (contract section 8): '%', '.', '*', '>', space, and every byte below 0x21 or equal
+// published in a group (docs/contract.md section 8): '%', '.', '*', '>', space, and every byte below 0x21 or equal
 // to 0x7F become %XX, upper-case hex; every other byte stays as it is.
 // Distinct names give distinct tokens, and a token never holds a byte that
 // NATS would read as a separator or a wildcard.

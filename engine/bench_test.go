@@ -22,7 +22,7 @@ import (
 // of taking one (the state, the snapshot's bytes and the throttle copy),
 // against the state's own heap.
 //
-//	go test -run '^$' -bench SnapshotPause -benchtime 3x ./snapshot/
+//	go test -run '^$' -bench SnapshotPause -benchtime 3x ./engine/
 func BenchmarkSnapshotPause(b *testing.B) {
 	for _, users := range []int{100_000, 1_000_000} {
 		b.Run(fmt.Sprintf("users=%d", users), func(b *testing.B) {

@@ -8,7 +8,7 @@
 //     throttle policies that go with it, and how far it has read (the
 //     ingest.Sink its messages name);
 //   - Keeper: snapshots of stages saved to and loaded from the object
-//     store (contract section 9), the loop that saves them, and the one
+//     store (docs/contract.md section 9), the loop that saves them, and the one
 //     way policies change under them (Reconfigure);
 //   - Config: what both are configured with, and what follows from it:
 //     the stream as chatpulse creates it (the largest window, the skew and

@@ -21,14 +21,14 @@ import (
 // yet), Run (counting, and in a group answering the others), Close.
 // Reconfigure may come at any time after it is built.
 type Engine interface {
-	// The views of contract section 3 (web.Views).
+	// The views of docs/contract.md section 3 (web.Views).
 	Windows() aggregator.Windows
 	WindowNames() []string
 	Overview(win string, k int, now int64) (aggregator.Overview, error)
 	Rooms(win string, limit int, now int64) (aggregator.Rooms, error)
 	Room(name, win string, k int, now int64) (aggregator.Room, error)
 	User(name, win string, now int64) (aggregator.User, error)
-	// The throttle of contract section 5 (web.Throttle).
+	// The throttle of docs/contract.md section 5 (web.Throttle).
 	Check(now int64, room, user, text string, hasText bool) throttle.Result
 	Active(now int64) []throttle.Active
 

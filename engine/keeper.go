@@ -34,7 +34,7 @@ func ConfigOf(windows []rolling.Window, policies []throttle.Policy, partitions i
 
 // A Keeper saves and restores the state of stages under names (one per
 // standalone instance, one per partition of a group) in the object store
-// CHATPULSE_SNAPSHOTS, and keeps the metrics of contract section 9 about
+// CHATPULSE_SNAPSHOTS, and keeps the metrics of docs/contract.md section 9 about
 // it.
 type Keeper struct {
 	store  *bus.Objects

@@ -1,5 +1,5 @@
 // Package group runs chatpulse as one member of a group of instances that
-// share the work over a NATS cluster with JetStream (contract section 8),
+// share the work over a NATS cluster with JetStream (docs/contract.md section 8),
 // and answers every view, websocket view and throttle check for the whole
 // group from any member.
 //

@@ -42,7 +42,7 @@ type stage struct {
 func (s *stage) Quiet() bool { return s.quiet }
 
 // Accept rejects an event filed under a subject that does not name its
-// room and user as subject_mismatch (contract section 8).
+// room and user as subject_mismatch (docs/contract.md section 8).
 func (s *stage) Accept(m *ingest.Msg, ev *chat.Event) *ingest.Error {
 	if s.match(m, ev) {
 		return nil
@@ -234,7 +234,7 @@ func (m *Member) replayThrough(ctx context.Context, p int) map[string]uint64 {
 	return map[string]uint64{stageRoom: last, stageUser: last, stageStray: last, stageAll: last}
 }
 
-// Snapshots of a group (contract section 9): one object per partition,
+// Snapshots of a group (docs/contract.md section 9): one object per partition,
 // holding its stages, saved by its owner and loaded by whoever holds it
 // next, who then reads only what came after each stage's sequence.
 

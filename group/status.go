@@ -13,7 +13,7 @@ import (
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
-// Status is GET /api/v1/group (contract section 8).
+// Status is GET /api/v1/group (docs/contract.md section 8).
 type Status struct {
 	Group      string         `json:"group"`
 	Instance   string         `json:"instance"` // the member answering (chatpulse's addition)
@@ -189,7 +189,7 @@ func (m *Member) retire(stats []throttle.PolicyStats) {
 	}
 }
 
-// metrics are the group's gauges (contract section 8) and the throttle
+// metrics are the group's gauges (docs/contract.md section 8) and the throttle
 // decisions of this member's answers.
 type metrics struct {
 	mu    sync.Mutex

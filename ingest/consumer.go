@@ -40,7 +40,7 @@ type Msg struct {
 // two calls of one kind at once.
 type Sink interface {
 	// Accept says whether a decoded event belongs in the sink: nil, or
-	// the error it is rejected with (contract section 8's
+	// the error it is rejected with (docs/contract.md section 8's
 	// subject_mismatch, in a group).
 	Accept(m *Msg, ev *chat.Event) *Error
 	// Count counts evs at now (Unix ms) and appends to late the indexes

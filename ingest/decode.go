@@ -8,7 +8,7 @@ import (
 	"github.com/chatpulse/chatpulse/chat"
 )
 
-// Limits of an accepted event (contract section 1, plus the choices Decode
+// Limits of an accepted event (docs/contract.md section 1, plus the choices Decode
 // documents).
 const (
 	// MaxPayload is the largest payload Decode parses; longer ones are
@@ -51,7 +51,7 @@ type Event struct {
 // subject chatpulse.deadletter.<reason>.
 type Reason string
 
-// The rejection reasons of contract section 1. When a payload has several
+// The rejection reasons of docs/contract.md section 1. When a payload has several
 // problems, Decode reports the first of too_large, malformed, invalid,
 // future; within one reason, the first problem in payload order, and a
 // missing room or user after every other invalid field.
@@ -62,7 +62,7 @@ const (
 	ReasonLate      Reason = "late"      // older than every window: decided by the aggregator, never by Decode
 	ReasonFuture    Reason = "future"    // ts more than the allowed skew ahead of now
 	// ReasonSubjectMismatch: in a group, the subject does not name the
-	// payload's room and user (contract section 8); decided by the sink,
+	// payload's room and user (docs/contract.md section 8); decided by the sink,
 	// never by Decode.
 	ReasonSubjectMismatch Reason = "subject_mismatch"
 )
@@ -93,7 +93,7 @@ func (e *Error) Error() string { return string(e.Reason) + ": " + e.Msg }
 //
 // Every non-nil error is an *Error; the Event is then the zero Event.
 //
-// Beyond contract section 1, Decode decides:
+// Beyond docs/contract.md section 1, Decode decides:
 //   - Field names match exactly and case-sensitively after unescaping
 //     ("r\u006fom" is room, "Room" is not), unlike encoding/json.
 //   - room, user, ts, type or text twice: invalid, "room: duplicate key".

@@ -2,7 +2,7 @@ package ingest
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// metrics are the ingest counters of contract section 7, updated once per
+// metrics are the ingest counters of docs/contract.md section 7, updated once per
 // batch.
 type metrics struct {
 	received, accepted, ignored prometheus.Counter

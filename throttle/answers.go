@@ -3,7 +3,7 @@ package throttle
 import "github.com/chatpulse/chatpulse/chat"
 
 // A Result answers "would one more message from this user in this room (with
-// this text) be allowed now?". It marshals as contract section 5's answer.
+// this text) be allowed now?". It marshals as docs/contract.md section 5's answer.
 type Result struct {
 	// Allowed is false iff an enforcing policy denies.
 	Allowed bool      `json:"allowed"`
@@ -45,7 +45,7 @@ const (
 
 // An Alert says that a key crossed an enforcing policy: At is the event
 // time of its first message over the limit, and Count the key's count with
-// that message. It marshals as the data of contract section 4.
+// that message. It marshals as the data of docs/contract.md section 4.
 type Alert struct {
 	Policy string    `json:"policy"`
 	Room   string    `json:"room"`
@@ -57,7 +57,7 @@ type Alert struct {
 
 // An Active entry is a key over an enforcing policy: it crossed at Since
 // (its alert) and would still be denied now. It marshals as an entry of
-// contract section 3's /api/v1/throttle/active.
+// docs/contract.md section 3's /api/v1/throttle/active.
 type Active struct {
 	Policy string    `json:"policy"`
 	Room   string    `json:"room"`

@@ -1,6 +1,6 @@
 // Package throttle decides whether one more chat message from a user in a
 // room would be allowed under chatpulse's moderation policies, and notices the
-// moment a key first goes over an enforcing policy (contract section 5).
+// moment a key first goes over an enforcing policy (docs/contract.md section 5).
 //
 // It owns three things:
 //

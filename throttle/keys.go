@@ -9,7 +9,7 @@ import (
 // Scope says whose messages share one counter.
 type Scope string
 
-// The scopes of contract section 5.
+// The scopes of docs/contract.md section 5.
 const (
 	ScopeUser       Scope = "user"         // one counter per user, across rooms
 	ScopeRoom       Scope = "room"         // one counter per room, across users

@@ -64,7 +64,7 @@ type Policy struct {
 }
 
 // DefaultPolicies returns the policies that apply without a policies file
-// (contract section 5), with their defaults filled in.
+// (docs/contract.md section 5), with their defaults filled in.
 func DefaultPolicies() []Policy {
 	return []Policy{
 		{Name: "user_room_flood", Scope: ScopeUserInRoom, Algorithm: AlgSlidingWindow, Limit: 10, Window: 10 * time.Second, Resolution: DefaultResolution, Mode: ModeEnforce},

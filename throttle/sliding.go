@@ -21,7 +21,7 @@ const (
 
 // SlidingWindow counts a key's hits exactly, in buckets of a fixed
 // resolution r, over a window of n = window/r buckets: the windows of
-// contract section 2.
+// docs/contract.md section 2.
 //
 // The bucket of an instant t (Unix time) is b(t) = floor(t/r), so buckets are
 // aligned to the epoch. Read at T, the window holds the hits whose bucket lies

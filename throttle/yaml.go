@@ -21,7 +21,7 @@ func LoadPolicies(path string) ([]Policy, error) {
 	return ParsePolicies(path, data)
 }
 
-// ParsePolicies parses a policies file (contract section 5) and validates
+// ParsePolicies parses a policies file (docs/contract.md section 5) and validates
 // every policy, returning them with their defaults filled in:
 //
 //	policies:

@@ -14,7 +14,7 @@ import (
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
-// Parameter limits of contract section 3.
+// Parameter limits of docs/contract.md section 3.
 const (
 	defaultK     = 10
 	maxK         = aggregator.MaxK // 100; the aggregator lists no more
@@ -23,7 +23,7 @@ const (
 	maxCheckBody = 64 << 10
 )
 
-// The API handlers of contract sections 3 and 5. Each parses and checks its
+// The API handlers of docs/contract.md sections 3 and 5. Each parses and checks its
 // parameters where they arrive, answers the first bad one with a
 // badRequest, and asks Views or Throttle only with valid ones.
 

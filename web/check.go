@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 )
 
-// CheckRequest answers a throttle check request (contract section 5) that
+// CheckRequest answers a throttle check request (docs/contract.md section 5) that
 // came some other way than HTTP, such as NATS request-reply: the answer, or
 // an error; the error of a bad request has a method BadRequest.
 func (s *Server) CheckRequest(body []byte) (any, error) {
@@ -22,7 +22,7 @@ func (s *Server) CheckRequest(body []byte) (any, error) {
 // BadRequest marks the error as the requester's fault.
 func (*badRequest) BadRequest() {}
 
-// checkRequest is the body of a throttle check (contract section 5).
+// checkRequest is the body of a throttle check (docs/contract.md section 5).
 type checkRequest struct {
 	Room string
 	User string

@@ -43,7 +43,7 @@ type Options struct {
 	MetricsAuth bool
 }
 
-// Views answers the views of contract section 3, at now in Unix
+// Views answers the views of docs/contract.md section 3, at now in Unix
 // milliseconds; *aggregator.Aggregator is one. Web never knows where the
 // counts live, so another answer (several instances merged, say) can serve
 // the same API.
@@ -214,7 +214,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": r.Method + " " + r.URL.Path + ": method not allowed; allowed: " + strings.Join(allow, ", ")})
 		return
 	}
-	writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint: " + r.Method + " " + r.URL.Path + "; see the README for the API"})
+	writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint: " + r.Method + " " + r.URL.Path + "; see docs/api.md for the API"})
 }
 
 // nowMs reads the clock for a request: web hands time on as Unix

@@ -2,7 +2,7 @@ package web
 
 import "github.com/chatpulse/chatpulse/aggregator"
 
-// Requests is how the views of contract section 3 are answered over other
+// Requests is how the views of docs/contract.md section 3 are answered over other
 // transports than HTTP (NATS request-reply): by view, each takes the
 // request's body and gives the answer (the HTTP body's value) or an error;
 // a bad request's error has a method BadRequest. CheckRequest answers the

@@ -9,7 +9,7 @@ import (
 	"github.com/chatpulse/chatpulse/aggregator"
 )
 
-// The views the hub pushes (contract section 4): what names one, how the
+// The views the hub pushes (docs/contract.md section 4): what names one, how the
 // server renders one, and the frames that go over the websocket.
 
 type viewKind = aggregator.View
@@ -69,7 +69,7 @@ func (m clientMsg) key(windows []string) (viewKey, error) {
 // RoomActivity is optional for Views. A Views that has it lets the hub
 // skip the room views that cannot have changed: a room without messages
 // (one nobody talks in, or that does not exist) answers the empty view of
-// contract section 3, zeros and nulls, until a message comes, so once the
+// docs/contract.md section 3, zeros and nulls, until a message comes, so once the
 // hub has pushed that view it need not compute it again while the room
 // stays inactive. Without it, every watched view is computed every push.
 type RoomActivity interface {

@@ -27,15 +27,15 @@ type Config struct {
 	PushInterval   time.Duration
 	AllowedOrigins []string
 	Demo           bool
-	// How often the state is saved (contract section 9); 0: never.
+	// How often the state is saved (docs/contract.md section 9); 0: never.
 	SnapshotInterval time.Duration
-	// Group mode (contract section 8).
+	// Group mode (docs/contract.md section 8).
 	Group      string
 	Partitions int
 	Replicas   int
 	Instance   string
 
-	// Who may use the HTTP server, and how it is served (README, Security).
+	// Who may use the HTTP server, and how it is served (docs/security.md).
 	AllowedHosts []string
 	AuthToken    string // from --auth-token or --auth-token-file
 	MetricsAuth  bool
@@ -162,8 +162,8 @@ func list(flag string) []string {
 	return l
 }
 
-// checkSecurity reads the token file and checks the flags of the README's
-// Security section.
+// checkSecurity reads the token file and checks the flags that
+// docs/security.md describes.
 func (c *Config) checkSecurity(tokenFile string) error {
 	switch {
 	case tokenFile != "" && c.AuthToken != "":

@@ -89,7 +89,7 @@ func (a *accountsServer) creds(name string, signer nkeys.KeyPair, edit func(*jwt
 }
 
 // chatpulsePermissions are the least a chatpulse user needs with
-// JetStream (README, Security): the JetStream API, its own subjects,
+// JetStream (docs/security.md): the JetStream API, its own subjects,
 // replies to its requests (inboxes) and to the requests it answers, and
 // the micro service's discovery subjects.
 func chatpulsePermissions(uc *jwt.UserClaims) {
@@ -99,7 +99,7 @@ func chatpulsePermissions(uc *jwt.UserClaims) {
 }
 
 // --nats-creds, tested for real: chatpulse logs in to an operator-mode
-// server with a .creds file for a user with only the permissions the README
+// server with a .creds file for a user with only the permissions docs/security.md
 // lists, counts events a chat server publishes, answers a throttle check
 // over NATS and keeps dead letters. Missing, foreign or expired
 // credentials end the start with an error naming the problem.

@@ -26,10 +26,10 @@ const (
 	dashboardFile = "../../deploy/grafana/chatpulse.json"
 )
 
-// groupOnly are the metrics that only group mode (contract section 8)
+// groupOnly are the metrics that only group mode (docs/contract.md section 8)
 // exports, so a standalone instance cannot show them: the first three are
 // the contract's, chatpulse_group_complete (1 while every partition has a
-// caught-up owner) is what ChatpulseGroupIncomplete reads. The README's
+// caught-up owner) is what ChatpulseGroupIncomplete reads. docs/operating.md's
 // metrics table lists each as group mode only.
 var groupOnly = []string{
 	"chatpulse_group_members",
@@ -157,7 +157,7 @@ func TestDeployMetricNames(t *testing.T) {
 		}
 	}
 
-	readme, err := os.ReadFile("../../README.md")
+	metricsDoc, err := os.ReadFile("../../docs/operating.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,8 +168,8 @@ func TestDeployMetricNames(t *testing.T) {
 		if !onDashboard[name] {
 			t.Errorf("no dashboard panel shows %s", name)
 		}
-		if !readmeSaysGroupMode(string(readme), name) {
-			t.Errorf("README.md's metrics table does not list %s as group mode only", name)
+		if !docSaysGroupMode(string(metricsDoc), name) {
+			t.Errorf("docs/operating.md's metrics table does not list %s as group mode only", name)
 		}
 	}
 	if !inRules["chatpulse_group_complete"] || !inRules["chatpulse_ready"] {
@@ -182,10 +182,10 @@ func TestDeployMetricNames(t *testing.T) {
 	}
 }
 
-// readmeSaysGroupMode reports whether a line of the README names the
-// metric and says "group mode".
-func readmeSaysGroupMode(readme, name string) bool {
-	for _, line := range strings.Split(readme, "\n") {
+// docSaysGroupMode reports whether a line of a document names the metric
+// and says "group mode".
+func docSaysGroupMode(doc, name string) bool {
+	for _, line := range strings.Split(doc, "\n") {
 		if strings.Contains(line, "`"+name+"`") && strings.Contains(line, "group mode") {
 			return true
 		}

@@ -30,7 +30,7 @@ func microView(t *testing.T, nc *nats.Conn, view, body string) (answer any, code
 	return answer, "", ""
 }
 
-// Bots on the bus read the views of contract section 3 as endpoints of
+// Bots on the bus read the views of docs/contract.md section 3 as endpoints of
 // the chatpulse micro service: the same answers as HTTP, and micro errors
 // with code 400 for bad requests.
 func TestMicroViews(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 // past the bound get an error frame saying so, a fresh dashboard gets its
 // first view while they are connected and while they all leave at once,
 // and once they are gone so are their views. (Scaled down from chatbench
-// stall's 3,000 connections; the README has those figures.)
+// stall's 3,000 connections; docs/performance.md has those figures.)
 func TestWebsocketHostileRooms(t *testing.T) {
 	tm := startMain(t, "--jetstream=false")
 	const (

@@ -1,5 +1,5 @@
-// The group panel: who shares the work of a group (README, "Several
-// instances: group mode"), and whether the views count every partition.
+// The group panel: who shares the work of a group (docs/group.md), and
+// whether the views count every partition.
 //
 // A standalone chatpulse answers GET /api/v1/group with 404, and the
 // browser logs every 404 it loads as an error. So the page asks only once
