@@ -23,6 +23,7 @@ type Event struct {
 	Room, User string
 	TS         int64  // Unix milliseconds
 	Text       string // "" when the message has none
+	ID         string // the message's id; "" when it has none
 }
 
 // MaxNameLen is the longest room or user name, in bytes.

@@ -13,6 +13,9 @@ type Result struct {
 	// Decisions has one per policy that sees the room, in policy order.
 	// Check never leaves it nil, so it marshals as [] when there are none.
 	Decisions []Decision `json:"decisions"`
+	// Consumed says whether a consuming check recorded the message
+	// (docs/contract.md section 10); a read-only check has none.
+	Consumed *bool `json:"consumed,omitempty"`
 	// Only an answer merged from a group's partitions carries it.
 	*chat.Coverage
 }
@@ -53,6 +56,9 @@ type Alert struct {
 	Count  int64     `json:"count"`
 	Limit  int64     `json:"limit"`
 	At     chat.Time `json:"at"`
+	// Until is the end of the penalty the crossing started, if the policy
+	// has one.
+	Until *chat.Time `json:"until,omitempty"`
 }
 
 // An Active entry is a key over an enforcing policy: it crossed at Since
@@ -65,4 +71,6 @@ type Active struct {
 	Count  int64     `json:"count"`
 	Limit  int64     `json:"limit"`
 	Since  chat.Time `json:"since"`
+	// Until is the end of the key's penalty, while one is in force.
+	Until *chat.Time `json:"until,omitempty"`
 }

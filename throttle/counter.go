@@ -168,6 +168,15 @@ func (k counterKernel) hit(s *counterState, _ []struct{}, at int64) bool {
 	return ok
 }
 
+func (k counterKernel) unhit(s *counterState, _ []struct{}, at int64) {
+	switch rolling.FloorDiv(at, k.w) {
+	case s.win:
+		s.curr -= min(s.curr, 1)
+	case s.win - 1:
+		s.prev -= min(s.prev, 1)
+	}
+}
+
 func (k counterKernel) atRest(s *counterState, _ []struct{}, now int64) bool {
 	a, _ := k.advance(*s, now)
 	return a.prev == 0 && a.curr == 0

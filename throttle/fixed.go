@@ -98,6 +98,12 @@ func (k fixedKernel) hit(s *fixedState, _ []struct{}, at int64) bool {
 	return ok
 }
 
+func (k fixedKernel) unhit(s *fixedState, _ []struct{}, at int64) {
+	if rolling.FloorDiv(at, k.w) == s.win && s.count > 0 {
+		s.count--
+	}
+}
+
 func (k fixedKernel) atRest(s *fixedState, _ []struct{}, now int64) bool {
 	return k.advance(*s, now).count == 0
 }

@@ -115,6 +115,15 @@ func (k gcraKernel) hit(s *gcraState, _ []struct{}, at int64) bool {
 	return ok
 }
 
+// unhit moves the TAT back by one emission interval. If the bucket was
+// full before the hit, the TAT lands on the hit's instant instead of where
+// it was: the same answers from then on.
+func (k gcraKernel) unhit(s *gcraState, _ []struct{}, _ int64) {
+	if s.tat != chat.Never {
+		s.tat -= k.i
+	}
+}
+
 func (k gcraKernel) atRest(s *gcraState, _ []struct{}, now int64) bool {
 	return s.tat <= k.units(now)
 }

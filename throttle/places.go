@@ -9,7 +9,7 @@ import "github.com/chatpulse/chatpulse/chat"
 // insert adds k, fresh, and returns its place, evicting first.
 func (t *table[S, E, K]) insert(k *key, at int64) int32 {
 	for range 2 {
-		if t.tail == none || !t.k.atRest(&t.states[t.tail].st, t.extOf(t.tail), at) {
+		if t.tail == none || !t.atRest(t.tail, at) {
 			break
 		}
 		t.remove(t.tail)
@@ -98,6 +98,9 @@ func (t *table[S, E, K]) remove(i int32) {
 	if t.hashed && e.klen == hasNames {
 		delete(t.names, i)
 	}
+	if t.extra != nil {
+		delete(t.extra, i)
+	}
 	l := t.links[i]
 	if l.prev != none {
 		t.links[l.prev].next = l.next
@@ -132,6 +135,10 @@ func (t *table[S, E, K]) compact() {
 	if len(t.names) > 0 {
 		marked = make(map[int32]names, len(t.names))
 	}
+	var extra map[int32]*keyExtra
+	if len(t.extra) > 0 {
+		extra = make(map[int32]*keyExtra, len(t.extra))
+	}
 	for i := t.head; i != none; i = t.links[i].next {
 		j := int32(len(states))
 		states = append(states, t.states[i])
@@ -144,11 +151,14 @@ func (t *table[S, E, K]) compact() {
 		if nm, ok := t.names[i]; ok {
 			marked[j] = nm
 		}
+		if x := t.extraAt(i); x != nil {
+			extra[j] = x
+		}
 	}
 	t.head, t.tail, t.free = none, none, none
 	if n := int32(len(states)); n > 0 {
 		links[n-1].next = none
 		t.head, t.tail = 0, n-1
 	}
-	t.states, t.links, t.long, t.ext, t.index, t.names = states, links, long, ext, idx, marked
+	t.states, t.links, t.long, t.ext, t.index, t.names, t.extra = states, links, long, ext, idx, marked, extra
 }

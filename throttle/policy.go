@@ -61,7 +61,24 @@ type Policy struct {
 	// '\' makes the next character literal; '[' and ']' are reserved and must
 	// be escaped. Matching is on the whole room name, case-sensitive.
 	Rooms []string
+	// Penalty, if set, keeps a key that crosses an enforcing policy (its
+	// first message or consuming check over the limit) denied for at least
+	// that long, even once its rate has fallen (docs/contract.md section
+	// 11). Escalate, instead, gives the Nth crossing within StrikesWithin
+	// the Nth step (the last step for every later one); StrikesWithin is
+	// 24h when Escalate is set without it. Whole milliseconds, at most
+	// MaxWindow. A shadow policy has none.
+	Penalty       time.Duration   `json:",omitempty"`
+	Escalate      []time.Duration `json:",omitempty"`
+	StrikesWithin time.Duration   `json:",omitempty"`
 }
+
+// DefaultStrikesWithin is how long a crossing counts toward an escalating
+// penalty's next step when StrikesWithin is not set.
+const DefaultStrikesWithin = 24 * time.Hour
+
+// maxSteps is the most steps an Escalate may have.
+const maxSteps = 16
 
 // DefaultPolicies returns the policies that apply without a policies file
 // (docs/contract.md section 5), with their defaults filled in.
@@ -88,6 +105,9 @@ func (p Policy) withDefaults() Policy {
 	}
 	if p.Rooms != nil && len(p.Rooms) == 0 {
 		p.Rooms = nil
+	}
+	if len(p.Escalate) > 0 && p.StrikesWithin == 0 {
+		p.StrikesWithin = DefaultStrikesWithin
 	}
 	return p
 }
@@ -137,8 +157,48 @@ func (p Policy) validate() *FieldError {
 			return fieldErr(fmt.Sprintf("rooms[%d]", i), "%q is not a valid glob: %v", g, err)
 		}
 	}
+	return p.validatePenalty()
+}
+
+// validatePenalty checks Penalty, Escalate and StrikesWithin.
+func (p Policy) validatePenalty() *FieldError {
+	switch {
+	case p.Penalty != 0 && len(p.Escalate) > 0:
+		return fieldErr("escalate", "give penalty or escalate, not both")
+	case p.StrikesWithin != 0 && len(p.Escalate) == 0:
+		return fieldErr("strikes_within", "only with escalate")
+	case len(p.Escalate) > maxSteps:
+		return fieldErr("escalate", "%d steps, more than %d", len(p.Escalate), maxSteps)
+	case p.Mode == ModeShadow && (p.Penalty != 0 || len(p.Escalate) > 0):
+		return fieldErr("mode", "a shadow policy takes no penalty (it never denies)")
+	}
+	if p.Penalty != 0 {
+		if err := validDuration("penalty", p.Penalty, MaxWindow); err != nil {
+			return err
+		}
+	}
+	for i, d := range p.Escalate {
+		if err := validDuration(fmt.Sprintf("escalate[%d]", i), d, MaxWindow); err != nil {
+			return err
+		}
+	}
+	if p.StrikesWithin != 0 {
+		return validDuration("strikes_within", p.StrikesWithin, MaxWindow)
+	}
 	return nil
 }
+
+// step is the penalty of a key's nth crossing within StrikesWithin
+// (n >= 1), in ms; 0: none.
+func (p *Policy) step(n int) int64 {
+	if len(p.Escalate) > 0 {
+		return p.Escalate[min(n, len(p.Escalate))-1].Milliseconds()
+	}
+	return p.Penalty.Milliseconds()
+}
+
+// penalized reports whether the policy has a penalty.
+func (p *Policy) penalized() bool { return p.Penalty != 0 || len(p.Escalate) > 0 }
 
 func validName(name string) *FieldError {
 	if name == "" {

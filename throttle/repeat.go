@@ -158,6 +158,25 @@ func (k repeatKernel) hit(s *repeatState, older []int64, at int64) bool {
 	return ok
 }
 
+// unhit forgets the newest kept occurrence at `at`, if it is still kept.
+func (k repeatKernel) unhit(s *repeatState, older []int64, at int64) {
+	n := int(s.n)
+	for i := n - 1; i >= 0; i-- {
+		if kept(s, older, i) != at {
+			continue
+		}
+		if i == n-1 { // the newest: the one before it becomes last
+			if n > 1 {
+				s.last = older[n-2]
+			}
+		} else {
+			copy(older[i:n-2], older[i+1:n-1])
+		}
+		s.n--
+		return
+	}
+}
+
 func (k repeatKernel) atRest(s *repeatState, _ []int64, now int64) bool {
 	return s.n == 0 || s.last <= now-k.w
 }

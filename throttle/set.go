@@ -66,6 +66,9 @@ type Set struct {
 	// state or the new one, whole.
 	swap  sync.RWMutex
 	state atomic.Pointer[state]
+	// consuming: a consuming check has come, so the messages observed
+	// carry the hashes of their ids (Consume).
+	consuming atomic.Bool
 }
 
 // A state is what a Set decides with: its policies, the key of its hashes
@@ -118,7 +121,9 @@ func (s *Set) emptyState(r rules, hk *hashKey) *state {
 // emptyStore is the store of policy p with key hk and no key tracked.
 func (s *Set) emptyStore(p *policy, hk *hashKey) store {
 	alg := algorithmNamed(p.Algorithm)
-	return alg.kernel.newStore(p.settings(), p.Scope, alg.text, s.maxKeys, hk)
+	st := alg.kernel.newStore(p.settings(), p.Scope, alg.text, s.maxKeys, hk)
+	st.setRule(extraRuleOf(p))
+	return st
 }
 
 // Policies returns the policies in force, defaults filled in, in the order
@@ -145,13 +150,16 @@ func (s *Set) Observe(e chat.Event) []Alert {
 	st := s.state.Load()
 	var m msg
 	hasText := st.message(&m, e.TS, e.Room, e.User, e.Text)
+	if e.ID != "" && s.consuming.Load() {
+		m.id = st.hk.idHash(e.ID)
+	}
 	var alerts []Alert
 	for pi, p := range st.policies {
 		if !p.sees(e.Room) || p.text && !hasText {
 			continue
 		}
-		if crossed, count, limit := st.stores[pi].observe(m, p.enforce); crossed {
-			alerts = append(alerts, p.alert(e.TS, e.Room, e.User, count, limit))
+		if c := st.stores[pi].observe(m, p.enforce); c.j >= 0 {
+			alerts = append(alerts, p.alert(e.TS, e.Room, e.User, c))
 		}
 	}
 	return alerts
@@ -182,7 +190,7 @@ func (s *Set) ObserveBatch(evs []chat.Event, fn func(i int, a Alert)) {
 	if fn != nil {
 		for _, c := range b.cross {
 			e := &evs[c.j]
-			fn(c.j, st.policies[c.policy].alert(e.TS, e.Room, e.User, c.count, c.limit))
+			fn(c.j, st.policies[c.policy].alert(e.TS, e.Room, e.User, c))
 		}
 	}
 	batches.Put(b)
@@ -194,11 +202,15 @@ func (s *Set) observeAll(evs []chat.Event, b *batch) *state {
 	s.swap.RLock()
 	defer s.swap.RUnlock()
 	st := s.state.Load()
+	ids := s.consuming.Load()
 	for start := 0; start < len(evs); start += batchChunk {
 		chunk := evs[start:min(len(evs), start+batchChunk)]
 		for j := range chunk {
 			e := &chunk[j]
 			b.hasText[j] = st.message(&b.msgs[j], e.TS, e.Room, e.User, e.Text)
+			if ids && e.ID != "" {
+				b.msgs[j].id = st.hk.idHash(e.ID)
+			}
 		}
 		ms := b.msgs[:len(chunk)]
 		first := len(b.cross)
@@ -246,10 +258,16 @@ func (st *state) message(m *msg, at int64, room, user, text string) bool {
 }
 
 // alert is the Alert of a crossing, by the message at `at` from user in
-// room, with the count and limit of the key's verdict.
-func (p *policy) alert(at int64, room, user string, count, limit int64) Alert {
+// room, with the count and limit of the key's verdict and the end of the
+// penalty it started.
+func (p *policy) alert(at int64, room, user string, c crossing) Alert {
 	r, u := keyOf(p.Scope, room, user)
-	return Alert{Policy: p.Name, Room: strings.Clone(r), User: strings.Clone(u), Count: count, Limit: limit, At: chat.Time(at)}
+	a := Alert{Policy: p.Name, Room: strings.Clone(r), User: strings.Clone(u), Count: c.count, Limit: c.limit, At: chat.Time(at)}
+	if c.until != 0 {
+		until := chat.Time(c.until)
+		a.Until = &until
+	}
+	return a
 }
 
 // Check answers whether one more message from user in room would be allowed
@@ -270,20 +288,10 @@ func (s *Set) Check(now int64, room, user, text string, hasText bool) Result {
 			continue
 		}
 		v := st.stores[pi].check(m)
-		switch {
-		case v.Allowed:
-			p.decisions.allowed.Add(1)
-		case p.enforce:
-			p.decisions.denied.Add(1)
+		if !v.Allowed && p.enforce {
 			res.Allowed = false
-		default:
-			p.decisions.shadowDenied.Add(1)
 		}
-		res.Decisions = append(res.Decisions, Decision{
-			Policy: p.Name, Scope: p.Scope, Algorithm: p.Algorithm, Mode: p.Mode,
-			Allowed: v.Allowed, Count: v.Count, Limit: v.Limit, Remaining: v.Remaining,
-			RetryAfterMs: v.RetryAfter.Milliseconds(),
-		})
+		res.Decisions = append(res.Decisions, p.decide(v))
 	}
 	return res
 }
@@ -301,9 +309,14 @@ func (s *Set) Active(now int64) []Active {
 		}
 		start := len(out)
 		byRoom := p.Scope == ScopeRoom || p.Scope == ScopeUserInRoom
-		st.stores[pi].active(now, func(room, user string, v Verdict, since int64) {
+		st.stores[pi].active(now, func(room, user string, v Verdict, since, until int64) {
 			if !byRoom || p.sees(room) {
-				out = append(out, Active{Policy: p.Name, Room: room, User: user, Count: v.Count, Limit: v.Limit, Since: chat.Time(since)})
+				a := Active{Policy: p.Name, Room: room, User: user, Count: v.Count, Limit: v.Limit, Since: chat.Time(since)}
+				if until != 0 {
+					u := chat.Time(until)
+					a.Until = &u
+				}
+				out = append(out, a)
 			}
 		})
 		part := out[start:]

@@ -191,6 +191,17 @@ func (k slidingKernel) hit(s *slidingState, ring []uint32, at int64) bool {
 	return ok
 }
 
+func (k slidingKernel) unhit(s *slidingState, ring []uint32, at int64) {
+	b := rolling.FloorDiv(at, k.res)
+	if b <= s.last-k.n || b > s.last {
+		return // left the window (or never in it)
+	}
+	if i := floorMod(b, k.n); ring[i] > 0 {
+		ring[i]--
+		s.total--
+	}
+}
+
 func (k slidingKernel) atRest(s *slidingState, ring []uint32, now int64) bool {
 	return s.total == 0 || rolling.FloorDiv(now, k.res)-k.n+1 > s.last
 }

@@ -11,17 +11,18 @@ import (
 // store is the keyed state of one policy, whatever its algorithm. Strings
 // passed in may alias the caller's buffers: a store clones what it keeps.
 type store interface {
-	// observe records one hit at m.at and reports whether it is the key's
-	// first denied hit since its last allowed one (the crossing), marking
-	// the key if mark is set. On a crossing, count and limit are those of
-	// the key's verdict just after the hit.
-	observe(m msg, mark bool) (crossed bool, count, limit int64)
+	// observe records one hit at m.at and returns the crossing if it is
+	// the key's first denied hit since its last allowed one (j 0; -1:
+	// none), marking the key if mark is set. A crossing's count and limit
+	// are those of the key's verdict just after the hit.
+	observe(m msg, mark bool) crossing
 	// observeAll is observe for ms[j], for each j of sel in turn, under
 	// one taking of the lock; it appends the crossings to out.
 	observeAll(ms []msg, sel []int32, mark bool, out *[]crossing)
 	check(m msg) Verdict
-	// active calls fn for each marked key that is still denied at now.
-	active(now int64, fn func(room, user string, v Verdict, since int64))
+	// active calls fn for each marked key that is still denied at now,
+	// with the end of its penalty (0: none).
+	active(now int64, fn func(room, user string, v Verdict, since, until int64))
 	sweep(now int64) int
 	stats() (keys int, evicted, expired uint64)
 	// copyState copies the keys and counters, and returns what appends
@@ -35,6 +36,11 @@ type store interface {
 	// addCounts adds to the counts of evicted and expired keys those of
 	// an earlier store of the policy (Set.Reconfigure).
 	addCounts(evicted, expired uint64)
+	// setRule sets how the keys' extras are kept (the policy's window,
+	// ids and penalty): when the store is made, and when its policy is
+	// reconfigured.
+	setRule(r extraRule)
+	consumer
 }
 
 // A crossing is one that observeAll found: of the key of message j.
@@ -42,6 +48,7 @@ type crossing struct {
 	j            int   // the Set makes it the index in the batch
 	policy       int32 // filled in by the Set
 	count, limit int64
+	until        int64 // the end of the penalty it started; 0: none
 }
 
 // A msg is one message as the tables see it: its names, the hash of its
@@ -53,6 +60,7 @@ type msg struct {
 	room, user         string
 	text               uint64
 	userHash, roomHash uint64
+	id                 uint64 // the keyed hash of its id; 0: none
 }
 
 // table keeps the state of every key of one policy: an index from the
@@ -123,6 +131,13 @@ type table[S, E any, K kernel[S, E]] struct {
 	evicted    uint64
 	expired    uint64
 	sink       uint64 // where observeAll's early loads go
+
+	rule  extraRule
+	extra map[int32]*keyExtra // the keys that have extras (extra.go)
+	// ids: a consuming check has come (consume.go), so every hit with an
+	// id is remembered, and an event whose id a consuming check counted
+	// is not counted again.
+	ids bool
 }
 
 type entry[S any] struct {
@@ -180,7 +195,7 @@ func (t *table[S, E, K]) extOf(i int32) []E {
 	return t.ext[int(i)*t.stride : int(i+1)*t.stride]
 }
 
-func (t *table[S, E, K]) observe(m msg, mark bool) (crossed bool, count, limit int64) {
+func (t *table[S, E, K]) observe(m msg, mark bool) crossing {
 	var k key
 	t.keyOf(&m, &k)
 	t.mu.Lock()
@@ -203,8 +218,9 @@ func (t *table[S, E, K]) observeAll(ms []msg, sel []int32, mark bool, out *[]cro
 	defer t.mu.Unlock()
 	t.prefetch(ms, sel, &keys)
 	for n, j := range sel {
-		if crossed, count, limit := t.hit(&keys[n], &ms[j], mark); crossed {
-			*out = append(*out, crossing{j: int(j), count: count, limit: limit})
+		if c := t.hit(&keys[n], &ms[j], mark); c.j >= 0 {
+			c.j = int(j)
+			*out = append(*out, c)
 		}
 	}
 }
@@ -239,7 +255,7 @@ func (t *table[S, E, K]) prefetch(ms []msg, sel []int32, keys *[batchChunk]key) 
 		}
 	}
 	for i := t.tail; i != none && fresh > 0; i, fresh = t.links[i].prev, fresh-1 {
-		if t.n < t.max && !t.k.atRest(&t.states[i].st, t.extOf(i), now) {
+		if t.n < t.max && !t.atRest(i, now) {
 			break
 		}
 		sink += x.slots[t.hashOf(i)>>x.shift]
@@ -257,31 +273,56 @@ func (t *table[S, E, K]) prefetch(ms []msg, sel []int32, keys *[batchChunk]key) 
 	t.sink = sink
 }
 
-// hit records one hit of key k, message m; the caller holds the lock.
-func (t *table[S, E, K]) hit(k *key, m *msg, mark bool) (crossed bool, count, limit int64) {
+// hit records one hit of key k, message m, and returns the crossing it
+// makes (j 0), or none (j -1); the caller holds the lock. In consume mode
+// (t.ids), a message whose id a consuming check of the key counted is not
+// counted again, and the id of every other one is remembered.
+func (t *table[S, E, K]) hit(k *key, m *msg, mark bool) crossing {
 	i := t.find(k)
 	if i == none {
 		i = t.insert(k, m.at)
 	}
+	x := t.extraAt(i)
+	if t.ids && m.id != 0 && x != nil && x.counted(m.id, m.at, t.rule.window, true) {
+		t.touch(i)
+		return crossing{j: -1}
+	}
 	e, ext := &t.states[i], t.extOf(i)
+	ok := t.k.hit(&e.st, ext, m.at) && (x == nil || x.until <= m.at)
+	c := crossing{j: -1}
 	switch {
-	case t.k.hit(&e.st, ext, m.at):
+	case ok:
 		e.since = chat.Never
 	case mark && e.since == chat.Never:
-		e.since, crossed = m.at, true
-		v := t.k.decide(&e.st, ext, m.at)
-		count, limit = v.Count, v.Limit
-		if t.hashed && e.klen == 0 { // kept until the key is forgotten
-			if t.names == nil {
-				t.names = make(map[int32]names)
-			}
-			room, user := keyOf(t.scope, m.room, m.user)
-			t.names[i] = names{strings.Clone(room), strings.Clone(user)}
-			e.klen = hasNames
-		}
+		c = t.cross(i, m)
+	}
+	if t.ids && m.id != 0 {
+		t.extraOf(i).remember(idHit{id: m.id, at: m.at}, &t.rule)
 	}
 	t.touch(i)
-	return crossed, count, limit
+	return c
+}
+
+// cross marks the key at place i as crossed by message m, starts its
+// penalty if the policy has one, and returns the crossing.
+func (t *table[S, E, K]) cross(i int32, m *msg) crossing {
+	e := &t.states[i]
+	e.since = m.at
+	c := crossing{}
+	if len(t.rule.steps) > 0 {
+		c.until = t.extraOf(i).strike(m.at, &t.rule)
+	}
+	v := t.verdictAt(i, m.at)
+	c.count, c.limit = v.Count, v.Limit
+	if t.hashed && e.klen == 0 { // kept until the key is forgotten
+		if t.names == nil {
+			t.names = make(map[int32]names)
+		}
+		room, user := keyOf(t.scope, m.room, m.user)
+		t.names[i] = names{strings.Clone(room), strings.Clone(user)}
+		e.klen = hasNames
+	}
+	return c
 }
 
 func (t *table[S, E, K]) check(m msg) Verdict {
@@ -290,12 +331,12 @@ func (t *table[S, E, K]) check(m msg) Verdict {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if i := t.find(&k); i != none {
-		return t.k.decide(&t.states[i].st, t.extOf(i), m.at)
+		return t.verdictAt(i, m.at)
 	}
 	return t.k.decide(&t.fresh, t.zero, m.at)
 }
 
-func (t *table[S, E, K]) active(now int64, fn func(room, user string, v Verdict, since int64)) {
+func (t *table[S, E, K]) active(now int64, fn func(room, user string, v Verdict, since, until int64)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for i := t.head; i != none; i = t.links[i].next {
@@ -303,7 +344,11 @@ func (t *table[S, E, K]) active(now int64, fn func(room, user string, v Verdict,
 		if e.since == chat.Never {
 			continue
 		}
-		if v := t.k.decide(&e.st, t.extOf(i), now); !v.Allowed {
+		if v := t.verdictAt(i, now); !v.Allowed {
+			var until int64
+			if x := t.extraAt(i); x != nil && x.until > now {
+				until = x.until
+			}
 			var room, user string
 			if t.hashed {
 				room, user = t.names[i].room, t.names[i].user
@@ -311,7 +356,7 @@ func (t *table[S, E, K]) active(now int64, fn func(room, user string, v Verdict,
 				room, user = splitKey(t.nameAt(i), t.scope)
 				room, user = strings.Clone(room), strings.Clone(user)
 			}
-			fn(room, user, v, e.since)
+			fn(room, user, v, e.since, until)
 		}
 	}
 }
@@ -324,7 +369,7 @@ func (t *table[S, E, K]) sweep(now int64) int {
 	gone := 0
 	for i := t.tail; i != none; {
 		prev := t.links[i].prev
-		if t.k.atRest(&t.states[i].st, t.extOf(i), now) {
+		if t.atRest(i, now) {
 			t.remove(i)
 			gone++
 		}
@@ -341,6 +386,12 @@ func (t *table[S, E, K]) stats() (keys int, evicted, expired uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.n, t.evicted, t.expired
+}
+
+func (t *table[S, E, K]) setRule(r extraRule) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.rule = r
 }
 
 func (t *table[S, E, K]) addCounts(evicted, expired uint64) {

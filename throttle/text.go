@@ -60,6 +60,11 @@ func readHashKey(b []byte) *hashKey {
 	return &hashKey{name: w(0), text: w(1), k: [3]uint64{w(2), w(3), w(4)}}
 }
 
+// idHash is the hash of a message's id: never 0, which stands for none.
+func (h *hashKey) idHash(id string) uint64 {
+	return h.hash(h.text^0x6964, unsafe.Slice(unsafe.StringData(id), len(id))) | 1
+}
+
 // nameHash is the hash of a user's or a room's name, or of "" (a group's
 // key).
 func (h *hashKey) nameHash(name string) uint64 {

@@ -126,6 +126,12 @@ func (k bucketKernel) hit(s *bucketState, _ []struct{}, at int64) bool {
 	return ok
 }
 
+// unhit gives the token back, as of the bucket's last update (never over
+// its capacity).
+func (k bucketKernel) unhit(s *bucketState, _ []struct{}, _ int64) {
+	s.level = min(s.level+k.w, k.capacity)
+}
+
 func (k bucketKernel) atRest(s *bucketState, _ []struct{}, now int64) bool {
 	level, _ := k.advance(*s, now)
 	return level == k.capacity

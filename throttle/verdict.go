@@ -49,6 +49,10 @@ type kernel[S, E any] interface {
 	// hit records one hit at `at` and reports whether it was allowed, as
 	// decide would have said just before.
 	hit(s *S, ext []E, at int64) bool
+	// unhit takes back an allowed hit recorded at `at`: the state
+	// answers from then on as if it had not come (a group's consuming
+	// check that another stage denied; see Set.Unconsume).
+	unhit(s *S, ext []E, at int64)
 	// atRest reports that the key's state at now is the same as fresh,
 	// so forgetting the key changes no answer.
 	atRest(s *S, ext []E, now int64) bool

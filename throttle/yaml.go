@@ -32,7 +32,8 @@ func LoadPolicies(path string) ([]Policy, error) {
 //	    window: 10s
 //
 // name, scope, algorithm, limit and window are required; resolution, burst,
-// mode and rooms are optional (see Policy). Durations are Go durations plus
+// mode, rooms, penalty, escalate and strikes_within are optional (see
+// Policy). Durations are Go durations plus
 // d for days (rolling.ParseDuration). Unknown fields, a field given twice and two
 // policies with one name are errors. An error names the file, the line and
 // the field, as in
@@ -84,7 +85,7 @@ func ParsePolicies(file string, data []byte) ([]Policy, error) {
 	return policies, nil
 }
 
-var policyFields = []string{"name", "scope", "algorithm", "limit", "window", "resolution", "burst", "mode", "rooms"}
+var policyFields = []string{"name", "scope", "algorithm", "limit", "window", "resolution", "burst", "mode", "rooms", "penalty", "escalate", "strikes_within"}
 
 // parsePolicy parses policies[i] and returns it with the line of each field
 // it has.
@@ -111,6 +112,22 @@ func parsePolicy(file string, i int, n *yaml.Node) (Policy, map[string]int, erro
 			return fail(k.Line, field, "defined twice")
 		}
 		lines[field] = v.Line
+		if field == "escalate" {
+			if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
+				return fail(v.Line, field, "want a list of durations, like [1m, 10m, 1h]")
+			}
+			for r, g := range v.Content {
+				g = deref(g)
+				f := fmt.Sprintf("escalate[%d]", r)
+				lines[f] = g.Line
+				d, err := rolling.ParseDuration(g.Value)
+				if g.Kind != yaml.ScalarNode || err != nil {
+					return fail(g.Line, f, "%q is not a duration (examples: 90s, 5m, 1h, 7d)", g.Value)
+				}
+				p.Escalate = append(p.Escalate, d)
+			}
+			continue
+		}
 		if field == "rooms" {
 			if v.Kind != yaml.SequenceNode {
 				return fail(v.Line, field, "want a list of room globs, like [\"support-*\"]")
@@ -159,7 +176,7 @@ func parsePolicy(file string, i int, n *yaml.Node) (Policy, map[string]int, erro
 			} else {
 				p.Burst = int(x)
 			}
-		case "window", "resolution":
+		case "window", "resolution", "penalty", "strikes_within":
 			d, err := rolling.ParseDuration(s)
 			if err != nil {
 				return fail(v.Line, field, "%v", err)
@@ -167,10 +184,15 @@ func parsePolicy(file string, i int, n *yaml.Node) (Policy, map[string]int, erro
 			if d <= 0 {
 				return fail(v.Line, field, "%s must be positive", s)
 			}
-			if field == "window" {
+			switch field {
+			case "window":
 				p.Window = d
-			} else {
+			case "resolution":
 				p.Resolution = d
+			case "penalty":
+				p.Penalty = d
+			default:
+				p.StrikesWithin = d
 			}
 		}
 	}

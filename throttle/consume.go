@@ -1,0 +1,231 @@
+package throttle
+
+import (
+	"strings"
+
+	"github.com/chatpulse/chatpulse/chat"
+)
+
+// Consuming checks (docs/contract.md section 10): a check that decides and,
+// when allowed, counts the message in the same step, so that a burst of
+// checks sent at once is held to the limit however it is spread. A Set
+// takes the lock of every policy that sees the message, in policy order
+// (every call that takes more than one does it in that order, so none
+// waits for another in a cycle), decides each, and records the message as
+// one hit of every one of them only if no enforcing policy denies it. The
+// id the message's event will carry is remembered with each hit, for the
+// policy's window, so that the event counts once: by the check.
+
+// consumer is what a store does for consuming checks. lock and unlock
+// take and give back the store's lock; the methods between them run with
+// it held.
+type consumer interface {
+	lock()
+	unlock()
+	// counted reports whether the key of m counted a hit with m's id
+	// within the window: an earlier consuming check's, or an event's that
+	// came first.
+	counted(m msg) bool
+	// verdict is check's, with the lock held.
+	verdict(m msg) Verdict
+	// refuse records a denied consuming check: nothing is counted, but it
+	// is the key's crossing if the key was allowed before (marked if mark),
+	// with the penalty that starts.
+	refuse(m msg, mark bool) crossing
+	// take records an allowed consuming check: one hit, remembered with
+	// its id.
+	take(m msg)
+	// untake takes back what take recorded for m's id (it takes the lock),
+	// and reports whether there was one.
+	untake(m msg) bool
+}
+
+func (t *table[S, E, K]) lock()   { t.mu.Lock() }
+func (t *table[S, E, K]) unlock() { t.mu.Unlock() }
+
+func (t *table[S, E, K]) counted(m msg) bool {
+	var k key
+	t.keyOf(&m, &k)
+	i := t.find(&k)
+	if i == none {
+		return false
+	}
+	x := t.extraAt(i)
+	return x != nil && x.counted(m.id, m.at, t.rule.window, false)
+}
+
+func (t *table[S, E, K]) verdict(m msg) Verdict {
+	var k key
+	t.keyOf(&m, &k)
+	if i := t.find(&k); i != none {
+		return t.verdictAt(i, m.at)
+	}
+	return t.k.decide(&t.fresh, t.zero, m.at)
+}
+
+func (t *table[S, E, K]) refuse(m msg, mark bool) crossing {
+	var k key
+	t.keyOf(&m, &k)
+	i := t.find(&k)
+	if i == none {
+		i = t.insert(&k, m.at)
+	}
+	t.touch(i)
+	if !mark || t.states[i].since != chat.Never {
+		return crossing{j: -1}
+	}
+	return t.cross(i, &m)
+}
+
+func (t *table[S, E, K]) take(m msg) {
+	t.ids = true
+	var k key
+	t.keyOf(&m, &k)
+	i := t.find(&k)
+	if i == none {
+		i = t.insert(&k, m.at)
+	}
+	e := &t.states[i]
+	t.extraOf(i).remember(idHit{id: m.id, at: m.at, since: e.since, consumed: true}, &t.rule)
+	t.k.hit(&e.st, t.extOf(i), m.at)
+	e.since = chat.Never // allowed
+	t.touch(i)
+}
+
+func (t *table[S, E, K]) untake(m msg) bool {
+	var k key
+	t.keyOf(&m, &k)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	i := t.find(&k)
+	if i == none {
+		return false
+	}
+	x := t.extraAt(i)
+	if x == nil {
+		return false
+	}
+	h, ok := x.forget(m.id)
+	if !ok {
+		return false
+	}
+	e := &t.states[i]
+	t.k.unhit(&e.st, t.extOf(i), h.at)
+	if e.since == chat.Never {
+		e.since = h.since
+	}
+	return true
+}
+
+// Consume answers as Check does and, if no enforcing policy denies, records
+// the message as one hit of every policy that sees it (shadow ones too),
+// remembering id with each, atomically with respect to every other call
+// for the same keys: of n consuming checks of one key at once, exactly as
+// many are allowed as the policies allow. Consumed says whether it was
+// recorded.
+//
+// The event that later arrives with the same id is not counted again by
+// those policies (within each one's window). A consuming check whose id
+// the keys have counted already (the same check sent twice, or its event
+// that came first) records nothing and is answered as allowed and
+// consumed, as the first one was. A denied one records nothing, except
+// what a crossing records: the key's alert mark and its penalty; the
+// alerts of those crossings are returned, for the caller to publish.
+//
+// id must not be empty.
+func (s *Set) Consume(now int64, room, user, text string, hasText bool, id string) (Result, []Alert) {
+	if !hasText {
+		text = ""
+	}
+	s.consuming.Store(true)
+	s.swap.RLock()
+	defer s.swap.RUnlock()
+	st := s.state.Load()
+	var m msg
+	hasText = st.message(&m, now, room, user, text)
+	m.id = st.hk.idHash(id)
+	sel := make([]int, 0, len(st.policies))
+	for pi, p := range st.policies {
+		if p.sees(room) && (!p.text || hasText) {
+			sel = append(sel, pi)
+			st.stores[pi].lock()
+		}
+	}
+	defer func() {
+		for _, pi := range sel {
+			st.stores[pi].unlock()
+		}
+	}()
+	res := Result{Allowed: true, AsOf: chat.Time(now), Room: strings.Clone(room), User: strings.Clone(user), Decisions: make([]Decision, 0, len(sel))}
+	again := false
+	for _, pi := range sel {
+		again = again || st.stores[pi].counted(m)
+	}
+	verdicts := make([]Verdict, len(sel))
+	for n, pi := range sel {
+		verdicts[n] = st.stores[pi].verdict(m)
+		if again { // counted before: answered as the first was
+			verdicts[n].Allowed, verdicts[n].RetryAfter = true, 0
+		}
+		if !verdicts[n].Allowed && st.policies[pi].enforce {
+			res.Allowed = false
+		}
+	}
+	var alerts []Alert
+	for n, pi := range sel {
+		p, v := st.policies[pi], verdicts[n]
+		switch {
+		case again:
+		case res.Allowed:
+			st.stores[pi].take(m)
+		case !v.Allowed:
+			if c := st.stores[pi].refuse(m, p.enforce); c.j >= 0 {
+				alerts = append(alerts, p.alert(now, room, user, c))
+				v = st.stores[pi].verdict(m) // with the penalty that starts
+			}
+		}
+		res.Decisions = append(res.Decisions, p.decide(v))
+	}
+	consumed := res.Allowed
+	res.Consumed = &consumed
+	return res, alerts
+}
+
+// Unconsume takes back what Consume recorded for id at the same room, user
+// and text: a group asks it of the stages that allowed a consuming check
+// that another stage denied. It reports whether anything was taken back.
+func (s *Set) Unconsume(room, user, text string, hasText bool, id string) bool {
+	if !hasText {
+		text = ""
+	}
+	s.swap.RLock()
+	defer s.swap.RUnlock()
+	st := s.state.Load()
+	var m msg
+	hasText = st.message(&m, 0, room, user, text)
+	m.id = st.hk.idHash(id)
+	taken := false
+	for pi, p := range st.policies {
+		if p.sees(room) && (!p.text || hasText) {
+			taken = st.stores[pi].untake(m) || taken
+		}
+	}
+	return taken
+}
+
+// decide is a policy's Decision for a verdict, counted for Stats.
+func (p *policy) decide(v Verdict) Decision {
+	switch {
+	case v.Allowed:
+		p.decisions.allowed.Add(1)
+	case p.enforce:
+		p.decisions.denied.Add(1)
+	default:
+		p.decisions.shadowDenied.Add(1)
+	}
+	return Decision{
+		Policy: p.Name, Scope: p.Scope, Algorithm: p.Algorithm, Mode: p.Mode,
+		Allowed: v.Allowed, Count: v.Count, Limit: v.Limit, Remaining: v.Remaining,
+		RetryAfterMs: v.RetryAfter.Milliseconds(),
+	}
+}
