@@ -28,8 +28,10 @@ type Engine interface {
 	Rooms(win string, limit int, now int64) (aggregator.Rooms, error)
 	Room(name, win string, k int, now int64) (aggregator.Room, error)
 	User(name, win string, now int64) (aggregator.User, error)
-	// The throttle of docs/contract.md section 5 (web.Throttle).
+	// The throttle of docs/contract.md sections 5 and 10 (web.Throttle):
+	// a consuming check publishes the alerts it raises.
 	Check(now int64, room, user, text string, hasText bool) throttle.Result
+	Consume(now int64, room, user, text string, hasText bool, id string) throttle.Result
 	Active(now int64) []throttle.Active
 
 	// Attach makes what the engine reads and keeps on the bus, loads its

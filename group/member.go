@@ -33,7 +33,16 @@ type Config struct {
 	Group         string
 	Partitions    int
 	Lease         time.Duration // 0: DefaultLease
+	// Unowned is how a throttle check is answered while a stage it needs
+	// has no caught-up owner: UnownedAllow (the default) or UnownedDeny.
+	Unowned string
 }
+
+// The answers of a check without an owner (--throttle-unowned).
+const (
+	UnownedAllow = "allow"
+	UnownedDeny  = "deny"
+)
 
 // ErrConfig is a configuration that cannot work (the caller exits with
 // status 2): a name that is not allowed, a --partitions other than the
@@ -90,6 +99,8 @@ func New(cfg Config, reg prometheus.Registerer) (*Member, error) {
 		return nil, fmt.Errorf("%w: --instance %q: 1 to 128 letters, digits, '_', '-' or '.', not starting with '.'", ErrConfig, cfg.Instance)
 	case cfg.Partitions < 1 || cfg.Partitions > 1024:
 		return nil, fmt.Errorf("%w: --partitions %d: 1 to 1024", ErrConfig, cfg.Partitions)
+	case cfg.Unowned != "" && cfg.Unowned != UnownedAllow && cfg.Unowned != UnownedDeny:
+		return nil, fmt.Errorf("%w: --throttle-unowned %q: allow or deny", ErrConfig, cfg.Unowned)
 	}
 	m := &Member{cfg: cfg, log: cfg.Log, parts: map[int]*partition{}, retired: map[string]throttle.PolicyStats{}, done: make(chan struct{})}
 	var err error

@@ -30,12 +30,14 @@ const protocol = 1
 type op string
 
 const (
-	opOverview = op(aggregator.ViewOverview)
-	opRooms    = op(aggregator.ViewRooms)
-	opRoom     = op(aggregator.ViewRoom)
-	opUser     = op(aggregator.ViewUser)
-	opCheck    = op("check")
-	opActive   = op("active")
+	opOverview  = op(aggregator.ViewOverview)
+	opRooms     = op(aggregator.ViewRooms)
+	opRoom      = op(aggregator.ViewRoom)
+	opUser      = op(aggregator.ViewUser)
+	opCheck     = op("check")
+	opConsume   = op("consume")   // a consuming check's part: decide and record
+	opUnconsume = op("unconsume") // take back what a consume recorded
+	opActive    = op("active")
 )
 
 // A question is one op about some partitions.
@@ -49,6 +51,7 @@ type question struct {
 	User    string `json:"user,omitempty"`  // user, check
 	Text    string `json:"text,omitempty"`  // check
 	HasText bool   `json:"has_text,omitempty"`
+	ID      string `json:"id,omitempty"`    // consume, unconsume
 	Stage   string `json:"stage,omitempty"` // check: whose policies
 	Now     int64  `json:"now"`
 	Parts   []int  `json:"parts"`
@@ -64,6 +67,9 @@ type answer struct {
 	Room      *aggregator.Room     `json:"room,omitempty"`
 	User      *aggregator.User     `json:"user,omitempty"`
 	Decisions []throttle.Decision  `json:"decisions,omitempty"`
+	Allowed   bool                 `json:"allowed,omitempty"`  // consume: no enforcing policy denied
+	Consumed  bool                 `json:"consumed,omitempty"` // consume: counted by the check, now or before
+	Recorded  bool                 `json:"recorded,omitempty"` // consume: recorded now (an unconsume takes it back)
 	Active    []throttle.Active    `json:"active,omitempty"`
 	Error     string               `json:"error,omitempty"`
 	// Unknown: the member does not know the question's version or op
@@ -72,7 +78,7 @@ type answer struct {
 }
 
 // known are the ops this member answers.
-var known = []op{opOverview, opRooms, opRoom, opUser, opCheck, opActive}
+var known = []op{opOverview, opRooms, opRoom, opUser, opCheck, opConsume, opUnconsume, opActive}
 
 // unknown is the answer to a question this member cannot answer, or nil.
 func unknown(q question) *answer {
@@ -183,6 +189,19 @@ func (m *Member) answer(q question) answer {
 	case opCheck:
 		if s := pts[0].stage(q.Stage); s != nil && s.Thr != nil {
 			a.Decisions = s.Thr.Check(q.Now, q.Room, q.User, q.Text, q.HasText).Decisions
+		}
+	case opConsume:
+		a.Allowed = true
+		if s := pts[0].stage(q.Stage); s != nil && s.Thr != nil {
+			res, recorded, alerts := s.Thr.Consume(q.Now, q.Room, q.User, q.Text, q.HasText, q.ID)
+			a.Decisions, a.Allowed, a.Consumed, a.Recorded = res.Decisions, res.Allowed, *res.Consumed, recorded
+			for _, al := range alerts {
+				m.bus.Alert(al)
+			}
+		}
+	case opUnconsume:
+		if s := pts[0].stage(q.Stage); s != nil && s.Thr != nil {
+			s.Thr.Unconsume(q.Room, q.User, q.Text, q.HasText, q.ID)
 		}
 	case opActive:
 		for _, pt := range pts {

@@ -194,23 +194,21 @@ func (m *Member) User(name, win string, now int64) (aggregator.User, error) {
 	return v, nil
 }
 
-// Check is a throttle check: each policy is decided by the owner of the
-// key's partition (a room's for room and user_in_room scopes, a user's
-// for user scope, partition 0's for group scope), and the decisions are
-// put back in the policies' order.
-func (m *Member) Check(now int64, room, user, text string, hasText bool) throttle.Result {
-	res := throttle.Result{Allowed: true, AsOf: chat.Time(now), Room: room, User: user, Decisions: []throttle.Decision{}}
+// checks are the questions of a throttle check, one per stage whose
+// policies decide it, in the order room, user, group: each policy is
+// decided by the owner of the key's partition (a room's for room and
+// user_in_room scopes, a user's for user scope, partition 0's for group
+// scope).
+func (m *Member) checks(base question, r *rules) []question {
 	var asks []question
-	base := question{Op: opCheck, Room: room, User: user, Text: text, HasText: hasText, Now: now}
-	r := m.rules.Load()
 	if len(r.byScope[throttle.ScopeRoom]) > 0 {
 		q := base
-		q.Stage, q.Parts = stageRoom, []int{Partition(chat.Token(room), m.cfg.Partitions)}
+		q.Stage, q.Parts = stageRoom, []int{Partition(chat.Token(base.Room), m.cfg.Partitions)}
 		asks = append(asks, q)
 	}
 	if len(r.byScope[throttle.ScopeUser]) > 0 {
 		q := base
-		q.Stage, q.Parts = stageUser, []int{Partition(chat.Token(user), m.cfg.Partitions)}
+		q.Stage, q.Parts = stageUser, []int{Partition(chat.Token(base.User), m.cfg.Partitions)}
 		asks = append(asks, q)
 	}
 	if len(r.byScope[throttle.ScopeGroup]) > 0 {
@@ -218,6 +216,15 @@ func (m *Member) Check(now int64, room, user, text string, hasText bool) throttl
 		q.Stage, q.Parts = stageAll, []int{0}
 		asks = append(asks, q)
 	}
+	return asks
+}
+
+// Check is a throttle check: each stage's policies are asked of its owner
+// at once, and the decisions put back in the policies' order.
+func (m *Member) Check(now int64, room, user, text string, hasText bool) throttle.Result {
+	res := throttle.Result{Allowed: true, AsOf: chat.Time(now), Room: room, User: user, Decisions: []throttle.Decision{}}
+	r := m.rules.Load()
+	asks := m.checks(question{Op: opCheck, Room: room, User: user, Text: text, HasText: hasText, Now: now}, r)
 	var (
 		mu      sync.Mutex
 		wg      sync.WaitGroup
@@ -237,6 +244,14 @@ func (m *Member) Check(now int64, room, user, text string, hasText bool) throttl
 		}()
 	}
 	wg.Wait()
+	m.finish(&res, r, missing)
+	return res
+}
+
+// finish puts a check's decisions in the policies' order, counts them,
+// and decides the answer: denied if an enforcing policy denies, or if a
+// stage had no owner to ask and --throttle-unowned is deny.
+func (m *Member) finish(res *throttle.Result, r *rules, missing int) {
 	slices.SortFunc(res.Decisions, func(a, b throttle.Decision) int { return cmp.Compare(r.order[a.Policy], r.order[b.Policy]) })
 	for _, d := range res.Decisions {
 		m.metrics.decided(d)
@@ -244,7 +259,64 @@ func (m *Member) Check(now int64, room, user, text string, hasText bool) throttl
 			res.Allowed = false
 		}
 	}
+	if missing > 0 && m.cfg.Unowned == UnownedDeny {
+		res.Allowed = false
+	}
 	res.Coverage = coverage(missing)
+}
+
+// Consume is a consuming check (docs/contract.md section 10), decided by
+// the owners of its stages one after the other, in the order room, user,
+// group: each decides and, if its policies allow, records at once. The
+// first stage that denies ends it: the stages before it take back what
+// they recorded (Unconsume), and those after it are asked read-only, for
+// their decisions. So of n consuming checks of one key sent at once to any
+// members, exactly as many are allowed as the policies allow: every stage
+// sees them in some order, and only those the first allowed reach the
+// next. A stage with no caught-up owner is missing: the check then follows
+// --throttle-unowned, and records nothing there. The alert of a crossing
+// is published by the owner that decides it.
+func (m *Member) Consume(now int64, room, user, text string, hasText bool, id string) throttle.Result {
+	res := throttle.Result{Allowed: true, AsOf: chat.Time(now), Room: room, User: user, Decisions: []throttle.Decision{}}
+	r := m.rules.Load()
+	asks := m.checks(question{Op: opConsume, Room: room, User: user, Text: text, HasText: hasText, ID: id, Now: now}, r)
+	var taken []question
+	counted := len(asks) == 0 // some stage counts the message (vacuously, when none decides)
+	missing := 0
+	for i, q := range asks {
+		answers, miss := m.ask(q)
+		missing += miss
+		denied := miss > 0 && m.cfg.Unowned == UnownedDeny
+		for _, a := range answers {
+			res.Decisions = append(res.Decisions, a.Decisions...)
+			denied = denied || !a.Allowed
+			if a.Recorded {
+				taken = append(taken, q)
+			}
+			counted = counted || a.Consumed
+		}
+		if !denied {
+			continue
+		}
+		res.Allowed = false
+		for _, q := range taken {
+			q.Op = opUnconsume
+			m.ask(q)
+		}
+		taken = nil
+		for _, q := range asks[i+1:] {
+			q.Op = opCheck
+			answers, miss := m.ask(q)
+			missing += miss
+			for _, a := range answers {
+				res.Decisions = append(res.Decisions, a.Decisions...)
+			}
+		}
+		break
+	}
+	m.finish(&res, r, missing)
+	consumed := res.Allowed && counted
+	res.Consumed = &consumed
 	return res
 }
 

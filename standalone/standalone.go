@@ -171,6 +171,17 @@ func (e *Engine) Run(alerts func(throttle.Alert)) error {
 	return nil
 }
 
+// Consume is a consuming check: decided and, if allowed, counted at once
+// (docs/contract.md section 10); the alert of a crossing goes out as an
+// event's does.
+func (e *Engine) Consume(now int64, room, user, text string, hasText bool, id string) throttle.Result {
+	res, _, alerts := e.Set.Consume(now, room, user, text, hasText, id)
+	for _, a := range alerts {
+		e.alert(a)
+	}
+	return res
+}
+
 // alert publishes a throttle alert on NATS and hands it to the dashboards.
 func (e *Engine) alert(a throttle.Alert) {
 	e.bus.Alert(a)

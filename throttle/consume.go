@@ -121,8 +121,9 @@ func (t *table[S, E, K]) untake(m msg) bool {
 // the message as one hit of every policy that sees it (shadow ones too),
 // remembering id with each, atomically with respect to every other call
 // for the same keys: of n consuming checks of one key at once, exactly as
-// many are allowed as the policies allow. Consumed says whether it was
-// recorded.
+// many are allowed as the policies allow. The answer's Consumed says
+// whether the message is counted by the check (now or before); recorded,
+// whether this call recorded it.
 //
 // The event that later arrives with the same id is not counted again by
 // those policies (within each one's window). A consuming check whose id
@@ -133,7 +134,7 @@ func (t *table[S, E, K]) untake(m msg) bool {
 // alerts of those crossings are returned, for the caller to publish.
 //
 // id must not be empty.
-func (s *Set) Consume(now int64, room, user, text string, hasText bool, id string) (Result, []Alert) {
+func (s *Set) Consume(now int64, room, user, text string, hasText bool, id string) (res Result, recorded bool, alerts []Alert) {
 	if !hasText {
 		text = ""
 	}
@@ -156,7 +157,7 @@ func (s *Set) Consume(now int64, room, user, text string, hasText bool, id strin
 			st.stores[pi].unlock()
 		}
 	}()
-	res := Result{Allowed: true, AsOf: chat.Time(now), Room: strings.Clone(room), User: strings.Clone(user), Decisions: make([]Decision, 0, len(sel))}
+	res = Result{Allowed: true, AsOf: chat.Time(now), Room: strings.Clone(room), User: strings.Clone(user), Decisions: make([]Decision, 0, len(sel))}
 	again := false
 	for _, pi := range sel {
 		again = again || st.stores[pi].counted(m)
@@ -171,7 +172,6 @@ func (s *Set) Consume(now int64, room, user, text string, hasText bool, id strin
 			res.Allowed = false
 		}
 	}
-	var alerts []Alert
 	for n, pi := range sel {
 		p, v := st.policies[pi], verdicts[n]
 		switch {
@@ -188,7 +188,7 @@ func (s *Set) Consume(now int64, room, user, text string, hasText bool, id strin
 	}
 	consumed := res.Allowed
 	res.Consumed = &consumed
-	return res, alerts
+	return res, consumed && !again, alerts
 }
 
 // Unconsume takes back what Consume recorded for id at the same room, user

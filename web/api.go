@@ -119,11 +119,7 @@ func (s *Server) throttleCheck(r *http.Request) (any, error) {
 		// The client is gone, or too slow: the server's read timeout.
 		return nil, badf("reading the request body: %v", err)
 	}
-	req, err := decodeCheck(body.Bytes())
-	if err != nil {
-		return nil, err
-	}
-	return s.check(req), nil
+	return s.CheckRequest(body.Bytes())
 }
 
 // check answers a valid check request, over HTTP or NATS.
@@ -131,6 +127,9 @@ func (s *Server) check(req checkRequest) throttle.Result {
 	text := ""
 	if req.Text != nil {
 		text = *req.Text
+	}
+	if req.Consume {
+		return s.thr.Consume(s.nowMs(), req.Room, req.User, text, req.Text != nil, req.ID)
 	}
 	return s.thr.Check(s.nowMs(), req.Room, req.User, text, req.Text != nil)
 }

@@ -6,32 +6,78 @@ import (
 	"slices"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/chatpulse/chatpulse/throttle"
 )
 
-// CheckRequest answers a throttle check request (docs/contract.md section 5) that
-// came some other way than HTTP, such as NATS request-reply: the answer, or
-// an error; the error of a bad request has a method BadRequest.
+// CheckRequest answers a throttle check request (docs/contract.md sections 5
+// and 10) that came some other way than HTTP, such as NATS request-reply:
+// the answer, or an error; the error of a bad request has a method
+// BadRequest. A JSON array of requests is answered by an array of answers,
+// in order.
 func (s *Server) CheckRequest(body []byte) (any, error) {
-	req, err := decodeCheck(body)
+	reqs, batch, err := decodeChecks(body)
 	if err != nil {
 		return nil, err
 	}
-	return s.check(req), nil
+	if !batch {
+		return s.check(reqs[0]), nil
+	}
+	out := make([]throttle.Result, len(reqs))
+	for i, req := range reqs {
+		out[i] = s.check(req)
+	}
+	return out, nil
+}
+
+// maxBatch is the most checks one request may carry.
+const maxBatch = 1000
+
+// maxIDLen is the longest id of a consuming check, in bytes.
+const maxIDLen = 128
+
+// decodeChecks parses one check request, or a JSON array of them (batch),
+// each validated; one bad request refuses them all, naming its index.
+func decodeChecks(data []byte) (reqs []checkRequest, batch bool, err error) {
+	if len(data) > maxCheckBody {
+		return nil, false, badf("request body over %d bytes", maxCheckBody)
+	}
+	if i := skipSpace(data, 0); i == len(data) || data[i] != '[' {
+		req, err := decodeCheck(data)
+		return []checkRequest{req}, false, err
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(data, &items); err != nil {
+		return nil, true, badf("a batch must be a JSON array of check requests: %v", err)
+	}
+	if len(items) == 0 || len(items) > maxBatch {
+		return nil, true, badf("a batch holds 1 to %d check requests, got %d", maxBatch, len(items))
+	}
+	reqs = make([]checkRequest, len(items))
+	for i, item := range items {
+		if reqs[i], err = decodeCheck(item); err != nil {
+			return nil, true, badf("[%d]: %v", i, err)
+		}
+	}
+	return reqs, true, nil
 }
 
 // BadRequest marks the error as the requester's fault.
 func (*badRequest) BadRequest() {}
 
-// checkRequest is the body of a throttle check (docs/contract.md section 5).
+// checkRequest is the body of a throttle check (docs/contract.md sections
+// 5 and 10).
 type checkRequest struct {
-	Room string
-	User string
-	Text *string // nil: no text
+	Room    string
+	User    string
+	Text    *string // nil: no text
+	Consume bool    // decide and count in one step
+	ID      string  // the message's id: with Consume
 }
 
-const checkShape = `request must be a JSON object {"room": string, "user": string, "text": string (optional)}`
+const checkShape = `request must be a JSON object {"room": string, "user": string, "text": string (optional), "consume": boolean (optional), "id": string (with consume)}, or an array of them`
 
-var checkFields = map[string]kind{"room": name, "user": name, "text": text}
+var checkFields = map[string]kind{"room": name, "user": name, "text": text, "consume": boolean, "id": text}
 
 // decodeCheck parses and validates a check request, over HTTP or NATS, by
 // the rules of an event's payload (ingest.Decode), so that a check names a
@@ -56,9 +102,16 @@ func decodeCheck(data []byte) (checkRequest, error) {
 			return checkRequest{}, err
 		}
 	}
-	req := checkRequest{Room: f["room"], User: f["user"]}
+	req := checkRequest{Room: f["room"], User: f["user"], Consume: f["consume"] == "true", ID: f["id"]}
 	if t, ok := f["text"]; ok {
 		req.Text = &t
+	}
+	_, hasID := f["id"]
+	switch {
+	case req.Consume && !hasID:
+		return checkRequest{}, badf("id: missing: a consuming check needs the id its message's event will carry")
+	case hasID && (len(req.ID) == 0 || len(req.ID) > maxIDLen):
+		return checkRequest{}, badf("id: must be 1..%d bytes, got %d", maxIDLen, len(req.ID))
 	}
 	return req, nil
 }
@@ -70,6 +123,7 @@ const (
 	name    kind = iota // a string that must say exactly what it unescapes to
 	text                // a string, read as an event's text is
 	integer             // an integer
+	boolean             // true or false
 )
 
 // fields are the fields of a JSON request, as text, by name: absent ones
@@ -116,6 +170,14 @@ func decodeObject(data []byte, shape string, want map[string]kind) (fields, erro
 		switch c := data[i]; {
 		case c == 'n': // null
 			i += len("null")
+		case k == boolean && (c == 't' || c == 'f'):
+			f[field] = "true"
+			if c == 'f' {
+				f[field] = "false"
+			}
+			i += len(f[field])
+		case k == boolean:
+			return nil, badf("%s: must be true or false", field)
 		case c == '"' && k != integer:
 			lit, next := literal(data, i)
 			if k == name && !exactString(lit) {

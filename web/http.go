@@ -57,16 +57,17 @@ type Views interface {
 }
 
 // Throttle answers the throttle check and the active keys of contract
-// sections 3 and 5, at now in Unix milliseconds; *throttle.Set is one.
+// sections 3, 5 and 10, at now in Unix milliseconds: an engine's, which
+// publishes the alerts a consuming check raises.
 type Throttle interface {
 	Check(now int64, room, user, text string, hasText bool) throttle.Result
+	// Consume is a consuming check (docs/contract.md section 10): decided
+	// and, when allowed, counted, with the id its event will carry.
+	Consume(now int64, room, user, text string, hasText bool, id string) throttle.Result
 	Active(now int64) []throttle.Active
 }
 
-var (
-	_ Views    = (*aggregator.Aggregator)(nil)
-	_ Throttle = (*throttle.Set)(nil)
-)
+var _ Views = (*aggregator.Aggregator)(nil)
 
 // Server serves the API, the websocket hub and the dashboard. It owns the
 // routes and the hub; what it serves it reads from Views and Throttle.

@@ -34,6 +34,9 @@ type Config struct {
 	Partitions int
 	Replicas   int
 	Instance   string
+	// ThrottleUnowned answers a check whose key has no caught-up owner
+	// (docs/contract.md section 10): allow or deny.
+	ThrottleUnowned string
 
 	// Who may use the HTTP server, and how it is served (docs/security.md).
 	AllowedHosts []string
@@ -84,6 +87,7 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 	fs.IntVar(&c.Partitions, "partitions", 64, "partitions per key (room, user) in a group; fixed for the life of the group")
 	fs.IntVar(&c.Replicas, "replicas", 1, "JetStream replicas of every stream and bucket chatpulse creates (3 on a 3-node cluster)")
 	fs.StringVar(&c.Instance, "instance", host, "this instance's name, unique within its group")
+	fs.StringVar(&c.ThrottleUnowned, "throttle-unowned", "allow", "in a group, how a throttle check is answered while a partition it needs has no caught-up owner: allow or deny (the answer says complete: false either way)")
 	fs.StringVar(&hosts, "allowed-hosts", "", `comma-separated host names that requests may name in Host, besides IP addresses, localhost and the --http host ("*": any)`)
 	fs.StringVar(&c.AuthToken, "auth-token", "", "bearer token that the API and the websocket need (better: --auth-token-file or the environment)")
 	fs.StringVar(&tokenFile, "auth-token-file", "", "file holding the bearer token")
@@ -145,6 +149,8 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 		return usagef("--replicas: 1 to 5, got %d", c.Replicas)
 	case c.Group != "" && c.Instance == "":
 		return usagef("--instance: empty (and no host name to default to)")
+	case c.ThrottleUnowned != "allow" && c.ThrottleUnowned != "deny":
+		return usagef("--throttle-unowned: allow or deny, got %q", c.ThrottleUnowned)
 	}
 	c.AllowedOrigins = list(origins)
 	c.AllowedHosts = list(hosts)

@@ -112,6 +112,13 @@ func TestOpenAPI(t *testing.T) {
 		{"POST", "/api/v1/throttle/check", `{"room":"lobby","user":"carol","colour":"red"}`, 400, ""},
 		{"POST", "/api/v1/throttle/check", `{"room":"lobby","user":"carol","text":7}`, 400, ""},
 		{"POST", "/api/v1/throttle/check", `{"room":"lobby","user":"carol"} {}`, 400, "kin-openapi reads the first JSON value only"},
+		{"POST", "/api/v1/throttle/check", `{"room":"lobby","user":"dave","consume":true,"id":"m-1"}`, 200, ""},
+		{"POST", "/api/v1/throttle/check", `[{"room":"lobby","user":"dave","consume":true,"id":"m-2"},{"room":"lobby","user":"erin"}]`, 200, ""},
+		{"POST", "/api/v1/throttle/check", `{"room":"lobby","user":"dave","consume":true}`, 400, "the schema cannot say that consume: true needs an id"},
+		{"POST", "/api/v1/throttle/check", `{"room":"lobby","user":"dave","consume":true,"id":7}`, 400, ""},
+		{"POST", "/api/v1/throttle/check", `{"room":"lobby","user":"dave","consume":"yes","id":"m-3"}`, 400, ""},
+		{"POST", "/api/v1/throttle/check", `[]`, 400, ""},
+		{"POST", "/api/v1/throttle/check", `[{"room":"lobby","user":"dave"},{"room":"lobby"}]`, 400, ""},
 		{"GET", "/api/v1/throttle/active", "", 200, ""},
 		{"GET", "/api/v1/throttle/policies", "", 200, ""},
 		{"GET", "/api/v1/group", "", 404, ""}, // standalone

@@ -159,6 +159,9 @@ type policyAnswer struct {
 	Burst      int                `json:"burst,omitempty"`
 	Mode       throttle.Mode      `json:"mode"`
 	Rooms      []string           `json:"rooms"`
+	Penalty    string             `json:"penalty,omitempty"`
+	Escalate   []string           `json:"escalate,omitempty"`
+	Within     string             `json:"strikes_within,omitempty"`
 }
 
 // answer is what is in force, and since when.
@@ -171,6 +174,15 @@ func (p *policies) answer() any {
 			Burst: ps.Burst, Mode: ps.Mode, Rooms: append([]string{}, ps.Rooms...)}
 		if ps.Resolution > 0 {
 			pa.Resolution = rolling.FormatDuration(ps.Resolution)
+		}
+		if ps.Penalty > 0 {
+			pa.Penalty = rolling.FormatDuration(ps.Penalty)
+		}
+		for _, d := range ps.Escalate {
+			pa.Escalate = append(pa.Escalate, rolling.FormatDuration(d))
+		}
+		if ps.StrikesWithin > 0 {
+			pa.Within = rolling.FormatDuration(ps.StrikesWithin)
 		}
 		a.Policies = append(a.Policies, pa)
 	}

@@ -148,7 +148,7 @@ func newEngine(c *Config, policies []throttle.Policy, now func() time.Time, log 
 		Now: now, Log: log,
 	}
 	if c.Group != "" {
-		m, err := group.New(group.Config{Config: ec, Group: c.Group, Partitions: c.Partitions}, reg)
+		m, err := group.New(group.Config{Config: ec, Group: c.Group, Partitions: c.Partitions, Unowned: c.ThrottleUnowned}, reg)
 		if err != nil {
 			return nil, err
 		}
