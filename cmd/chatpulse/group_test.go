@@ -23,6 +23,7 @@ import (
 
 	"github.com/chatpulse/chatpulse/aggregator/oracle"
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/internal/wait"
 	"github.com/chatpulse/chatpulse/rolling"
 	"github.com/chatpulse/chatpulse/throttle"
 )
@@ -65,10 +66,13 @@ type groupStatus struct {
 func waitComplete(t *testing.T, tm *testMain, n int) groupStatus {
 	t.Helper()
 	var st groupStatus
-	eventually(t, 30*time.Second, fmt.Sprintf("a complete group of %d", n), func() bool {
+	wait.For(t, 30*time.Second, func() error {
 		st = groupStatus{}
 		tm.get("/api/v1/group", &st)
-		return st.Complete && len(st.Members) == n
+		if !st.Complete || len(st.Members) != n {
+			return fmt.Errorf("%s sees %d members, complete %v; want a complete group of %d", tm.url, len(st.Members), st.Complete, n)
+		}
+		return nil
 	})
 	return st
 }
@@ -254,13 +258,16 @@ func TestGroupFailover(t *testing.T) {
 	}
 	victim.Wait()
 	sawIncomplete := false
-	eventually(t, 60*time.Second, "the survivors own everything", func() bool {
+	wait.For(t, 60*time.Second, func() error {
 		var v map[string]any
 		ms[0].get("/api/v1/overview", &v)
 		sawIncomplete = sawIncomplete || v["complete"] == false
 		var st groupStatus
 		ms[0].get("/api/v1/group", &st)
-		return st.Complete && len(st.Members) == 2
+		if !st.Complete || len(st.Members) != 2 {
+			return fmt.Errorf("m0 sees %d members, complete %v; want the two survivors owning everything", len(st.Members), st.Complete)
+		}
+		return nil
 	})
 	t.Logf("from SIGKILL to a complete group of two: %v", time.Since(killed))
 	if !sawIncomplete {
@@ -363,17 +370,21 @@ func TestGroupThrottleAndMismatch(t *testing.T) {
 		}
 		wantJSON, _ := json.Marshal(standalone.Check(now, req.Room, req.User, text, req.Text != nil))
 		for _, tm := range ms {
-			eventually(t, 20*time.Second, "check "+body+" as standalone", func() bool {
+			wait.For(t, 20*time.Second, func() error {
 				var got map[string]any
 				tm.post("/api/v1/throttle/check", body, &got)
+				g, _ := json.Marshal(got)
 				if got["complete"] != true {
-					return false
+					return fmt.Errorf("check %s on %s is not complete: %s", body, tm.url, g)
 				}
 				delete(got, "complete")
 				delete(got, "missing_partitions")
 				var w map[string]any
 				json.Unmarshal(wantJSON, &w)
-				return reflect.DeepEqual(got, w)
+				if !reflect.DeepEqual(got, w) {
+					return fmt.Errorf("check %s on %s:\n got %s\nwant %s", body, tm.url, g, wantJSON)
+				}
+				return nil
 			})
 		}
 		// Over NATS too.
@@ -423,9 +434,12 @@ func TestGroupThrottleAndMismatch(t *testing.T) {
 		Messages int64
 		Complete bool
 	}
-	eventually(t, 20*time.Second, "a complete overview", func() bool {
+	wait.For(t, 20*time.Second, func() error {
 		ms[0].get("/api/v1/overview?window=1h", &v)
-		return v.Complete && v.Messages >= int64(len(evs))
+		if !v.Complete || v.Messages < int64(len(evs)) {
+			return fmt.Errorf("the overview counts %d of %d events, complete %v", v.Messages, len(evs), v.Complete)
+		}
+		return nil
 	})
 	if v.Messages != int64(len(evs)) {
 		t.Errorf("counted %d, want %d (mismatched events count nowhere)", v.Messages, len(evs))
@@ -469,9 +483,11 @@ func natsCluster(t *testing.T) ([]*server.Server, string) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	eventually(t, 30*time.Second, "a JetStream meta leader", func() bool {
-		_, err := js.AccountInfo(context.Background())
-		return err == nil
+	wait.For(t, 30*time.Second, func() error {
+		if _, err := js.AccountInfo(context.Background()); err != nil {
+			return fmt.Errorf("no JetStream meta leader yet: %w", err)
+		}
+		return nil
 	})
 	return nodes, url
 }

@@ -19,6 +19,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
 // testMain is a chatpulse started the way users start it, on random ports
@@ -109,13 +111,16 @@ func startNATS(t *testing.T, opts *server.Options) string {
 // waitReady polls /readyz until it answers 200.
 func (tm *testMain) waitReady() {
 	tm.t.Helper()
-	eventually(tm.t, 30*time.Second, "ready", func() bool {
+	wait.For(tm.t, 30*time.Second, func() error {
 		resp, err := tm.httpClient().Get(tm.url + "/readyz")
 		if err != nil {
-			return false
+			return err
 		}
 		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET /readyz: %s", resp.Status)
+		}
+		return nil
 	})
 }
 
@@ -201,22 +206,12 @@ func (tm *testMain) metric(series string) float64 {
 // waitReceived waits until chatpulse has taken in n messages in all.
 func (tm *testMain) waitReceived(n int) {
 	tm.t.Helper()
-	eventually(tm.t, 30*time.Second, fmt.Sprintf("%d messages received", n), func() bool {
-		return tm.metric("chatpulse_events_received_total") >= float64(n)
-	})
-}
-
-// eventually polls cond until it holds or the timeout passes. It is for
-// waiting on asynchronous delivery, never for asserting speed.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	wait.For(tm.t, 30*time.Second, func() error {
+		if got := tm.metric("chatpulse_events_received_total"); got < float64(n) {
+			return fmt.Errorf("%v of %d messages received", got, n)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 type testWriter struct{ t *testing.T }

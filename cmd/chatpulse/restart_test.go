@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
 // A restart on the same data directory rebuilds every window from the
@@ -66,13 +67,16 @@ func TestKilledBinaryRecovers(t *testing.T) {
 		}
 		t.Cleanup(func() { cmd.Process.Kill() })
 		base := fmt.Sprint("http://127.0.0.1:", httpPort)
-		eventually(t, 30*time.Second, "chatpulse ready", func() bool {
+		wait.For(t, 30*time.Second, func() error {
 			resp, err := http.Get(base + "/readyz")
 			if err != nil {
-				return false
+				return err
 			}
 			resp.Body.Close()
-			return resp.StatusCode == 200
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("GET /readyz: %s", resp.Status)
+			}
+			return nil
 		})
 		return cmd
 	}
@@ -180,10 +184,13 @@ func TestExternalNATSRestart(t *testing.T) {
 	for i := total / 2; i < total; i++ {
 		publish(i)
 	}
-	eventually(t, 60*time.Second, "every event counted after the restart", func() bool {
+	wait.For(t, 60*time.Second, func() error {
 		var v aggregator.Room
 		tm.get("/api/v1/rooms/lobby", &v)
-		return v.Messages >= total
+		if v.Messages < total {
+			return fmt.Errorf("lobby counts %d of %d events", v.Messages, total)
+		}
+		return nil
 	})
 	var v aggregator.Room
 	tm.get("/api/v1/rooms/lobby", &v)
