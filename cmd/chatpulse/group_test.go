@@ -128,17 +128,12 @@ func (tm *testMain) compareGroup(o *oracle.Oracle, evs []chat.Event) {
 	}
 	check := func(path string, want func(int64) any) {
 		tm.t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			ok, diff := tm.sameGroupJSON(path, want)
-			if ok {
-				return
+		wait.For(tm.t, 30*time.Second, func() error {
+			if ok, diff := tm.sameGroupJSON(path, want); !ok {
+				return fmt.Errorf("GET %s on %s:\n%s", path, tm.url, diff)
 			}
-			if time.Now().After(deadline) {
-				tm.t.Fatalf("GET %s on %s:\n%s", path, tm.url, diff)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	for _, w := range []string{"1m", "5m", "1h"} {
 		check("/api/v1/overview?k=100&window="+w, func(t int64) any { return o.Overview(w, 100, t) })

@@ -163,15 +163,14 @@ func TestExternalNATSRestart(t *testing.T) {
 		msg := nats.NewMsg("chat.lobby.u")
 		msg.Data = fmt.Appendf(nil, `{"room":"lobby","user":"u%d"}`, i%10)
 		msg.Header.Set(nats.MsgIdHdr, strconv.Itoa(i))
-		for {
+		wait.For(t, 30*time.Second, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_, err := js.PublishMsg(ctx, msg)
-			cancel()
-			if err == nil {
-				return
+			defer cancel()
+			if _, err := js.PublishMsg(ctx, msg); err != nil {
+				return fmt.Errorf("event %d not acked by the stream: %w", i, err)
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	for i := range total / 2 {
 		publish(i)
