@@ -214,6 +214,33 @@ func (tm *testMain) waitReceived(n int) {
 	})
 }
 
+// published waits until everything chatpulse (in the test process) has
+// published on NATS so far has reached nc: chatpulse publishes a marker
+// on its own connection now, and a server passes one connection's
+// messages on in order, so once nc has the marker it has every alert
+// chatpulse published before it. A test that asserts that chatpulse sent
+// nothing (no second alert) waits for this first, once the messages that
+// could have made it send something are received (waitReceived: a
+// message's alerts are published before it counts as received).
+func (tm *testMain) published(nc *nats.Conn) {
+	tm.t.Helper()
+	marker := nats.NewInbox()
+	sub, err := nc.SubscribeSync(marker)
+	if err != nil {
+		tm.t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil { // the server has the subscription
+		tm.t.Fatal(err)
+	}
+	if err := tm.bus.Publish(marker, nil); err != nil {
+		tm.t.Fatal(err)
+	}
+	if _, err := sub.NextMsg(10 * time.Second); err != nil {
+		tm.t.Fatalf("chatpulse's marker on NATS: %v", err)
+	}
+}
+
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(p []byte) (int, error) {
