@@ -34,7 +34,7 @@ type testMain struct {
 	client  *http.Client // nil: http.DefaultClient; with --tls-cert one that trusts it
 	token   string       // sent as a bearer token, if set
 	grouped bool         // a group member: its views say whether they are complete
-	log     *syncBuffer  // what a binary started by startBinary logged
+	log     *syncBuffer  // what it logged (in the test process: warnings and errors)
 }
 
 // startMain parses args (after defaults that pick free ports and a temp
@@ -59,7 +59,8 @@ func startMainWith(t *testing.T, setup func(*Main), args ...string) *testMain {
 	t.Helper()
 	m := NewMain()
 	setup(m)
-	m.Log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := &syncBuffer{t: t}
+	m.Log = slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	defaults := []string{"--http", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--data-dir", t.TempDir()}
 	if err := m.ParseFlags(append(defaults, args...), func(string) string { return "" }); err != nil {
 		t.Fatalf("flags: %v", err)
@@ -68,7 +69,7 @@ func startMainWith(t *testing.T, setup func(*Main), args ...string) *testMain {
 		m.Close()
 		t.Fatalf("run: %v", err)
 	}
-	tm := &testMain{Main: m, t: t, url: m.HTTPURL(), token: m.Config.AuthToken, grouped: m.Config.Group != ""}
+	tm := &testMain{Main: m, t: t, url: m.HTTPURL(), token: m.Config.AuthToken, grouped: m.Config.Group != "", log: log}
 	t.Cleanup(func() { tm.Close() })
 	if m.Config.TLSCert != "" {
 		tm.client = tlsClient(t, m.Config.TLSCert)

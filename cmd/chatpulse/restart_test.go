@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -177,7 +178,12 @@ func TestExternalNATSRestart(t *testing.T) {
 	}
 	ns.Shutdown()
 	ns.WaitForShutdown()
-	time.Sleep(500 * time.Millisecond) // chatpulse notices the server is gone
+	wait.For(t, 10*time.Second, func() error { // chatpulse notices the server is gone
+		if !strings.Contains(tm.log.String(), "nats disconnected") {
+			return errors.New("chatpulse has not logged that NATS went away")
+		}
+		return nil
+	})
 	ns = startServer()
 	defer ns.Shutdown()
 	for i := total / 2; i < total; i++ {
