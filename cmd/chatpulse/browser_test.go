@@ -262,7 +262,16 @@ type browser struct {
 
 	mu         sync.Mutex
 	problems   []string // exceptions, console and log errors, foreign requests
+	requests   []string // the URLs the page asked for, as the browser reported them
 	networkErr bool     // the network is cut on purpose: failed loads are expected
+}
+
+// requested is every URL the page has asked for so far, in the order the
+// browser reported them.
+func (b *browser) requested() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.requests)
 }
 
 // expectNetworkErrors tells listen whether the browser's errors about
@@ -391,6 +400,9 @@ func (b *browser) listen(ev any) {
 			problem = fmt.Sprintf("log (%s): %s %s", ev.Entry.Source, ev.Entry.Text, ev.Entry.URL)
 		}
 	case *network.EventRequestWillBeSent:
+		b.mu.Lock()
+		b.requests = append(b.requests, ev.Request.URL)
+		b.mu.Unlock()
 		if u, err := url.Parse(ev.Request.URL); err != nil || u.Host != b.origin && u.Scheme != "data" && u.Scheme != "about" {
 			problem = "request outside chatpulse: " + ev.Request.URL
 		}
