@@ -155,7 +155,8 @@ func TestPoliciesFileChanges(t *testing.T) {
 	if allowed, _ := tm.floodCheck(); allowed {
 		t.Error("the broken version let alice through")
 	}
-	// The same broken file seen again is not counted again.
+	// The same broken file seen again is not counted again. A look at an
+	// unchanged file leaves nothing to wait for: two polls must pass.
 	time.Sleep(2 * policyPoll)
 	if got := tm.metric("chatpulse_policies_reload_errors_total"); got != 1 {
 		t.Errorf("reload errors %v, want 1", got)
@@ -173,6 +174,8 @@ func TestPoliciesSIGHUPInProcess(t *testing.T) {
 	os.WriteFile(path, []byte(floodPolicies(3)), 0o644)
 	tm := startMainWith(t, func(m *Main) { m.policyPoll = 0 }, "--policies", path)
 	os.WriteFile(path, []byte(floodPolicies(7)), 0o644)
+	// Without a poll nothing reads the file until a signal, so nothing
+	// marks that it was not read: a reload without one gets 300 ms to show.
 	time.Sleep(300 * time.Millisecond)
 	if a := tm.policies(); a.Policies[0].Limit != 3 {
 		t.Fatalf("reloaded without a signal or a poll: %+v", a)
