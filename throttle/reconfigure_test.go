@@ -717,7 +717,7 @@ func TestReconfigureConcurrent(t *testing.T) {
 				t.Error(err)
 			}
 			reconfigs++
-			time.Sleep(100 * time.Microsecond)
+			time.Sleep(100 * time.Microsecond) // pace: reconfigurations all through the observers' run
 		}
 	})
 	observers.Wait()

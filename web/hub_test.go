@@ -15,6 +15,7 @@ import (
 
 	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/internal/wait"
 	"github.com/chatpulse/chatpulse/rolling"
 	"github.com/chatpulse/chatpulse/throttle"
 )
@@ -165,9 +166,12 @@ func TestHubSkipsQuietRooms(t *testing.T) {
 				seen[f.Room] = true
 			}
 			before, pushes := counted.rooms.Load(), counted.overviews.Load()
-			for counted.overviews.Load() < pushes+10 {
-				time.Sleep(10 * time.Millisecond) // ten pushes
-			}
+			wait.For(t, 10*time.Second, func() error {
+				if n := counted.overviews.Load() - pushes; n < 10 {
+					return fmt.Errorf("%d of ten pushes since the rooms' first views", n)
+				}
+				return nil
+			})
 			computed := counted.rooms.Load() - before
 			if withActivity && computed != 0 {
 				t.Errorf("quiet room views computed %d times in ten pushes", computed)
@@ -203,7 +207,7 @@ func TestHubNeverOlder(t *testing.T) {
 			default:
 			}
 			agg.Observe(now, []chat.Event{{Room: "lobby", User: fmt.Sprint("u", i%50), TS: now}}, nil)
-			time.Sleep(50 * time.Microsecond)
+			time.Sleep(50 * time.Microsecond) // pace: counts grow through every push
 		}
 	})
 	var clients sync.WaitGroup
@@ -217,7 +221,7 @@ func TestHubNeverOlder(t *testing.T) {
 				}
 				sendFrame(t, c, `{"type":"%s","view":"room","room":"lobby"}`, op)
 				sendFrame(t, c, `{"type":"subscribe","view":"overview"}`)
-				time.Sleep(100 * time.Millisecond)
+				time.Sleep(100 * time.Millisecond) // pace: under the frame limit, over many pushes
 			}
 			c.Close()
 		})
@@ -275,7 +279,7 @@ func TestHubAlerts(t *testing.T) {
 	for i := range total {
 		s.Alert(throttle.Alert{Policy: "user_flood", User: fmt.Sprint("u", i), Count: 31, Limit: 30, At: chat.Time(testNow.UnixMilli())})
 		if i%100 == 99 {
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // pace: the alerts spread over pushes, so over several frames
 		}
 	}
 	got, users := int64(0), map[string]bool{}

@@ -2,12 +2,16 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
 // The standalone dashboard has no group panel, and never asks for the
@@ -21,9 +25,21 @@ func TestBrowserGroupPanelStandalone(t *testing.T) {
 	publishN(tm, "lobby", "alice", 3)
 	b.waitText("#messages", "3")
 	// Views have come and the page has drawn them: had it taken this for a
-	// group member, it would have asked for the group already, and the
-	// answer would be in by now.
-	time.Sleep(time.Second)
+	// group member, it would have asked for the group while it handled the
+	// first of them. The browser reports a page's requests in the order
+	// the page makes them, so once it has reported one that the page makes
+	// now, it has reported any request for the group.
+	const marker = "readyz?after-the-views"
+	b.do(chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`fetch(%s).then(() => {})`, jsString(marker)), chromedp.EvalAwaitPromise))
+	wait.For(t, deliveryWait, func() error {
+		if !slices.ContainsFunc(b.requested(), func(u string) bool { return strings.HasSuffix(u, "/"+marker) }) {
+			return fmt.Errorf("the browser has not reported the page's request for %s", marker)
+		}
+		return nil
+	})
+	if got := slices.DeleteFunc(b.requested(), func(u string) bool { return !strings.Contains(u, "/api/v1/group") }); len(got) != 0 {
+		t.Errorf("a standalone dashboard asked for the group: %v", got)
+	}
 	if got := evaluate[bool](b, `document.querySelector('#group').hidden && document.querySelector('#overview-partial').hidden && !document.querySelector('#dashboard').classList.contains('grouped')`); !got {
 		t.Error("a standalone dashboard shows the group panel or a partial-view warning")
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/chatpulse/chatpulse/internal/wait"
 	"github.com/chatpulse/chatpulse/traffic"
 )
 
@@ -142,8 +143,7 @@ func TestBrowserDashboard(t *testing.T) {
 		} `json:"rooms"`
 	}
 	var want, got []string
-	deadline := time.Now().Add(deliveryWait)
-	for {
+	err := wait.Until(deliveryWait, func() error {
 		tm.get("/api/v1/rooms?limit=1000", &rooms)
 		want = want[:0]
 		total := int64(0)
@@ -152,14 +152,17 @@ func TestBrowserDashboard(t *testing.T) {
 			total += r.Messages
 		}
 		got = evaluate[[]string](b, `[...document.querySelectorAll('#rooms-table tbody tr')].map(tr => tr.dataset.room + '=' + tr.querySelector('td[data-col="messages"]').textContent.replace(/\D/g, ''))`)
-		if total >= 11+11+600 && slices.Equal(got, want) {
-			break
+		if total < 11+11+600 {
+			return fmt.Errorf("the API counts %d of %d messages", total, 11+11+600)
 		}
-		if time.Now().After(deadline) {
-			b.failShot(artifacts)
-			t.Fatalf("the rooms table does not match the API:\n page %v\n api  %v", got, want)
+		if !slices.Equal(got, want) {
+			return fmt.Errorf("the rooms table does not match the API:\n page %v\n api  %v", got, want)
 		}
-		time.Sleep(100 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		b.failShot(artifacts)
+		t.Fatal(err)
 	}
 	t.Logf("busy: %d rooms in the table", len(got))
 
@@ -259,7 +262,16 @@ type browser struct {
 
 	mu         sync.Mutex
 	problems   []string // exceptions, console and log errors, foreign requests
+	requests   []string // the URLs the page asked for, as the browser reported them
 	networkErr bool     // the network is cut on purpose: failed loads are expected
+}
+
+// requested is every URL the page has asked for so far, in the order the
+// browser reported them.
+func (b *browser) requested() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.requests)
 }
 
 // expectNetworkErrors tells listen whether the browser's errors about
@@ -388,6 +400,9 @@ func (b *browser) listen(ev any) {
 			problem = fmt.Sprintf("log (%s): %s %s", ev.Entry.Source, ev.Entry.Text, ev.Entry.URL)
 		}
 	case *network.EventRequestWillBeSent:
+		b.mu.Lock()
+		b.requests = append(b.requests, ev.Request.URL)
+		b.mu.Unlock()
 		if u, err := url.Parse(ev.Request.URL); err != nil || u.Host != b.origin && u.Scheme != "data" && u.Scheme != "about" {
 			problem = "request outside chatpulse: " + ev.Request.URL
 		}

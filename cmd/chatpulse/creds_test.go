@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
 // accountsServer is a nats-server in operator mode, as production NATS is
@@ -134,9 +136,15 @@ func TestNATSCreds(t *testing.T) {
 		t.Fatalf("check over NATS: %s %v", resp.Data, err)
 	}
 	js, _ := chat.JetStream()
-	eventually(t, 10*time.Second, "the dead letter kept", func() bool {
+	wait.For(t, 10*time.Second, func() error {
 		info, err := js.StreamInfo("CHATPULSE_DEADLETTER")
-		return err == nil && info.State.Msgs == 1
+		if err != nil {
+			return err
+		}
+		if info.State.Msgs != 1 {
+			return fmt.Errorf("%d dead letters kept, want 1", info.State.Msgs)
+		}
+		return nil
 	})
 	if got := tm.metric("chatpulse_deadletter_failed_total"); got != 0 {
 		t.Fatalf("dead letters failed: %v", got)

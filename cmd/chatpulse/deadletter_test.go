@@ -9,6 +9,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
 // A publisher's JetStream headers (expected stream, expected last message
@@ -52,9 +54,15 @@ func TestDeadLettersWithJetStreamHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, fmt.Sprintf("%d dead letters in the stream", n), func() bool {
+	wait.For(t, 30*time.Second, func() error {
 		info, err := dlq.Info(ctx)
-		return err == nil && info.State.Msgs == n
+		if err != nil {
+			return err
+		}
+		if info.State.Msgs != n {
+			return fmt.Errorf("%d of %d dead letters in the stream", info.State.Msgs, n)
+		}
+		return nil
 	})
 	for seq := uint64(1); seq <= n; seq++ {
 		m, err := dlq.GetMsg(ctx, seq)
@@ -98,8 +106,11 @@ func TestDeadLetterFailuresCounted(t *testing.T) {
 		tm.publish("chat.x.y", "not json")
 	}
 	tm.waitReceived(25)
-	eventually(t, 30*time.Second, "15 failed dead letters", func() bool {
-		return tm.metric("chatpulse_deadletter_failed_total") == 15
+	wait.For(t, 30*time.Second, func() error {
+		if got := tm.metric("chatpulse_deadletter_failed_total"); got != 15 {
+			return fmt.Errorf("%v failed dead letters, want 15", got)
+		}
+		return nil
 	})
 	info, err := dlq.Info(ctx)
 	if err != nil || info.State.Msgs != 10 {
@@ -133,8 +144,14 @@ func TestCoreDeadLettersKeepHeadersOut(t *testing.T) {
 		}
 	}
 	tm.waitReceived(n)
-	eventually(t, 30*time.Second, fmt.Sprintf("%d dead letters in the stream", n), func() bool {
+	wait.For(t, 30*time.Second, func() error {
 		info, err := dlq.Info(ctx)
-		return err == nil && info.State.Msgs == n
+		if err != nil {
+			return err
+		}
+		if info.State.Msgs != n {
+			return fmt.Errorf("%d of %d dead letters in the stream", info.State.Msgs, n)
+		}
+		return nil
 	})
 }

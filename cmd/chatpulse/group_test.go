@@ -23,6 +23,7 @@ import (
 
 	"github.com/chatpulse/chatpulse/aggregator/oracle"
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/internal/wait"
 	"github.com/chatpulse/chatpulse/rolling"
 	"github.com/chatpulse/chatpulse/throttle"
 )
@@ -65,10 +66,13 @@ type groupStatus struct {
 func waitComplete(t *testing.T, tm *testMain, n int) groupStatus {
 	t.Helper()
 	var st groupStatus
-	eventually(t, 30*time.Second, fmt.Sprintf("a complete group of %d", n), func() bool {
+	wait.For(t, 30*time.Second, func() error {
 		st = groupStatus{}
 		tm.get("/api/v1/group", &st)
-		return st.Complete && len(st.Members) == n
+		if !st.Complete || len(st.Members) != n {
+			return fmt.Errorf("%s sees %d members, complete %v; want a complete group of %d", tm.url, len(st.Members), st.Complete, n)
+		}
+		return nil
 	})
 	return st
 }
@@ -124,17 +128,12 @@ func (tm *testMain) compareGroup(o *oracle.Oracle, evs []chat.Event) {
 	}
 	check := func(path string, want func(int64) any) {
 		tm.t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			ok, diff := tm.sameGroupJSON(path, want)
-			if ok {
-				return
+		wait.For(tm.t, 30*time.Second, func() error {
+			if ok, diff := tm.sameGroupJSON(path, want); !ok {
+				return fmt.Errorf("GET %s on %s:\n%s", path, tm.url, diff)
 			}
-			if time.Now().After(deadline) {
-				tm.t.Fatalf("GET %s on %s:\n%s", path, tm.url, diff)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	for _, w := range []string{"1m", "5m", "1h"} {
 		check("/api/v1/overview?k=100&window="+w, func(t int64) any { return o.Overview(w, 100, t) })
@@ -247,20 +246,36 @@ func TestGroupFailover(t *testing.T) {
 		defer close(published)
 		publishGroup(t, url, evs)
 	}()
-	time.Sleep(300 * time.Millisecond) // events are flowing
+	// Events are flowing once m2 has saved a snapshot (it saves only
+	// partitions that handled something): the survivors then have one to
+	// load for the partitions they take over.
+	wait.For(t, 20*time.Second, func() error {
+		if got := vm.metric("chatpulse_snapshot_bytes"); got <= 0 {
+			return fmt.Errorf("m2 has saved no snapshot yet, with %v events received", vm.metric("chatpulse_events_received_total"))
+		}
+		return nil
+	})
+	select {
+	case <-published:
+		t.Log("every event was published before m2 was killed")
+	default:
+	}
 	killed := time.Now()
 	if err := victim.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	victim.Wait()
 	sawIncomplete := false
-	eventually(t, 60*time.Second, "the survivors own everything", func() bool {
+	wait.For(t, 60*time.Second, func() error {
 		var v map[string]any
 		ms[0].get("/api/v1/overview", &v)
 		sawIncomplete = sawIncomplete || v["complete"] == false
 		var st groupStatus
 		ms[0].get("/api/v1/group", &st)
-		return st.Complete && len(st.Members) == 2
+		if !st.Complete || len(st.Members) != 2 {
+			return fmt.Errorf("m0 sees %d members, complete %v; want the two survivors owning everything", len(st.Members), st.Complete)
+		}
+		return nil
 	})
 	t.Logf("from SIGKILL to a complete group of two: %v", time.Since(killed))
 	if !sawIncomplete {
@@ -363,17 +378,21 @@ func TestGroupThrottleAndMismatch(t *testing.T) {
 		}
 		wantJSON, _ := json.Marshal(standalone.Check(now, req.Room, req.User, text, req.Text != nil))
 		for _, tm := range ms {
-			eventually(t, 20*time.Second, "check "+body+" as standalone", func() bool {
+			wait.For(t, 20*time.Second, func() error {
 				var got map[string]any
 				tm.post("/api/v1/throttle/check", body, &got)
+				g, _ := json.Marshal(got)
 				if got["complete"] != true {
-					return false
+					return fmt.Errorf("check %s on %s is not complete: %s", body, tm.url, g)
 				}
 				delete(got, "complete")
 				delete(got, "missing_partitions")
 				var w map[string]any
 				json.Unmarshal(wantJSON, &w)
-				return reflect.DeepEqual(got, w)
+				if !reflect.DeepEqual(got, w) {
+					return fmt.Errorf("check %s on %s:\n got %s\nwant %s", body, tm.url, g, wantJSON)
+				}
+				return nil
 			})
 		}
 		// Over NATS too.
@@ -392,12 +411,31 @@ func TestGroupThrottleAndMismatch(t *testing.T) {
 		}
 	}
 
-	// One alert per crossing, for the whole group.
-	time.Sleep(time.Second)
+	// One alert per crossing, for the whole group, and the two dead
+	// letters: all of them come...
 	var gotAlerts []string
-	for len(alerts) > 0 {
-		gotAlerts = append(gotAlerts, string((<-alerts).Data))
+	var deadLetters []*nats.Msg
+	collect := func() {
+		for len(alerts) > 0 {
+			gotAlerts = append(gotAlerts, string((<-alerts).Data))
+		}
+		for len(dead) > 0 {
+			deadLetters = append(deadLetters, <-dead)
+		}
 	}
+	wait.For(t, 20*time.Second, func() error {
+		collect()
+		if len(gotAlerts) < len(want) || len(deadLetters) < 2 {
+			return fmt.Errorf("%d of %d alerts and %d of 2 dead letters", len(gotAlerts), len(want), len(deadLetters))
+		}
+		return nil
+	})
+	// ...and none twice. Nothing marks that no member will send one
+	// again: a second alert or dead letter would come from another
+	// member's stage at about the time of the first, so the test gives
+	// it a second to come.
+	time.Sleep(time.Second)
+	collect()
 	var wantAlerts []string
 	for _, a := range want {
 		b, _ := json.Marshal(a)
@@ -409,8 +447,7 @@ func TestGroupThrottleAndMismatch(t *testing.T) {
 		t.Errorf("alerts:\n got %v\nwant %v", gotAlerts, wantAlerts)
 	}
 	var mismatched []string
-	for len(dead) > 0 {
-		m := <-dead
+	for _, m := range deadLetters {
 		mismatched = append(mismatched, m.Subject+" "+m.Header.Get("Chatpulse-Subject"))
 	}
 	slices.Sort(mismatched)
@@ -423,9 +460,12 @@ func TestGroupThrottleAndMismatch(t *testing.T) {
 		Messages int64
 		Complete bool
 	}
-	eventually(t, 20*time.Second, "a complete overview", func() bool {
+	wait.For(t, 20*time.Second, func() error {
 		ms[0].get("/api/v1/overview?window=1h", &v)
-		return v.Complete && v.Messages >= int64(len(evs))
+		if !v.Complete || v.Messages < int64(len(evs)) {
+			return fmt.Errorf("the overview counts %d of %d events, complete %v", v.Messages, len(evs), v.Complete)
+		}
+		return nil
 	})
 	if v.Messages != int64(len(evs)) {
 		t.Errorf("counted %d, want %d (mismatched events count nowhere)", v.Messages, len(evs))
@@ -469,9 +509,11 @@ func natsCluster(t *testing.T) ([]*server.Server, string) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	eventually(t, 30*time.Second, "a JetStream meta leader", func() bool {
-		_, err := js.AccountInfo(context.Background())
-		return err == nil
+	wait.For(t, 30*time.Second, func() error {
+		if _, err := js.AccountInfo(context.Background()); err != nil {
+			return fmt.Errorf("no JetStream meta leader yet: %w", err)
+		}
+		return nil
 	})
 	return nodes, url
 }

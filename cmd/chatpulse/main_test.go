@@ -19,6 +19,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
 // testMain is a chatpulse started the way users start it, on random ports
@@ -32,7 +34,7 @@ type testMain struct {
 	client  *http.Client // nil: http.DefaultClient; with --tls-cert one that trusts it
 	token   string       // sent as a bearer token, if set
 	grouped bool         // a group member: its views say whether they are complete
-	log     *syncBuffer  // what a binary started by startBinary logged
+	log     *syncBuffer  // what it logged (in the test process: warnings and errors)
 }
 
 // startMain parses args (after defaults that pick free ports and a temp
@@ -57,7 +59,8 @@ func startMainWith(t *testing.T, setup func(*Main), args ...string) *testMain {
 	t.Helper()
 	m := NewMain()
 	setup(m)
-	m.Log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := &syncBuffer{t: t}
+	m.Log = slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	defaults := []string{"--http", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--data-dir", t.TempDir()}
 	if err := m.ParseFlags(append(defaults, args...), func(string) string { return "" }); err != nil {
 		t.Fatalf("flags: %v", err)
@@ -66,7 +69,7 @@ func startMainWith(t *testing.T, setup func(*Main), args ...string) *testMain {
 		m.Close()
 		t.Fatalf("run: %v", err)
 	}
-	tm := &testMain{Main: m, t: t, url: m.HTTPURL(), token: m.Config.AuthToken, grouped: m.Config.Group != ""}
+	tm := &testMain{Main: m, t: t, url: m.HTTPURL(), token: m.Config.AuthToken, grouped: m.Config.Group != "", log: log}
 	t.Cleanup(func() { tm.Close() })
 	if m.Config.TLSCert != "" {
 		tm.client = tlsClient(t, m.Config.TLSCert)
@@ -109,13 +112,16 @@ func startNATS(t *testing.T, opts *server.Options) string {
 // waitReady polls /readyz until it answers 200.
 func (tm *testMain) waitReady() {
 	tm.t.Helper()
-	eventually(tm.t, 30*time.Second, "ready", func() bool {
+	wait.For(tm.t, 30*time.Second, func() error {
 		resp, err := tm.httpClient().Get(tm.url + "/readyz")
 		if err != nil {
-			return false
+			return err
 		}
 		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET /readyz: %s", resp.Status)
+		}
+		return nil
 	})
 }
 
@@ -201,21 +207,38 @@ func (tm *testMain) metric(series string) float64 {
 // waitReceived waits until chatpulse has taken in n messages in all.
 func (tm *testMain) waitReceived(n int) {
 	tm.t.Helper()
-	eventually(tm.t, 30*time.Second, fmt.Sprintf("%d messages received", n), func() bool {
-		return tm.metric("chatpulse_events_received_total") >= float64(n)
+	wait.For(tm.t, 30*time.Second, func() error {
+		if got := tm.metric("chatpulse_events_received_total"); got < float64(n) {
+			return fmt.Errorf("%v of %d messages received", got, n)
+		}
+		return nil
 	})
 }
 
-// eventually polls cond until it holds or the timeout passes. It is for
-// waiting on asynchronous delivery, never for asserting speed.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
+// published waits until everything chatpulse (in the test process) has
+// published on NATS so far has reached nc: chatpulse publishes a marker
+// on its own connection now, and a server passes one connection's
+// messages on in order, so once nc has the marker it has every alert
+// chatpulse published before it. A test that asserts that chatpulse sent
+// nothing (no second alert) waits for this first, once the messages that
+// could have made it send something are received (waitReceived: a
+// message's alerts are published before it counts as received).
+func (tm *testMain) published(nc *nats.Conn) {
+	tm.t.Helper()
+	marker := nats.NewInbox()
+	sub, err := nc.SubscribeSync(marker)
+	if err != nil {
+		tm.t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil { // the server has the subscription
+		tm.t.Fatal(err)
+	}
+	if err := tm.bus.Publish(marker, nil); err != nil {
+		tm.t.Fatal(err)
+	}
+	if _, err := sub.NextMsg(10 * time.Second); err != nil {
+		tm.t.Fatalf("chatpulse's marker on NATS: %v", err)
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/legacy"
 
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
 // The OpenAPI document at /api/v1/openapi.json describes what chatpulse
@@ -64,10 +65,13 @@ func TestOpenAPI(t *testing.T) {
 	// Wait for the counts and the throttle, fed on goroutines of their own,
 	// so that the answers below have rows, talkers and an active key for
 	// the document's item schemas to check.
-	eventually(t, 30*time.Second, "events counted and the flood key active", func() bool {
+	wait.For(t, 30*time.Second, func() error {
 		var active struct{ Active []any }
 		tm.get("/api/v1/throttle/active", &active)
-		return tm.metric("chatpulse_events_accepted_total") == 7 && len(active.Active) == 1
+		if accepted := tm.metric("chatpulse_events_accepted_total"); accepted != 7 || len(active.Active) != 1 {
+			return fmt.Errorf("%v of 7 events accepted and %d keys active, want the flood key", accepted, len(active.Active))
+		}
+		return nil
 	})
 
 	doc := loadOpenAPI(t, tm.url+"/api/v1/openapi.json")
@@ -132,8 +136,11 @@ func TestOpenAPI(t *testing.T) {
 
 	// A broken version of the policies file: the answer carries last_error.
 	os.WriteFile(policies, []byte(brokenPolicies), 0o644)
-	eventually(t, 10*time.Second, "the broken policies refused", func() bool {
-		return tm.metric("chatpulse_policies_reload_errors_total") == 1
+	wait.For(t, 10*time.Second, func() error {
+		if got := tm.metric("chatpulse_policies_reload_errors_total"); got != 1 {
+			return fmt.Errorf("%v reload errors, want 1: the broken policies refused", got)
+		}
+		return nil
 	})
 	v.check(tm.url, apiCase{"GET", "/api/v1/throttle/policies", "", 200, ""})
 

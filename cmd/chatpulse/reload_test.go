@@ -14,6 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
 // floodPolicies is one user_in_room policy of limit messages per hour
@@ -66,9 +68,12 @@ func (tm *testMain) policies() policiesAnswer {
 func (tm *testMain) waitLimit(limit int) policiesAnswer {
 	tm.t.Helper()
 	var a policiesAnswer
-	eventually(tm.t, 10*time.Second, fmt.Sprintf("flood's limit %d in force", limit), func() bool {
+	wait.For(tm.t, 10*time.Second, func() error {
 		a = tm.policies()
-		return len(a.Policies) == 1 && a.Policies[0].Limit == limit
+		if len(a.Policies) != 1 || a.Policies[0].Limit != limit {
+			return fmt.Errorf("policies in force %+v, want flood's limit %d", a.Policies, limit)
+		}
+		return nil
 	})
 	return a
 }
@@ -94,9 +99,11 @@ func (tm *testMain) aliceFloods(n int) {
 	for i := range n {
 		tm.publish("chat.lobby.alice", fmt.Sprintf(`{"room":"lobby","user":"alice","text":"spam %d"}`, i))
 	}
-	eventually(tm.t, 10*time.Second, "alice's messages counted", func() bool {
-		_, count := tm.floodCheck()
-		return count == int64(n)
+	wait.For(tm.t, 10*time.Second, func() error {
+		if _, count := tm.floodCheck(); count != int64(n) {
+			return fmt.Errorf("flood counts %d of alice's %d messages", count, n)
+		}
+		return nil
 	})
 }
 
@@ -135,8 +142,11 @@ func TestPoliciesFileChanges(t *testing.T) {
 	}
 
 	writeAtomically(t, path, brokenPolicies)
-	eventually(t, 10*time.Second, "the broken version refused", func() bool {
-		return tm.metric("chatpulse_policies_reload_errors_total") == 1
+	wait.For(t, 10*time.Second, func() error {
+		if got := tm.metric("chatpulse_policies_reload_errors_total"); got != 1 {
+			return fmt.Errorf("%v reload errors, want 1: the broken version refused", got)
+		}
+		return nil
 	})
 	a := tm.policies()
 	if a.Policies[0].Limit != 2 || a.LastError == nil || !strings.Contains(a.LastError.Error, path+":6: policies[0].window") {
@@ -145,7 +155,8 @@ func TestPoliciesFileChanges(t *testing.T) {
 	if allowed, _ := tm.floodCheck(); allowed {
 		t.Error("the broken version let alice through")
 	}
-	// The same broken file seen again is not counted again.
+	// The same broken file seen again is not counted again. A look at an
+	// unchanged file leaves nothing to wait for: two polls must pass.
 	time.Sleep(2 * policyPoll)
 	if got := tm.metric("chatpulse_policies_reload_errors_total"); got != 1 {
 		t.Errorf("reload errors %v, want 1", got)
@@ -163,6 +174,8 @@ func TestPoliciesSIGHUPInProcess(t *testing.T) {
 	os.WriteFile(path, []byte(floodPolicies(3)), 0o644)
 	tm := startMainWith(t, func(m *Main) { m.policyPoll = 0 }, "--policies", path)
 	os.WriteFile(path, []byte(floodPolicies(7)), 0o644)
+	// Without a poll nothing reads the file until a signal, so nothing
+	// marks that it was not read: a reload without one gets 300 ms to show.
 	time.Sleep(300 * time.Millisecond)
 	if a := tm.policies(); a.Policies[0].Limit != 3 {
 		t.Fatalf("reloaded without a signal or a poll: %+v", a)
@@ -187,8 +200,11 @@ func TestPoliciesSIGHUPBinary(t *testing.T) {
 
 	os.WriteFile(path, []byte(brokenPolicies), 0o644)
 	cmd.Process.Signal(syscall.SIGHUP)
-	eventually(t, 10*time.Second, "the broken version refused", func() bool {
-		return tm.metric("chatpulse_policies_reload_errors_total") == 1
+	wait.For(t, 10*time.Second, func() error {
+		if got := tm.metric("chatpulse_policies_reload_errors_total"); got != 1 {
+			return fmt.Errorf("%v reload errors, want 1: the broken version refused", got)
+		}
+		return nil
 	})
 	var lines []string
 	for _, l := range strings.Split(tm.log.String(), "\n") {
@@ -215,8 +231,11 @@ func TestPoliciesSIGHUPBinary(t *testing.T) {
 func TestSIGHUPWithoutPoliciesFile(t *testing.T) {
 	cmd, tm := startBinary(t, "--nats-url", natsServer(t))
 	cmd.Process.Signal(syscall.SIGHUP)
-	eventually(t, 10*time.Second, "the SIGHUP noted", func() bool {
-		return strings.Contains(tm.log.String(), "SIGHUP: no policies file to read again")
+	wait.For(t, 10*time.Second, func() error {
+		if !strings.Contains(tm.log.String(), "SIGHUP: no policies file to read again") {
+			return errors.New("the SIGHUP not noted in the log")
+		}
+		return nil
 	})
 	tm.waitReady()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -271,9 +290,11 @@ func TestPoliciesKVGroup(t *testing.T) {
 	}
 	publishGroupRaw(t, ms[0], 4)
 	for _, tm := range ms {
-		eventually(t, 10*time.Second, "alice's messages counted", func() bool {
-			_, count := tm.floodCheck()
-			return count == 4
+		wait.For(t, 10*time.Second, func() error {
+			if _, count := tm.floodCheck(); count != 4 {
+				return fmt.Errorf("flood on %s counts %d of alice's 4 messages", tm.url, count)
+			}
+			return nil
 		})
 	}
 
@@ -286,8 +307,11 @@ func TestPoliciesKVGroup(t *testing.T) {
 	}
 	putKV(t, js, "limits", "chat", brokenPolicies)
 	for _, tm := range ms {
-		eventually(t, 10*time.Second, "the broken version refused", func() bool {
-			return tm.metric("chatpulse_policies_reload_errors_total") == 1
+		wait.For(t, 10*time.Second, func() error {
+			if got := tm.metric("chatpulse_policies_reload_errors_total"); got != 1 {
+				return fmt.Errorf("%v reload errors, want 1: the broken version refused", got)
+			}
+			return nil
 		})
 		a := tm.policies()
 		if a.Policies[0].Limit != 10 || a.LastError == nil || !strings.Contains(a.LastError.Error, "kv:limits/chat:6: policies[0].window") {
@@ -305,8 +329,11 @@ func TestPoliciesKVGroup(t *testing.T) {
 	// stream another way: refused by every member, until a restart.
 	putKV(t, js, "limits", "chat", floodPolicies(2)+"  - name: all\n    scope: group\n    algorithm: fixed_window\n    limit: 100\n    window: 1m\n")
 	for _, tm := range ms {
-		eventually(t, 10*time.Second, "the group-scoped version refused", func() bool {
-			return tm.metric("chatpulse_policies_reload_errors_total") == 2
+		wait.For(t, 10*time.Second, func() error {
+			if got := tm.metric("chatpulse_policies_reload_errors_total"); got != 2 {
+				return fmt.Errorf("%v reload errors on %s, want 2: the group-scoped version refused", got, tm.url)
+			}
+			return nil
 		})
 		if a := tm.policies(); len(a.Policies) != 1 || a.LastError == nil || !strings.Contains(a.LastError.Error, "group-scoped") {
 			t.Errorf("after a group-scoped version: %+v", a)
@@ -410,9 +437,11 @@ func TestPoliciesReloadWhileRunning(t *testing.T) {
 		tm.floodCheck()
 	}
 	<-done
-	eventually(t, 20*time.Second, "every message counted by flood", func() bool {
-		_, count := tm.floodCheck()
-		return count == n
+	wait.For(t, 20*time.Second, func() error {
+		if _, count := tm.floodCheck(); count != n {
+			return fmt.Errorf("flood counts %d of %d messages", count, n)
+		}
+		return nil
 	})
 	if got := tm.metric("chatpulse_policies_reload_errors_total"); got != 0 {
 		t.Errorf("reload errors: %v", got)

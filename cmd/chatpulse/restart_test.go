@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -21,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
 // A restart on the same data directory rebuilds every window from the
@@ -66,13 +68,16 @@ func TestKilledBinaryRecovers(t *testing.T) {
 		}
 		t.Cleanup(func() { cmd.Process.Kill() })
 		base := fmt.Sprint("http://127.0.0.1:", httpPort)
-		eventually(t, 30*time.Second, "chatpulse ready", func() bool {
+		wait.For(t, 30*time.Second, func() error {
 			resp, err := http.Get(base + "/readyz")
 			if err != nil {
-				return false
+				return err
 			}
 			resp.Body.Close()
-			return resp.StatusCode == 200
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("GET /readyz: %s", resp.Status)
+			}
+			return nil
 		})
 		return cmd
 	}
@@ -159,31 +164,38 @@ func TestExternalNATSRestart(t *testing.T) {
 		msg := nats.NewMsg("chat.lobby.u")
 		msg.Data = fmt.Appendf(nil, `{"room":"lobby","user":"u%d"}`, i%10)
 		msg.Header.Set(nats.MsgIdHdr, strconv.Itoa(i))
-		for {
+		wait.For(t, 30*time.Second, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_, err := js.PublishMsg(ctx, msg)
-			cancel()
-			if err == nil {
-				return
+			defer cancel()
+			if _, err := js.PublishMsg(ctx, msg); err != nil {
+				return fmt.Errorf("event %d not acked by the stream: %w", i, err)
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	for i := range total / 2 {
 		publish(i)
 	}
 	ns.Shutdown()
 	ns.WaitForShutdown()
-	time.Sleep(500 * time.Millisecond) // chatpulse notices the server is gone
+	wait.For(t, 10*time.Second, func() error { // chatpulse notices the server is gone
+		if !strings.Contains(tm.log.String(), "nats disconnected") {
+			return errors.New("chatpulse has not logged that NATS went away")
+		}
+		return nil
+	})
 	ns = startServer()
 	defer ns.Shutdown()
 	for i := total / 2; i < total; i++ {
 		publish(i)
 	}
-	eventually(t, 60*time.Second, "every event counted after the restart", func() bool {
+	wait.For(t, 60*time.Second, func() error {
 		var v aggregator.Room
 		tm.get("/api/v1/rooms/lobby", &v)
-		return v.Messages >= total
+		if v.Messages < total {
+			return fmt.Errorf("lobby counts %d of %d events", v.Messages, total)
+		}
+		return nil
 	})
 	var v aggregator.Room
 	tm.get("/api/v1/rooms/lobby", &v)

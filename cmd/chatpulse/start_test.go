@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
 // TestServingWhileStarting asks for /readyz and a view from the moment the
@@ -53,7 +55,12 @@ func TestServingWhileStarting(t *testing.T) {
 		wg.Wait()
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "answers", func() bool { return answered.Load() > 10 })
+	wait.For(t, 10*time.Second, func() error {
+		if n := answered.Load(); n <= 10 {
+			return fmt.Errorf("%d answers, want more than 10", n)
+		}
+		return nil
+	})
 	close(stop)
 	wg.Wait()
 }

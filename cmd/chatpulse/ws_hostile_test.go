@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
 // Connections each watching as many nonexistent rooms as they may cannot
@@ -92,8 +94,11 @@ func TestWebsocketHostileRooms(t *testing.T) {
 		c.Close()
 	}
 	fresh := dashboard("while the hostile connections leave")
-	eventually(t, 20*time.Second, "every hostile connection gone, and its views", func() bool {
-		return tm.metric("chatpulse_ws_clients") == 1 && tm.metric("chatpulse_ws_views") == 2
+	wait.For(t, 20*time.Second, func() error {
+		if clients, views := tm.metric("chatpulse_ws_clients"), tm.metric("chatpulse_ws_views"); clients != 1 || views != 2 {
+			return fmt.Errorf("%v websocket clients watching %v views, want the fresh one and its 2", clients, views)
+		}
+		return nil
 	})
 	send(t, fresh, `{"type":"subscribe","view":"room","room":"lobby"}`)
 	for {

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
 type frame struct {
@@ -138,15 +141,32 @@ func TestWebsocket(t *testing.T) {
 		}
 	}
 
-	// Unsubscribing stops them; the other view keeps coming.
+	// Unsubscribing stops them; the other view keeps coming. The hub
+	// serves a connection's frames in order, so once the first version of
+	// a view subscribed after the unsubscribe is here, the unsubscribe was
+	// served: an overview queued before it has come or was dropped.
+	other := tm.mustDial().reading(t)
+	send(t, other, `{"type":"subscribe","view":"overview","window":"5m"}`)
+	frameWhere(t, other, "the other dashboard's overview", func(f frame) bool { return f.View == "overview" })
 	send(t, c, `{"type":"unsubscribe","view":"overview","window":"5m"}`)
-	drainFor(c, 300*time.Millisecond)
+	send(t, c, `{"type":"subscribe","view":"room","room":"a/b","window":"5m"}`)
+	frameWhere(t, c, "a/b's 5m view", func(f frame) bool { return f.View == "room" && f.Window == "5m" })
 	tm.publish("chat.x.y", `{"room":"a/b","user":"erin"}`)
-	deadline := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) {
-		f, ok := next(t, c, time.Until(deadline))
-		if ok && f.View == "overview" {
+	// The other dashboard says when the hub pushed the overview with
+	// erin's message: had c still watched it, the hub would have queued
+	// it to c then too, before the first version of a/b's 1h view, asked
+	// for after that.
+	frameWhere(t, other, "the overview with erin's message", func(f frame) bool { return f.View == "overview" && messages(f) == 6 })
+	send(t, c, `{"type":"subscribe","view":"room","room":"a/b","window":"1h"}`)
+	for marker, room := false, false; !marker || !room; {
+		f := frameWhere(t, c, "a/b's 1h view and erin's message in its 1m view", func(frame) bool { return true })
+		switch {
+		case f.View == "overview":
 			t.Fatalf("overview pushed after unsubscribe: %+v", f)
+		case f.View == "room" && f.Window == "1h":
+			marker = true
+		case f.View == "room" && f.Window == "1m" && messages(f) == 2:
+			room = true
 		}
 	}
 
@@ -195,15 +215,31 @@ func TestWebsocket(t *testing.T) {
 	}
 }
 
-func drainFor(c *wsClient, d time.Duration) {
-	deadline := time.After(d)
+// frameWhere reads c's frames until one that match accepts, and fails
+// the test if none comes within 10 s.
+func frameWhere(t *testing.T, c *wsClient, what string, match func(frame) bool) frame {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
 	for {
 		select {
-		case <-c.frames:
+		case f, ok := <-c.frames:
+			if !ok {
+				t.Fatalf("%s: connection closed", what)
+			}
+			if match(f) {
+				return f
+			}
 		case <-deadline:
-			return
+			t.Fatalf("%s: no such frame in 10 s", what)
 		}
 	}
+}
+
+// messages is the message count of a view frame.
+func messages(f frame) int64 {
+	var v struct{ Messages int64 }
+	json.Unmarshal(f.Data, &v)
+	return v.Messages
 }
 
 // A client that never reads holds nothing up: ingest counts everything
@@ -225,10 +261,14 @@ func TestSlowClient(t *testing.T) {
 		send(t, r, `{"type":"subscribe","view":"overview","window":"1m"}`)
 		send(t, r, `{"type":"subscribe","view":"rooms","window":"1m"}`)
 		done := make(chan int)
+		var overview atomic.Int64 // messages in the newest overview r got
 		go func() {
 			n := 0
-			for range r.frames {
+			for f := range r.frames {
 				n++
+				if f.View == "overview" {
+					overview.Store(messages(f))
+				}
 			}
 			done <- n
 		}()
@@ -241,7 +281,14 @@ func TestSlowClient(t *testing.T) {
 			}
 		}
 		tm.waitReceived(base + events)
-		time.Sleep(200 * time.Millisecond)
+		wait.For(t, 20*time.Second, func() error { // the reading client has the views of all of it
+			var want struct{ Messages int64 }
+			tm.get("/api/v1/overview?window=1m", &want)
+			if got := overview.Load(); got != want.Messages {
+				return fmt.Errorf("the reading client's overview counts %d messages, the API's %d", got, want.Messages)
+			}
+			return nil
+		})
 		r.Close()
 		frames = <-done
 		if s != nil {
