@@ -7,6 +7,7 @@
 //	chatbench group    CPU per event of a group of members beside one standalone instance, failover, view latency
 //	chatbench restart  time to ready after a restart with a snapshot, beside a full replay of the stream
 //	chatbench cpu      CPU per event at chat's pace (1 ms ticks), from outside, beside a bare subscriber process
+//	chatbench decide   rate-limit decisions per second and per CPU-second, read-only and consuming, beside gubernator
 //	chatbench burst    how many of a flood bot's burst get through, checks read-only and consuming, standalone and a group
 //
 // ingest runs everything in process; check, fanout and stall drive a chatpulse
@@ -19,9 +20,9 @@ import (
 )
 
 func main() {
-	cmds := map[string]func([]string) error{"ingest": ingestCmd, "check": checkCmd, "fanout": fanoutCmd, "stall": stallCmd, "group": groupCmd, "restart": restartCmd, "cpu": cpuCmd, "burst": burstCmd, "bare-sub": bareSubCmd}
+	cmds := map[string]func([]string) error{"ingest": ingestCmd, "check": checkCmd, "fanout": fanoutCmd, "stall": stallCmd, "group": groupCmd, "restart": restartCmd, "cpu": cpuCmd, "burst": burstCmd, "decide": decideCmd, "bare-sub": bareSubCmd}
 	if len(os.Args) < 2 || cmds[os.Args[1]] == nil {
-		fmt.Fprintln(os.Stderr, "usage: chatbench ingest|check|fanout|stall|group|restart|cpu|burst [flags]   (chatbench <cmd> -h for the flags)")
+		fmt.Fprintln(os.Stderr, "usage: chatbench ingest|check|fanout|stall|group|restart|cpu|burst|decide [flags]   (chatbench <cmd> -h for the flags)")
 		os.Exit(2)
 	}
 	if err := cmds[os.Args[1]](os.Args[2:]); err != nil {
