@@ -59,9 +59,12 @@
 //   - sliding.go, counter.go, fixed.go, tokenbucket.go, gcra.go, repeat.go:
 //     one algorithm each: the doc that teaches it, its standalone type, its
 //     kernel and kernel constructor, and its row.
-//   - glob.go, policy.go, rules.go: room globs; Policy, the table of
+//   - policy.go, rules.go: Policy, the table of
 //     algorithms and validation; the policies as a Set decides with them.
-//   - answers.go, set.go: Result, Alert and Active; the Set.
+//   - extra.go: what a few keys keep beyond their algorithm's state: the
+//     ids of their recent hits, their penalty.
+//   - answers.go, set.go, consume.go: Result, Alert and Active; the Set;
+//     its consuming checks.
 //   - state.go: a Set's saved state (each kernel saves and checks its own
 //     part, in its file).
 //   - reconfigure.go: new policies for a running Set, and what each keeps

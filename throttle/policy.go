@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/chatpulse/chatpulse/chat"
 )
 
 // Mode says whether a policy's denials count.
@@ -153,7 +155,7 @@ func (p Policy) validate() *FieldError {
 		return notTaken(alg, "burst", func(a *algorithm) bool { return a.burst })
 	}
 	for i, g := range p.Rooms {
-		if _, err := compileGlob(g); err != nil {
+		if _, err := chat.CompileGlob(g); err != nil {
 			return fieldErr(fmt.Sprintf("rooms[%d]", i), "%q is not a valid glob: %v", g, err)
 		}
 	}

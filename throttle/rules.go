@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
+
+	"github.com/chatpulse/chatpulse/chat"
 )
 
 // rules are a Set's policies, in the order of decisions, and what the
@@ -18,7 +20,7 @@ type rules struct {
 
 type policy struct {
 	Policy
-	rooms   []glob
+	rooms   []chat.Glob
 	enforce bool
 	text    bool // the key includes the text: only messages with text count
 	// The decisions of Check, shared by every version of the policy of
@@ -34,7 +36,7 @@ func (p *policy) sees(room string) bool {
 		return true
 	}
 	for i := range p.rooms {
-		if p.rooms[i].match(room) {
+		if p.rooms[i].Match(room) {
 			return true
 		}
 	}
@@ -58,7 +60,7 @@ func newRules(policies []Policy) (rules, error) {
 		alg := algorithmNamed(p.Algorithm)
 		pol := &policy{Policy: p, enforce: p.Mode == ModeEnforce, text: alg.text, decisions: new(decisions)}
 		for _, g := range p.Rooms {
-			cg, _ := compileGlob(g)
+			cg, _ := chat.CompileGlob(g)
 			pol.rooms = append(pol.rooms, cg)
 		}
 		r.policies = append(r.policies, pol)

@@ -1,4 +1,4 @@
-package throttle
+package chat
 
 import (
 	"fmt"
@@ -6,8 +6,12 @@ import (
 	"unicode/utf8"
 )
 
-// A glob is a compiled Rooms pattern (see Policy.Rooms).
-type glob struct {
+// A Glob is a compiled pattern of room or user names (a throttle policy's
+// rooms, an exemption's users): '*' matches any run of characters
+// (including none, and including '/'), '?' exactly one character, and
+// '\' makes the next character literal; '[' and ']' are reserved and must
+// be escaped. Matching is on the whole name, case-sensitive.
+type Glob struct {
 	literal string // the pattern, unescaped, when it has no wildcard
 	prefix  string // the literal part before a single trailing '*'
 	kind    globKind
@@ -33,12 +37,13 @@ const (
 	tokAny       // '*'
 )
 
-func compileGlob(pattern string) (glob, error) {
+// CompileGlob compiles pattern, or says what is wrong with it.
+func CompileGlob(pattern string) (Glob, error) {
 	if pattern == "" {
-		return glob{}, fmt.Errorf("empty pattern")
+		return Glob{}, fmt.Errorf("empty pattern")
 	}
 	if !utf8.ValidString(pattern) {
-		return glob{}, fmt.Errorf("invalid UTF-8")
+		return Glob{}, fmt.Errorf("invalid UTF-8")
 	}
 	var toks []globTok
 	for i := 0; i < len(pattern); {
@@ -52,10 +57,10 @@ func compileGlob(pattern string) (glob, error) {
 		case '?':
 			toks = append(toks, globTok{kind: tokOne})
 		case '[', ']':
-			return glob{}, fmt.Errorf("character classes are not supported (write \\%c for a literal %c)", r, r)
+			return Glob{}, fmt.Errorf("character classes are not supported (write \\%c for a literal %c)", r, r)
 		case '\\':
 			if i == len(pattern) {
-				return glob{}, fmt.Errorf("trailing backslash")
+				return Glob{}, fmt.Errorf("trailing backslash")
 			}
 			r, size = utf8.DecodeRuneInString(pattern[i:])
 			i += size
@@ -75,14 +80,15 @@ func compileGlob(pattern string) (glob, error) {
 	}
 	switch {
 	case n == len(toks):
-		return glob{kind: globLiteral, literal: lit.String()}, nil
+		return Glob{kind: globLiteral, literal: lit.String()}, nil
 	case n == len(toks)-1 && toks[n].kind == tokAny:
-		return glob{kind: globPrefix, prefix: lit.String()}, nil
+		return Glob{kind: globPrefix, prefix: lit.String()}, nil
 	}
-	return glob{kind: globGeneral, toks: toks}, nil
+	return Glob{kind: globGeneral, toks: toks}, nil
 }
 
-func (g *glob) match(s string) bool {
+// Match reports whether s matches the glob.
+func (g *Glob) Match(s string) bool {
 	switch g.kind {
 	case globLiteral:
 		return s == g.literal
