@@ -7,6 +7,7 @@ import (
 
 	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/bus"
+	"github.com/chatpulse/chatpulse/moderation"
 	"github.com/chatpulse/chatpulse/rolling"
 	"github.com/chatpulse/chatpulse/throttle"
 )
@@ -30,8 +31,8 @@ type Engine interface {
 	User(name, win string, now int64) (aggregator.User, error)
 	// The throttle of docs/contract.md sections 5 and 10 (web.Throttle):
 	// a consuming check publishes the alerts it raises.
-	Check(now int64, room, user, text string, hasText bool) throttle.Result
-	Consume(now int64, room, user, text string, hasText bool, id string) throttle.Result
+	Check(now int64, q throttle.Query) throttle.Result
+	Consume(now int64, q throttle.Query, id string) throttle.Result
 	Active(now int64) []throttle.Active
 
 	// Attach makes what the engine reads and keeps on the bus, loads its
@@ -67,8 +68,11 @@ type Config struct {
 	Windows   []rolling.Window
 	MaxSkew   time.Duration
 	Policies  []throttle.Policy
-	Replicas  int // of what the engine creates on the bus
-	Instance  string
+	// Book holds the moderators' actions the checks decide with (nil:
+	// none); cmd/chatpulse keeps it from the bucket CHATPULSE_MODERATION.
+	Book     *moderation.Book
+	Replicas int // of what the engine creates on the bus
+	Instance string
 	// SnapshotInterval is how often the state is saved; 0: never (and
 	// none is loaded).
 	SnapshotInterval time.Duration

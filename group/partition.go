@@ -103,6 +103,9 @@ func (m *Member) newPartition(p int, rev uint64) *partition {
 		}
 		if thr {
 			s.Thr, _ = throttle.NewSet(r.ofStage(name)) // checked in New and Reconfigure
+			if name == stageRoom {
+				s.Thr.Moderate(m.cfg.Book) // a room's owner sees all its messages
+			}
 		}
 		s.OnCaughtUp = func() { m.caughtUp(pt) }
 		pt.stages = append(pt.stages, s)

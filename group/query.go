@@ -42,19 +42,25 @@ const (
 
 // A question is one op about some partitions.
 type question struct {
-	V       int    `json:"v"`
-	Op      op     `json:"op"`
-	Window  string `json:"window,omitempty"`
-	K       int    `json:"k,omitempty"`     // overview, room
-	Limit   int    `json:"limit,omitempty"` // rooms
-	Room    string `json:"room,omitempty"`  // room, check
-	User    string `json:"user,omitempty"`  // user, check
-	Text    string `json:"text,omitempty"`  // check
-	HasText bool   `json:"has_text,omitempty"`
-	ID      string `json:"id,omitempty"`    // consume, unconsume
-	Stage   string `json:"stage,omitempty"` // check: whose policies
-	Now     int64  `json:"now"`
-	Parts   []int  `json:"parts"`
+	V       int      `json:"v"`
+	Op      op       `json:"op"`
+	Window  string   `json:"window,omitempty"`
+	K       int      `json:"k,omitempty"`     // overview, room
+	Limit   int      `json:"limit,omitempty"` // rooms
+	Room    string   `json:"room,omitempty"`  // room, check
+	User    string   `json:"user,omitempty"`  // user, check
+	Text    string   `json:"text,omitempty"`  // check
+	HasText bool     `json:"has_text,omitempty"`
+	ID      string   `json:"id,omitempty"`    // consume, unconsume
+	Roles   []string `json:"roles,omitempty"` // check, consume
+	Stage   string   `json:"stage,omitempty"` // check: whose policies
+	Now     int64    `json:"now"`
+	Parts   []int    `json:"parts"`
+}
+
+// query is a check question's throttle query.
+func (q *question) query() throttle.Query {
+	return throttle.Query{Room: q.Room, User: q.User, Text: q.Text, HasText: q.HasText, Roles: q.Roles}
 }
 
 // An answer covers the parts of the question that its member owns and has
@@ -188,12 +194,12 @@ func (m *Member) answer(q question) answer {
 		a.User, a.AsOf = &v, int64(v.AsOf)
 	case opCheck:
 		if s := pts[0].stage(q.Stage); s != nil && s.Thr != nil {
-			a.Decisions = s.Thr.Check(q.Now, q.Room, q.User, q.Text, q.HasText).Decisions
+			a.Decisions = s.Thr.Decide(q.Now, q.query()).Decisions
 		}
 	case opConsume:
 		a.Allowed = true
 		if s := pts[0].stage(q.Stage); s != nil && s.Thr != nil {
-			res, recorded, alerts := s.Thr.Consume(q.Now, q.Room, q.User, q.Text, q.HasText, q.ID)
+			res, recorded, alerts := s.Thr.Consume(q.Now, q.query(), q.ID)
 			a.Decisions, a.Allowed, a.Consumed, a.Recorded = res.Decisions, res.Allowed, *res.Consumed, recorded
 			for _, al := range alerts {
 				m.bus.Alert(al)
@@ -201,7 +207,7 @@ func (m *Member) answer(q question) answer {
 		}
 	case opUnconsume:
 		if s := pts[0].stage(q.Stage); s != nil && s.Thr != nil {
-			s.Thr.Unconsume(q.Room, q.User, q.Text, q.HasText, q.ID)
+			s.Thr.Unconsume(q.query(), q.ID)
 		}
 	case opActive:
 		for _, pt := range pts {

@@ -201,7 +201,8 @@ func (m *Member) User(name, win string, now int64) (aggregator.User, error) {
 // scope).
 func (m *Member) checks(base question, r *rules) []question {
 	var asks []question
-	if len(r.byScope[throttle.ScopeRoom]) > 0 {
+	// The room stage also decides the moderators' actions.
+	if len(r.byScope[throttle.ScopeRoom]) > 0 || m.cfg.Book != nil && !m.cfg.Book.Empty() {
 		q := base
 		q.Stage, q.Parts = stageRoom, []int{Partition(chat.Token(base.Room), m.cfg.Partitions)}
 		asks = append(asks, q)
@@ -221,10 +222,10 @@ func (m *Member) checks(base question, r *rules) []question {
 
 // Check is a throttle check: each stage's policies are asked of its owner
 // at once, and the decisions put back in the policies' order.
-func (m *Member) Check(now int64, room, user, text string, hasText bool) throttle.Result {
-	res := throttle.Result{Allowed: true, AsOf: chat.Time(now), Room: room, User: user, Decisions: []throttle.Decision{}}
+func (m *Member) Check(now int64, tq throttle.Query) throttle.Result {
+	res := throttle.Result{Allowed: true, AsOf: chat.Time(now), Room: tq.Room, User: tq.User, Decisions: []throttle.Decision{}}
 	r := m.rules.Load()
-	asks := m.checks(question{Op: opCheck, Room: room, User: user, Text: text, HasText: hasText, Now: now}, r)
+	asks := m.checks(question{Op: opCheck, Room: tq.Room, User: tq.User, Text: tq.Text, HasText: tq.HasText, Roles: tq.Roles, Now: now}, r)
 	var (
 		mu      sync.Mutex
 		wg      sync.WaitGroup
@@ -276,10 +277,10 @@ func (m *Member) finish(res *throttle.Result, r *rules, missing int) {
 // next. A stage with no caught-up owner is missing: the check then follows
 // --throttle-unowned, and records nothing there. The alert of a crossing
 // is published by the owner that decides it.
-func (m *Member) Consume(now int64, room, user, text string, hasText bool, id string) throttle.Result {
-	res := throttle.Result{Allowed: true, AsOf: chat.Time(now), Room: room, User: user, Decisions: []throttle.Decision{}}
+func (m *Member) Consume(now int64, tq throttle.Query, id string) throttle.Result {
+	res := throttle.Result{Allowed: true, AsOf: chat.Time(now), Room: tq.Room, User: tq.User, Decisions: []throttle.Decision{}}
 	r := m.rules.Load()
-	asks := m.checks(question{Op: opConsume, Room: room, User: user, Text: text, HasText: hasText, ID: id, Now: now}, r)
+	asks := m.checks(question{Op: opConsume, Room: tq.Room, User: tq.User, Text: tq.Text, HasText: tq.HasText, Roles: tq.Roles, ID: id, Now: now}, r)
 	var taken []question
 	counted := len(asks) == 0 // some stage counts the message (vacuously, when none decides)
 	missing := 0
@@ -334,5 +335,5 @@ func (m *Member) ActiveCovered(now int64) ([]throttle.Active, *chat.Coverage) {
 		out = append(out, a.Active...)
 	}
 	m.sortActive(out)
-	return out, coverage(missing)
+	return append(throttle.ActionsActive(m.cfg.Book, now), out...), coverage(missing)
 }

@@ -62,6 +62,7 @@ func New(cfg engine.Config, reg prometheus.Registerer) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	thr.Moderate(cfg.Book)
 	e := &Engine{Aggregator: agg, Set: thr, cfg: cfg, reg: reg, done: make(chan struct{})}
 	e.stage = &engine.Stage{Name: stageName, Agg: agg, Thr: thr, OnCaughtUp: func() { cfg.Log.Info("replay caught up") }}
 	e.consumer = ingest.New(reg, ingest.Config{
@@ -171,11 +172,20 @@ func (e *Engine) Run(alerts func(throttle.Alert)) error {
 	return nil
 }
 
+// Active lists the moderators' actions in force, then the keys over an
+// enforcing policy.
+func (e *Engine) Active(now int64) []throttle.Active {
+	return append(throttle.ActionsActive(e.cfg.Book, now), e.Set.Active(now)...)
+}
+
+// Check is a read-only throttle check.
+func (e *Engine) Check(now int64, q throttle.Query) throttle.Result { return e.Set.Decide(now, q) }
+
 // Consume is a consuming check: decided and, if allowed, counted at once
 // (docs/contract.md section 10); the alert of a crossing goes out as an
 // event's does.
-func (e *Engine) Consume(now int64, room, user, text string, hasText bool, id string) throttle.Result {
-	res, _, alerts := e.Set.Consume(now, room, user, text, hasText, id)
+func (e *Engine) Consume(now int64, q throttle.Query, id string) throttle.Result {
+	res, _, alerts := e.Set.Consume(now, q, id)
 	for _, a := range alerts {
 		e.alert(a)
 	}

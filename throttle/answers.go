@@ -36,6 +36,12 @@ type Decision struct {
 	Limit        int64     `json:"limit"`
 	Remaining    int64     `json:"remaining"`
 	RetryAfterMs int64     `json:"retry_after_ms"`
+	// Exempt: the check's user or roles are exempt from the rule, which
+	// allowed it.
+	Exempt bool `json:"exempt,omitempty"`
+	// Until is the end of the moderator's action that denies (a timeout,
+	// a slow mode), if it has one.
+	Until *chat.Time `json:"until,omitempty"`
 }
 
 // Decision results, the values of the result label of

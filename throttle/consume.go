@@ -117,13 +117,14 @@ func (t *table[S, E, K]) untake(m msg) bool {
 	return true
 }
 
-// Consume answers as Check does and, if no enforcing policy denies, records
-// the message as one hit of every policy that sees it (shadow ones too),
+// Consume answers as Decide does and, if nothing that is enforced denies
+// (a moderator's action, or a policy), records the message as one hit of
+// every policy that sees it and does not exempt it (shadow ones too),
 // remembering id with each, atomically with respect to every other call
 // for the same keys: of n consuming checks of one key at once, exactly as
-// many are allowed as the policies allow. The answer's Consumed says
-// whether the message is counted by the check (now or before); recorded,
-// whether this call recorded it.
+// many are allowed as the policies allow. A slow mode records the post.
+// The answer's Consumed says whether the message is counted by the check
+// (now or before); recorded, whether this call recorded it.
 //
 // The event that later arrives with the same id is not counted again by
 // those policies (within each one's window). A consuming check whose id
@@ -134,20 +135,20 @@ func (t *table[S, E, K]) untake(m msg) bool {
 // alerts of those crossings are returned, for the caller to publish.
 //
 // id must not be empty.
-func (s *Set) Consume(now int64, room, user, text string, hasText bool, id string) (res Result, recorded bool, alerts []Alert) {
-	if !hasText {
-		text = ""
+func (s *Set) Consume(now int64, q Query, id string) (res Result, recorded bool, alerts []Alert) {
+	if !q.HasText {
+		q.Text = ""
 	}
 	s.consuming.Store(true)
 	s.swap.RLock()
 	defer s.swap.RUnlock()
 	st := s.state.Load()
 	var m msg
-	hasText = st.message(&m, now, room, user, text)
+	hasText := st.message(&m, now, q.Room, q.User, q.Text)
 	m.id = st.hk.idHash(id)
 	sel := make([]int, 0, len(st.policies))
 	for pi, p := range st.policies {
-		if p.sees(room) && (!p.text || hasText) {
+		if p.sees(q.Room) && (!p.text || hasText) {
 			sel = append(sel, pi)
 			st.stores[pi].lock()
 		}
@@ -157,15 +158,23 @@ func (s *Set) Consume(now int64, room, user, text string, hasText bool, id strin
 			st.stores[pi].unlock()
 		}
 	}()
-	res = Result{Allowed: true, AsOf: chat.Time(now), Room: strings.Clone(room), User: strings.Clone(user), Decisions: make([]Decision, 0, len(sel))}
+	res = Result{Allowed: true, AsOf: chat.Time(now), Room: strings.Clone(q.Room), User: strings.Clone(q.User), Decisions: s.actions(make([]Decision, 0, len(sel)), now, &q)}
 	again := false
 	for _, pi := range sel {
-		again = again || st.stores[pi].counted(m)
+		again = again || !st.policies[pi].exempt(&q) && st.stores[pi].counted(m)
+	}
+	if again { // counted before: answered as the first was
+		for i := range res.Decisions {
+			res.Decisions[i].Allowed, res.Decisions[i].RetryAfterMs = true, 0
+		}
+	}
+	for _, d := range res.Decisions {
+		res.Allowed = res.Allowed && d.Allowed
 	}
 	verdicts := make([]Verdict, len(sel))
 	for n, pi := range sel {
 		verdicts[n] = st.stores[pi].verdict(m)
-		if again { // counted before: answered as the first was
+		if again || st.policies[pi].exempt(&q) {
 			verdicts[n].Allowed, verdicts[n].RetryAfter = true, 0
 		}
 		if !verdicts[n].Allowed && st.policies[pi].enforce {
@@ -176,37 +185,48 @@ func (s *Set) Consume(now int64, room, user, text string, hasText bool, id strin
 		p, v := st.policies[pi], verdicts[n]
 		switch {
 		case again:
+		case p.exempt(&q):
 		case res.Allowed:
 			st.stores[pi].take(m)
+			recorded = true
 		case !v.Allowed:
 			if c := st.stores[pi].refuse(m, p.enforce); c.j >= 0 {
-				alerts = append(alerts, p.alert(now, room, user, c))
+				alerts = append(alerts, p.alert(now, q.Room, q.User, c))
 				v = st.stores[pi].verdict(m) // with the penalty that starts
 			}
 		}
-		res.Decisions = append(res.Decisions, p.decide(v))
+		d := p.decide(v)
+		d.Exempt = p.exempt(&q)
+		res.Decisions = append(res.Decisions, d)
+	}
+	if res.Allowed && !again {
+		if book := s.book.Load(); book != nil && !book.Empty() {
+			s.slowPost(book, q.Room, q.User, now)
+		}
 	}
 	consumed := res.Allowed
 	res.Consumed = &consumed
-	return res, consumed && !again, alerts
+	return res, recorded, alerts
 }
 
-// Unconsume takes back what Consume recorded for id at the same room, user
-// and text: a group asks it of the stages that allowed a consuming check
-// that another stage denied. It reports whether anything was taken back.
-func (s *Set) Unconsume(room, user, text string, hasText bool, id string) bool {
-	if !hasText {
-		text = ""
+// Unconsume takes back what Consume recorded for id with the same query:
+// a group asks it of the stages that allowed a consuming check that
+// another stage denied. It reports whether anything was taken back. (A
+// slow mode's post is not taken back: the next message waits an interval
+// more than it would have, at most.)
+func (s *Set) Unconsume(q Query, id string) bool {
+	if !q.HasText {
+		q.Text = ""
 	}
 	s.swap.RLock()
 	defer s.swap.RUnlock()
 	st := s.state.Load()
 	var m msg
-	hasText = st.message(&m, 0, room, user, text)
+	hasText := st.message(&m, 0, q.Room, q.User, q.Text)
 	m.id = st.hk.idHash(id)
 	taken := false
 	for pi, p := range st.policies {
-		if p.sees(room) && (!p.text || hasText) {
+		if p.sees(q.Room) && (!p.text || hasText) {
 			taken = st.stores[pi].untake(m) || taken
 		}
 	}

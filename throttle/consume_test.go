@@ -200,7 +200,7 @@ func TestConsumeAgainstOracle(t *testing.T) {
 					s.Observe(ev)
 					ref.event(room, user, text, id, ev.TS)
 				}
-				res, _, _ := s.Consume(at(now), room, user, text, true, id)
+				res, _, _ := s.Consume(at(now), Query{Room: room, User: user, Text: text, HasText: true}, id)
 				ok, counts, rems, consumed, again := ref.consume(room, user, text, id, at(now))
 				if len(res.Decisions) != len(ok) {
 					t.Fatalf("%s: %d decisions, reference %d", what, len(res.Decisions), len(ok))
@@ -246,7 +246,7 @@ func TestConsumeBurstIsExact(t *testing.T) {
 					defer wg.Done()
 					for i := range n / 8 {
 						id := fmt.Sprint("m-", g, "-", i)
-						if res, _, _ := s.Consume(now, "lobby", "bot", "spam", true, id); res.Allowed {
+						if res, _, _ := s.Consume(now, Query{Room: "lobby", User: "bot", Text: "spam", HasText: true}, id); res.Allowed {
 							allowed.Add(1)
 							ids <- id
 						}
@@ -275,7 +275,7 @@ func TestDeniedConsumesGrowNothing(t *testing.T) {
 	s := mustSet(t, DefaultPolicies()[:2]) // the sliding windows
 	now := at(0)
 	for i := range 10 {
-		s.Consume(now, "lobby", "bot", "", false, fmt.Sprint("ok-", i))
+		s.Consume(now, Query{Room: "lobby", User: "bot", Text: "", HasText: false}, fmt.Sprint("ok-", i))
 	}
 	size := func() (ids, extras int) {
 		for _, st := range s.state.Load().stores {
@@ -293,7 +293,7 @@ func TestDeniedConsumesGrowNothing(t *testing.T) {
 		n = 100_000
 	}
 	for i := range n {
-		if res, _, _ := s.Consume(now, "lobby", "bot", "", false, fmt.Sprint("flood-", i)); res.Allowed {
+		if res, _, _ := s.Consume(now, Query{Room: "lobby", User: "bot", Text: "", HasText: false}, fmt.Sprint("flood-", i)); res.Allowed {
 			t.Fatalf("check %d allowed", i)
 		}
 	}
@@ -307,17 +307,17 @@ func TestDeniedConsumesGrowNothing(t *testing.T) {
 func TestConsumeTwice(t *testing.T) {
 	p := Policy{Name: "p", Scope: ScopeUser, Algorithm: AlgSlidingWindow, Limit: 2, Window: 10 * time.Second}
 	s := mustSet(t, []Policy{p})
-	first, _, _ := s.Consume(at(0), "r", "u", "", false, "m1")
-	again, _, _ := s.Consume(at(5), "r", "u", "", false, "m1")
+	first, _, _ := s.Consume(at(0), Query{Room: "r", User: "u", Text: "", HasText: false}, "m1")
+	again, _, _ := s.Consume(at(5), Query{Room: "r", User: "u", Text: "", HasText: false}, "m1")
 	if !first.Allowed || !again.Allowed || *again.Consumed != true || again.Decisions[0].Count != 1 {
 		t.Fatalf("first %+v, again %+v: want both allowed and consumed, the count 1", first, again)
 	}
 	s.Observe(chat.Event{Room: "r", User: "u", TS: at(6), ID: "m2"}) // an event before its check
-	late, _, _ := s.Consume(at(7), "r", "u", "", false, "m2")
+	late, _, _ := s.Consume(at(7), Query{Room: "r", User: "u", Text: "", HasText: false}, "m2")
 	if !late.Allowed || late.Decisions[0].Count != 2 {
 		t.Fatalf("the check of an event that came first: %+v, want allowed, the count 2 (not 3)", late)
 	}
-	if res, _, _ := s.Consume(at(8), "r", "u", "", false, "m3"); res.Allowed || *res.Consumed {
+	if res, _, _ := s.Consume(at(8), Query{Room: "r", User: "u", Text: "", HasText: false}, "m3"); res.Allowed || *res.Consumed {
 		t.Fatalf("a third message: %+v, want denied", res)
 	}
 }
@@ -343,15 +343,15 @@ func TestUnconsume(t *testing.T) {
 					continue
 				}
 				id := fmt.Sprint("x", step)
-				res, _, _ := s.Consume(at(now), "r", user, "t", true, id)
+				res, _, _ := s.Consume(at(now), Query{Room: "r", User: user, Text: "t", HasText: true}, id)
 				// The buckets give a token back as of their last update:
 				// exact only before anything else comes.
 				if res.Allowed && (window || r.IntN(2) == 0) {
-					if !s.Unconsume("r", user, "t", true, id) {
+					if !s.Unconsume(Query{Room: "r", User: user, Text: "t", HasText: true}, id) {
 						t.Fatalf("step %d: nothing taken back", step)
 					}
 				} else if res.Allowed {
-					ref.Consume(at(now), "r", user, "t", true, id)
+					ref.Consume(at(now), Query{Room: "r", User: user, Text: "t", HasText: true}, id)
 				}
 				for _, u := range []string{"u0", "u1", "u2"} {
 					a, b := s.Check(at(now), "r", u, "t", true), ref.Check(at(now), "r", u, "t", true)
@@ -420,12 +420,12 @@ func TestPenaltyAndEscalation(t *testing.T) {
 	// A denied consuming check crosses too.
 	q := Policy{Name: "q", Scope: ScopeUser, Algorithm: AlgFixedWindow, Limit: 1, Window: time.Second, Penalty: 5 * time.Minute}
 	c := mustSet(t, []Policy{q})
-	c.Consume(at(0), "r", "u", "", false, "1")
-	res, _, alerts := c.Consume(at(1), "r", "u", "", false, "2")
+	c.Consume(at(0), Query{Room: "r", User: "u", Text: "", HasText: false}, "1")
+	res, _, alerts := c.Consume(at(1), Query{Room: "r", User: "u", Text: "", HasText: false}, "2")
 	if res.Allowed || len(alerts) != 1 || *alerts[0].Until != ct(1+300*sec) || res.Decisions[0].RetryAfterMs != 300*sec {
 		t.Fatalf("a denied consuming check: %+v, alerts %+v; want its crossing, with the 5m penalty", res, alerts)
 	}
-	if res, _, alerts := c.Consume(at(10*sec), "r", "u", "", false, "3"); res.Allowed || len(alerts) != 0 {
+	if res, _, alerts := c.Consume(at(10*sec), Query{Room: "r", User: "u", Text: "", HasText: false}, "3"); res.Allowed || len(alerts) != 0 {
 		t.Fatalf("during the penalty, the rate fallen: %+v, alerts %+v; want denied, no second alert", res, alerts)
 	}
 }

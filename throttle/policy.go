@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/moderation"
 )
 
 // Mode says whether a policy's denials count.
@@ -73,6 +74,11 @@ type Policy struct {
 	Penalty       time.Duration   `json:",omitempty"`
 	Escalate      []time.Duration `json:",omitempty"`
 	StrikesWithin time.Duration   `json:",omitempty"`
+	// ExemptUsers (globs, as Rooms) and ExemptRoles are not held by the
+	// policy: a check of one of those users, or that carries one of those
+	// roles, is allowed by it and says so (docs/contract.md section 11).
+	ExemptUsers []string `json:",omitempty"`
+	ExemptRoles []string `json:",omitempty"`
 }
 
 // DefaultStrikesWithin is how long a crossing counts toward an escalating
@@ -107,6 +113,12 @@ func (p Policy) withDefaults() Policy {
 	}
 	if p.Rooms != nil && len(p.Rooms) == 0 {
 		p.Rooms = nil
+	}
+	if len(p.ExemptUsers) == 0 {
+		p.ExemptUsers = nil
+	}
+	if len(p.ExemptRoles) == 0 {
+		p.ExemptRoles = nil
 	}
 	if len(p.Escalate) > 0 && p.StrikesWithin == 0 {
 		p.StrikesWithin = DefaultStrikesWithin
@@ -157,6 +169,16 @@ func (p Policy) validate() *FieldError {
 	for i, g := range p.Rooms {
 		if _, err := chat.CompileGlob(g); err != nil {
 			return fieldErr(fmt.Sprintf("rooms[%d]", i), "%q is not a valid glob: %v", g, err)
+		}
+	}
+	for i, g := range p.ExemptUsers {
+		if _, err := chat.CompileGlob(g); err != nil {
+			return fieldErr(fmt.Sprintf("exempt_users[%d]", i), "%q is not a valid glob: %v", g, err)
+		}
+	}
+	for i, r := range p.ExemptRoles {
+		if err := moderation.CheckRole(r); err != nil {
+			return fieldErr(fmt.Sprintf("exempt_roles[%d]", i), "%v", err)
 		}
 	}
 	return p.validatePenalty()

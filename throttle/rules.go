@@ -21,6 +21,7 @@ type rules struct {
 type policy struct {
 	Policy
 	rooms   []chat.Glob
+	exempts []chat.Glob // ExemptUsers, compiled
 	enforce bool
 	text    bool // the key includes the text: only messages with text count
 	// The decisions of Check, shared by every version of the policy of
@@ -62,6 +63,10 @@ func newRules(policies []Policy) (rules, error) {
 		for _, g := range p.Rooms {
 			cg, _ := chat.CompileGlob(g)
 			pol.rooms = append(pol.rooms, cg)
+		}
+		for _, g := range p.ExemptUsers {
+			cg, _ := chat.CompileGlob(g)
+			pol.exempts = append(pol.exempts, cg)
 		}
 		r.policies = append(r.policies, pol)
 		r.text = r.text || alg.text

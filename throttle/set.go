@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/moderation"
 )
 
 // A Set holds policies and the keyed state they keep. It is fed the stream
@@ -69,6 +70,10 @@ type Set struct {
 	// consuming: a consuming check has come, so the messages observed
 	// carry the hashes of their ids (Consume).
 	consuming atomic.Bool
+	// book: the moderators' actions it decides with (Moderate); slow,
+	// the last posts in rooms under slow mode.
+	book atomic.Pointer[moderation.Book]
+	slow slowPosts
 }
 
 // A state is what a Set decides with: its policies, the key of its hashes
@@ -162,6 +167,9 @@ func (s *Set) Observe(e chat.Event) []Alert {
 			alerts = append(alerts, p.alert(e.TS, e.Room, e.User, c))
 		}
 	}
+	if book := s.book.Load(); book != nil && !book.Empty() {
+		s.slowPost(book, e.Room, e.User, e.TS)
+	}
 	return alerts
 }
 
@@ -187,6 +195,11 @@ func (s *Set) ObserveBatch(evs []chat.Event, fn func(i int, a Alert)) {
 	b := batches.Get().(*batch)
 	b.cross = b.cross[:0]
 	st := s.observeAll(evs, b)
+	if book := s.book.Load(); book != nil && !book.Empty() {
+		for i := range evs {
+			s.slowPost(book, evs[i].Room, evs[i].User, evs[i].TS)
+		}
+	}
 	if fn != nil {
 		for _, c := range b.cross {
 			e := &evs[c.j]
@@ -270,28 +283,42 @@ func (p *policy) alert(at int64, room, user string, c crossing) Alert {
 	return a
 }
 
-// Check answers whether one more message from user in room would be allowed
-// at now, with text if hasText. A repeat policy takes part only when the
-// check carries a text that is not empty once normalized. Check changes no
+// Check is Decide of a query without roles.
+func (s *Set) Check(now int64, room, user, text string, hasText bool) Result {
+	return s.Decide(now, Query{Room: room, User: user, Text: text, HasText: hasText})
+}
+
+// Decide answers whether one more message of q would be allowed at now:
+// the moderators' actions in force first (Moderate), then each policy that
+// sees its room, in order. A repeat policy takes part only when the check
+// carries a text that is not empty once normalized; a policy or action
+// that exempts q's user or roles allows it, and says so. Decide changes no
 // state that any later answer depends on; it only counts its decisions for
 // Stats.
-func (s *Set) Check(now int64, room, user, text string, hasText bool) Result {
-	if !hasText {
-		text = ""
+func (s *Set) Decide(now int64, q Query) Result {
+	if !q.HasText {
+		q.Text = ""
 	}
 	st := s.state.Load()
 	var m msg
-	hasText = st.message(&m, now, room, user, text)
-	res := Result{Allowed: true, AsOf: chat.Time(now), Room: strings.Clone(room), User: strings.Clone(user), Decisions: make([]Decision, 0, len(st.policies))}
+	hasText := st.message(&m, now, q.Room, q.User, q.Text)
+	res := Result{Allowed: true, AsOf: chat.Time(now), Room: strings.Clone(q.Room), User: strings.Clone(q.User), Decisions: s.actions(make([]Decision, 0, len(st.policies)), now, &q)}
+	for _, d := range res.Decisions {
+		res.Allowed = res.Allowed && d.Allowed
+	}
 	for pi, p := range st.policies {
-		if !p.sees(room) || p.text && !hasText {
+		if !p.sees(q.Room) || p.text && !hasText {
 			continue
 		}
 		v := st.stores[pi].check(m)
-		if !v.Allowed && p.enforce {
+		if p.exempt(&q) {
+			v.Allowed, v.RetryAfter = true, 0
+		} else if !v.Allowed && p.enforce {
 			res.Allowed = false
 		}
-		res.Decisions = append(res.Decisions, p.decide(v))
+		d := p.decide(v)
+		d.Exempt = p.exempt(&q)
+		res.Decisions = append(res.Decisions, d)
 	}
 	return res
 }

@@ -85,7 +85,7 @@ func ParsePolicies(file string, data []byte) ([]Policy, error) {
 	return policies, nil
 }
 
-var policyFields = []string{"name", "scope", "algorithm", "limit", "window", "resolution", "burst", "mode", "rooms", "penalty", "escalate", "strikes_within"}
+var policyFields = []string{"name", "scope", "algorithm", "limit", "window", "resolution", "burst", "mode", "rooms", "penalty", "escalate", "strikes_within", "exempt_users", "exempt_roles"}
 
 // parsePolicy parses policies[i] and returns it with the line of each field
 // it has.
@@ -128,19 +128,27 @@ func parsePolicy(file string, i int, n *yaml.Node) (Policy, map[string]int, erro
 			}
 			continue
 		}
-		if field == "rooms" {
+		if field == "rooms" || field == "exempt_users" || field == "exempt_roles" {
 			if v.Kind != yaml.SequenceNode {
-				return fail(v.Line, field, "want a list of room globs, like [\"support-*\"]")
+				return fail(v.Line, field, "want a list of strings, like [\"support-*\"]")
 			}
-			p.Rooms = []string{}
+			list := []string{}
 			for r, g := range v.Content {
 				g = deref(g)
-				f := fmt.Sprintf("rooms[%d]", r)
+				f := fmt.Sprintf("%s[%d]", field, r)
 				lines[f] = g.Line
 				if g.Kind != yaml.ScalarNode || g.ShortTag() == "!!null" {
 					return fail(g.Line, f, "want a string")
 				}
-				p.Rooms = append(p.Rooms, g.Value)
+				list = append(list, g.Value)
+			}
+			switch field {
+			case "rooms":
+				p.Rooms = list
+			case "exempt_users":
+				p.ExemptUsers = list
+			default:
+				p.ExemptRoles = list
 			}
 			continue
 		}

@@ -128,10 +128,11 @@ func (s *Server) check(req checkRequest) throttle.Result {
 	if req.Text != nil {
 		text = *req.Text
 	}
+	q := throttle.Query{Room: req.Room, User: req.User, Text: text, HasText: req.Text != nil, Roles: req.Roles}
 	if req.Consume {
-		return s.thr.Consume(s.nowMs(), req.Room, req.User, text, req.Text != nil, req.ID)
+		return s.thr.Consume(s.nowMs(), q, req.ID)
 	}
-	return s.thr.Check(s.nowMs(), req.Room, req.User, text, req.Text != nil)
+	return s.thr.Check(s.nowMs(), q)
 }
 
 // activeView is the body of GET /api/v1/throttle/active.

@@ -7,6 +7,7 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
+	"github.com/chatpulse/chatpulse/moderation"
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
@@ -70,14 +71,18 @@ func (*badRequest) BadRequest() {}
 type checkRequest struct {
 	Room    string
 	User    string
-	Text    *string // nil: no text
-	Consume bool    // decide and count in one step
-	ID      string  // the message's id: with Consume
+	Text    *string  // nil: no text
+	Consume bool     // decide and count in one step
+	ID      string   // the message's id: with Consume
+	Roles   []string // what the chat server says the sender is
 }
 
-const checkShape = `request must be a JSON object {"room": string, "user": string, "text": string (optional), "consume": boolean (optional), "id": string (with consume)}, or an array of them`
+const checkShape = `request must be a JSON object {"room": string, "user": string, "text": string (optional), "consume": boolean (optional), "id": string (with consume), "roles": [string] (optional)}, or an array of them`
 
-var checkFields = map[string]kind{"room": name, "user": name, "text": text, "consume": boolean, "id": text}
+var checkFields = map[string]kind{"room": name, "user": name, "text": text, "consume": boolean, "id": text, "roles": list}
+
+// maxRoles is the most roles a check may carry.
+const maxRoles = 16
 
 // decodeCheck parses and validates a check request, over HTTP or NATS, by
 // the rules of an event's payload (ingest.Decode), so that a check names a
@@ -106,6 +111,19 @@ func decodeCheck(data []byte) (checkRequest, error) {
 	if t, ok := f["text"]; ok {
 		req.Text = &t
 	}
+	if raw, ok := f["roles"]; ok {
+		if err := json.Unmarshal([]byte(raw), &req.Roles); err != nil {
+			return checkRequest{}, badf("roles: must be a list of strings")
+		}
+		if len(req.Roles) > maxRoles {
+			return checkRequest{}, badf("roles: at most %d, got %d", maxRoles, len(req.Roles))
+		}
+		for i, r := range req.Roles {
+			if err := moderation.CheckRole(r); err != nil {
+				return checkRequest{}, badf("roles[%d]: %v", i, err)
+			}
+		}
+	}
 	_, hasID := f["id"]
 	switch {
 	case req.Consume && !hasID:
@@ -124,6 +142,7 @@ const (
 	text                // a string, read as an event's text is
 	integer             // an integer
 	boolean             // true or false
+	list                // a JSON array, kept as its text
 )
 
 // fields are the fields of a JSON request, as text, by name: absent ones
@@ -178,6 +197,25 @@ func decodeObject(data []byte, shape string, want map[string]kind) (fields, erro
 			i += len(f[field])
 		case k == boolean:
 			return nil, badf("%s: must be true or false", field)
+		case k == list && c == '[':
+			j := i
+			for depth := 0; ; j++ { // json.Valid checked it: the brackets balance
+				switch data[j] {
+				case '[':
+					depth++
+				case ']':
+					depth--
+				case '"':
+					_, next := literal(data, j)
+					j = next - 1
+				}
+				if depth == 0 {
+					break
+				}
+			}
+			f[field], i = string(data[i:j+1]), j+1
+		case k == list:
+			return nil, badf("%s: must be a list", field)
 		case c == '"' && k != integer:
 			lit, next := literal(data, i)
 			if k == name && !exactString(lit) {

@@ -17,8 +17,10 @@ import (
 // consuming check are dropped.
 type setThrottle struct{ *throttle.Set }
 
-func (s setThrottle) Consume(now int64, room, user, text string, hasText bool, id string) throttle.Result {
-	r, _, _ := s.Set.Consume(now, room, user, text, hasText, id)
+func (s setThrottle) Check(now int64, q throttle.Query) throttle.Result { return s.Set.Decide(now, q) }
+
+func (s setThrottle) Consume(now int64, q throttle.Query, id string) throttle.Result {
+	r, _, _ := s.Set.Consume(now, q, id)
 	return r
 }
 

@@ -60,10 +60,10 @@ type Views interface {
 // sections 3, 5 and 10, at now in Unix milliseconds: an engine's, which
 // publishes the alerts a consuming check raises.
 type Throttle interface {
-	Check(now int64, room, user, text string, hasText bool) throttle.Result
+	Check(now int64, q throttle.Query) throttle.Result
 	// Consume is a consuming check (docs/contract.md section 10): decided
 	// and, when allowed, counted, with the id its event will carry.
-	Consume(now int64, room, user, text string, hasText bool, id string) throttle.Result
+	Consume(now int64, q throttle.Query, id string) throttle.Result
 	Active(now int64) []throttle.Active
 }
 

@@ -1,0 +1,97 @@
+package moderation
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/chatpulse/chatpulse/chat"
+)
+
+func tp(ms int64) *chat.Time { t := chat.Time(ms); return &t }
+
+// What Parse reads back is what was kept, and only that: an action of
+// another key, an unknown field, a bad name or interval, trailing data are
+// refused with the field named.
+func TestParse(t *testing.T) {
+	a := Action{Kind: Slowmode, Room: "lobby.1 ünïcode/%", Interval: 30_000, Until: tp(1_000), Actor: "mod", Set: 5, ExemptRoles: []string{"moderator"}}
+	data, _ := json.Marshal(a)
+	got, err := Parse(a.Key(), data)
+	if err != nil || got.Key() != a.Key() || got.Interval != a.Interval || *got.Until != *a.Until {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	for _, c := range []struct{ key, data, want string }{
+		{a.Key(), `{"kind":"slowmode","room":"lobby","interval_ms":1,"until":null,"set":"2026-01-01T00:00:00Z"}`, "holds the action of"},
+		{KeyOf(Slowmode, "r", ""), `{"kind":"slowmode","room":"r","interval_ms":0,"until":null,"set":"2026-01-01T00:00:00Z"}`, "interval: must be"},
+		{KeyOf(Timeout, "", "u"), `{"kind":"timeout","user":"u","colour":1,"until":null,"set":"2026-01-01T00:00:00Z"}`, "unknown field"},
+		{KeyOf(Timeout, "", "u"), `{"kind":"timeout","user":"u","until":null,"set":"2026-01-01T00:00:00Z"} {}`, "data after"},
+		{KeyOf(Timeout, "", ""), `{"kind":"timeout","user":"","until":null,"set":"2026-01-01T00:00:00Z"}`, "user: must be"},
+		{"ban.x", `{"kind":"ban","user":"u","until":null,"set":"2026-01-01T00:00:00Z"}`, "not an action"},
+		{KeyOf(Timeout, "", "u"), `{"kind":"timeout","user":"u","until":null,"set":"2026-01-01T00:00:00Z","exempt_roles":["a b"]}`, "exempt_roles[0]"},
+		{KeyOf(Timeout, "", "u"), `[]`, "cannot unmarshal"},
+	} {
+		if _, err := Parse(c.key, []byte(c.data)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s %s: %v, want an error with %q", c.key, c.data, err, c.want)
+		}
+	}
+}
+
+// The book answers as of the instant asked: an action ends at its until
+// with nothing ticking; of a user's two timeouts, the later end is told.
+func TestBook(t *testing.T) {
+	b := NewBook()
+	if !b.Empty() || b.Slowmode("r", 0) != nil || b.Timeout("r", "u", 0) != nil {
+		t.Fatal("a new book holds something")
+	}
+	b.Put(Action{Kind: Slowmode, Room: "r", Interval: 10, Until: tp(100)})
+	b.Put(Action{Kind: Timeout, User: "u", Until: tp(50)})
+	b.Put(Action{Kind: Timeout, User: "u", Room: "r", Until: tp(80)})
+	if a := b.Slowmode("r", 99); a == nil || b.Slowmode("r", 100) != nil {
+		t.Fatalf("slow mode at 99 and 100: %v, %v", a, b.Slowmode("r", 100))
+	}
+	if a := b.Timeout("r", "u", 10); a == nil || a.Room != "r" {
+		t.Fatalf("two timeouts: %+v, want the one that ends later", a)
+	}
+	if a := b.Timeout("elsewhere", "u", 60); a != nil {
+		t.Fatalf("at 60 elsewhere: %+v", a)
+	}
+	in, out := b.List(60)
+	if len(in) != 2 || len(out) != 1 {
+		t.Fatalf("at 60: %d in force, %d expired", len(in), len(out))
+	}
+	b.Delete(KeyOf(Slowmode, "r", ""))
+	if b.Slowmode("r", 0) != nil {
+		t.Fatal("deleted, still there")
+	}
+}
+
+func TestExempts(t *testing.T) {
+	if !Exempts([]string{"bot-*"}, nil, "bot-1", nil) || Exempts([]string{"bot-*"}, nil, "robot", nil) {
+		t.Error("user globs")
+	}
+	if !Exempts(nil, []string{"moderator"}, "u", []string{"vip", "moderator"}) || Exempts(nil, []string{"moderator"}, "u", []string{"vip"}) {
+		t.Error("roles")
+	}
+}
+
+// FuzzParse: whatever Parse accepts validates, is kept under its own key,
+// and marshals back to something Parse accepts as the same.
+func FuzzParse(f *testing.F) {
+	a := Action{Kind: Timeout, User: "u", Room: "r", Until: tp(9), Reason: "spam"}
+	data, _ := json.Marshal(a)
+	f.Add(a.Key(), data)
+	f.Add(KeyOf(Slowmode, "r", ""), []byte(`{"kind":"slowmode","room":"r","interval_ms":5,"until":null,"set":"2026-01-01T00:00:00Z"}`))
+	f.Fuzz(func(t *testing.T, key string, data []byte) {
+		a, err := Parse(key, data)
+		if err != nil {
+			return
+		}
+		if err := a.Validate(); err != nil || a.Key() != key {
+			t.Fatalf("accepted %+v under %s: %v", a, key, err)
+		}
+		again, _ := json.Marshal(a)
+		if b, err := Parse(key, again); err != nil || b.Key() != a.Key() {
+			t.Fatalf("re-marshalled %s: %v", again, err)
+		}
+	})
+}
