@@ -78,6 +78,16 @@ func UserPartition(p int) string { return PartitionPrefix + "*." + strconv.Itoa(
 // AllPartitions is the filter subject of every partitioned event.
 const AllPartitions = PartitionPrefix + ">"
 
+// Moderators' actions (docs/contract.md section 11): the bucket that keeps
+// those in force, and the audit trail of every change, on
+// chatpulse.moderation.<kind>, kept in its stream.
+const (
+	ModerationBucket    = "CHATPULSE_MODERATION"
+	ModerationPrefix    = "chatpulse.moderation."
+	ModerationLogStream = "CHATPULSE_MODERATION_LOG"
+	ModerationLogMaxAge = 30 * 24 * time.Hour
+)
+
 // SnapshotBucket is the object store that keeps the snapshots (contract
 // section 9).
 const SnapshotBucket = "CHATPULSE_SNAPSHOTS"

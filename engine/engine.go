@@ -53,6 +53,11 @@ type Engine interface {
 	// Stats and ThrottleStats are the numbers behind the metrics.
 	Stats() aggregator.Stats
 	ThrottleStats() []throttle.PolicyStats
+	// Settle returns once every part of the engine decides with the
+	// moderators' actions up to revision rev of their bucket (in a group,
+	// every live member): how an action takes effect for the very next
+	// check, wherever it is asked.
+	Settle(ctx context.Context, rev uint64) error
 	// Status is GET /api/v1/group; nil when standalone (404).
 	Status() any
 	// Close stops counting, counts what had arrived, saves what is to

@@ -38,6 +38,7 @@ const (
 	opConsume   = op("consume")   // a consuming check's part: decide and record
 	opUnconsume = op("unconsume") // take back what a consume recorded
 	opActive    = op("active")
+	opBook      = op("book") // answered once the member holds the moderators' actions up to Book
 )
 
 // A question is one op about some partitions.
@@ -53,9 +54,27 @@ type question struct {
 	HasText bool     `json:"has_text,omitempty"`
 	ID      string   `json:"id,omitempty"`    // consume, unconsume
 	Roles   []string `json:"roles,omitempty"` // check, consume
-	Stage   string   `json:"stage,omitempty"` // check: whose policies
-	Now     int64    `json:"now"`
-	Parts   []int    `json:"parts"`
+	// Book is the revision of the moderators' actions the asker holds
+	// (check, consume): the answer waits until this member's holds as
+	// much, so that an action set on one member holds on every member
+	// for the very next check.
+	Book  uint64 `json:"book,omitempty"`
+	Stage string `json:"stage,omitempty"` // check: whose policies
+	Now   int64  `json:"now"`
+	Parts []int  `json:"parts"`
+}
+
+// awaitBook waits, up to a second, until this member's book holds the
+// moderators' actions up to revision rev (its watch delivers them within
+// milliseconds of the write).
+func (m *Member) awaitBook(rev uint64) {
+	book := m.cfg.Book
+	if book == nil || book.Rev() >= rev {
+		return
+	}
+	for deadline := time.Now().Add(time.Second); book.Rev() < rev && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // query is a check question's throttle query.
@@ -84,7 +103,7 @@ type answer struct {
 }
 
 // known are the ops this member answers.
-var known = []op{opOverview, opRooms, opRoom, opUser, opCheck, opConsume, opUnconsume, opActive}
+var known = []op{opOverview, opRooms, opRoom, opUser, opCheck, opConsume, opUnconsume, opActive, opBook}
 
 // unknown is the answer to a question this member cannot answer, or nil.
 func unknown(q question) *answer {
@@ -131,6 +150,10 @@ func (m *Member) owned(parts []int) []*partition {
 // partial view is read at one as_of: the latest of the partitions' clocks
 // and q.Now.
 func (m *Member) answer(q question) answer {
+	if q.Op == opBook {
+		m.awaitBook(q.Book)
+		return answer{Parts: []int{}, AsOf: q.Now}
+	}
 	pts := m.owned(q.Parts)
 	a := answer{Parts: make([]int, 0, len(pts)), AsOf: q.Now}
 	for _, pt := range pts {
@@ -139,6 +162,7 @@ func (m *Member) answer(q question) answer {
 	if len(pts) == 0 {
 		return a
 	}
+	m.awaitBook(q.Book)
 	fail := func(err error) answer { return answer{Error: err.Error()} }
 	switch q.Op {
 	case opOverview:

@@ -220,12 +220,33 @@ func (m *Member) checks(base question, r *rules) []question {
 	return asks
 }
 
+// Settle returns once every live member of the group holds the
+// moderators' actions up to revision rev (each waits a second at most for
+// its watch), so that an action set through this member holds for the
+// very next check on any member.
+func (m *Member) Settle(ctx context.Context, rev uint64) error {
+	var wg sync.WaitGroup
+	for name := range m.leases.table().members {
+		wg.Go(func() { m.request(name, question{Op: opBook, Book: rev}) })
+	}
+	wg.Wait()
+	return ctx.Err()
+}
+
+// bookRev is the revision of the moderators' actions this member holds.
+func (m *Member) bookRev() uint64 {
+	if m.cfg.Book == nil {
+		return 0
+	}
+	return m.cfg.Book.Rev()
+}
+
 // Check is a throttle check: each stage's policies are asked of its owner
 // at once, and the decisions put back in the policies' order.
 func (m *Member) Check(now int64, tq throttle.Query) throttle.Result {
 	res := throttle.Result{Allowed: true, AsOf: chat.Time(now), Room: tq.Room, User: tq.User, Decisions: []throttle.Decision{}}
 	r := m.rules.Load()
-	asks := m.checks(question{Op: opCheck, Room: tq.Room, User: tq.User, Text: tq.Text, HasText: tq.HasText, Roles: tq.Roles, Now: now}, r)
+	asks := m.checks(question{Op: opCheck, Room: tq.Room, User: tq.User, Text: tq.Text, HasText: tq.HasText, Roles: tq.Roles, Book: m.bookRev(), Now: now}, r)
 	var (
 		mu      sync.Mutex
 		wg      sync.WaitGroup
@@ -280,7 +301,7 @@ func (m *Member) finish(res *throttle.Result, r *rules, missing int) {
 func (m *Member) Consume(now int64, tq throttle.Query, id string) throttle.Result {
 	res := throttle.Result{Allowed: true, AsOf: chat.Time(now), Room: tq.Room, User: tq.User, Decisions: []throttle.Decision{}}
 	r := m.rules.Load()
-	asks := m.checks(question{Op: opConsume, Room: tq.Room, User: tq.User, Text: tq.Text, HasText: tq.HasText, Roles: tq.Roles, ID: id, Now: now}, r)
+	asks := m.checks(question{Op: opConsume, Room: tq.Room, User: tq.User, Text: tq.Text, HasText: tq.HasText, Roles: tq.Roles, ID: id, Book: m.bookRev(), Now: now}, r)
 	var taken []question
 	counted := len(asks) == 0 // some stage counts the message (vacuously, when none decides)
 	missing := 0

@@ -193,6 +193,7 @@ type Book struct {
 }
 
 type index struct {
+	rev      uint64            // the newest revision of the bucket it holds
 	all      map[string]Action // by key
 	slowmode map[string]*Action
 	timeout  map[string]*Action // by user: everywhere
@@ -222,32 +223,39 @@ func buildIndex(all map[string]Action) *index {
 	return x
 }
 
-// Put keeps a (valid) in the book, replacing the action of its key; Delete
-// forgets the action of key. A book changes by one writer at a time (the
-// watch of the bucket).
-func (b *Book) Put(a Action) {
-	old := b.idx.Load().all
-	all := make(map[string]Action, len(old)+1)
-	for k, v := range old {
-		all[k] = v
-	}
-	all[a.Key()] = a
-	b.idx.Store(buildIndex(all))
-}
+// Put keeps a (valid) in the book, replacing the action of its key, as of
+// revision rev of the bucket (0: none); Delete forgets the action of key.
+// A book changes by one writer at a time (the watch of the bucket, and
+// the writes of this instance's moderators, under the same lock).
+func (b *Book) Put(a Action, rev uint64) { b.change(a.Key(), &a, rev) }
 
-// Delete forgets the action kept under key.
-func (b *Book) Delete(key string) {
-	old := b.idx.Load().all
-	if _, ok := old[key]; !ok {
-		return
-	}
-	all := make(map[string]Action, len(old))
-	for k, v := range old {
+// Delete forgets the action kept under key, as of revision rev.
+func (b *Book) Delete(key string, rev uint64) { b.change(key, nil, rev) }
+
+func (b *Book) change(key string, a *Action, rev uint64) {
+	old := b.idx.Load()
+	all := make(map[string]Action, len(old.all)+1)
+	for k, v := range old.all {
 		if k != key {
 			all[k] = v
 		}
 	}
-	b.idx.Store(buildIndex(all))
+	if a != nil {
+		all[key] = *a
+	}
+	x := buildIndex(all)
+	x.rev = max(old.rev, rev)
+	b.idx.Store(x)
+}
+
+// Rev is the newest revision of the bucket the book holds: a member that
+// asks another to decide with an action it just set says so.
+func (b *Book) Rev() uint64 { return b.idx.Load().rev }
+
+// Lookup is the action kept under key, in force or not.
+func (b *Book) Lookup(key string) (Action, bool) {
+	a, ok := b.idx.Load().all[key]
+	return a, ok
 }
 
 // Empty reports whether the book holds no action: most checks' case.

@@ -43,9 +43,9 @@ func TestBook(t *testing.T) {
 	if !b.Empty() || b.Slowmode("r", 0) != nil || b.Timeout("r", "u", 0) != nil {
 		t.Fatal("a new book holds something")
 	}
-	b.Put(Action{Kind: Slowmode, Room: "r", Interval: 10, Until: tp(100)})
-	b.Put(Action{Kind: Timeout, User: "u", Until: tp(50)})
-	b.Put(Action{Kind: Timeout, User: "u", Room: "r", Until: tp(80)})
+	b.Put(Action{Kind: Slowmode, Room: "r", Interval: 10, Until: tp(100)}, 0)
+	b.Put(Action{Kind: Timeout, User: "u", Until: tp(50)}, 0)
+	b.Put(Action{Kind: Timeout, User: "u", Room: "r", Until: tp(80)}, 0)
 	if a := b.Slowmode("r", 99); a == nil || b.Slowmode("r", 100) != nil {
 		t.Fatalf("slow mode at 99 and 100: %v, %v", a, b.Slowmode("r", 100))
 	}
@@ -59,7 +59,7 @@ func TestBook(t *testing.T) {
 	if len(in) != 2 || len(out) != 1 {
 		t.Fatalf("at 60: %d in force, %d expired", len(in), len(out))
 	}
-	b.Delete(KeyOf(Slowmode, "r", ""))
+	b.Delete(KeyOf(Slowmode, "r", ""), 0)
 	if b.Slowmode("r", 0) != nil {
 		t.Fatal("deleted, still there")
 	}

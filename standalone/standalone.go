@@ -234,6 +234,10 @@ func (e *Engine) ThrottleStats() []throttle.PolicyStats { return e.Set.Stats() }
 // Stats are the aggregator's.
 func (e *Engine) Stats() aggregator.Stats { return e.Aggregator.Stats() }
 
+// Settle has nothing to wait for: the instance's one book is the one its
+// moderators write.
+func (e *Engine) Settle(context.Context, uint64) error { return nil }
+
 // Status is nil: no group.
 func (e *Engine) Status() any { return nil }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/moderation"
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
@@ -27,6 +28,9 @@ type Options struct {
 	Log            *slog.Logger
 	PushInterval   time.Duration // websocket pushes
 	AllowedOrigins []string      // besides the same origin, for /ws
+	// Moderation keeps the moderators' actions; nil: the moderation
+	// routes answer 404.
+	Moderation Moderator
 	// Group answers GET /api/v1/group; nil, or nil from it (standalone),
 	// answers 404.
 	Group func() any
@@ -154,6 +158,11 @@ func (s *Server) routes() {
 	s.api.HandleFunc("GET /api/v1/throttle/active", s.json(s.throttleActive))
 	s.api.HandleFunc("GET /api/v1/throttle/policies", s.throttlePolicies)
 	s.api.HandleFunc("GET /api/v1/group", s.group)
+	s.api.HandleFunc("PUT /api/v1/rooms/{room}/slowmode", s.json(s.putSlowmode))
+	s.api.HandleFunc("DELETE /api/v1/rooms/{room}/slowmode", s.json(s.lift(moderation.Slowmode)))
+	s.api.HandleFunc("PUT /api/v1/users/{user}/timeout", s.json(s.putTimeout))
+	s.api.HandleFunc("DELETE /api/v1/users/{user}/timeout", s.json(s.lift(moderation.Timeout)))
+	s.api.HandleFunc("GET /api/v1/moderation", s.json(s.listActions))
 	s.api.HandleFunc("GET /api/v1/openapi.json", serveOpenAPI)
 	s.mux.HandleFunc(routeAPI, s.serveAPI)
 	s.mux.Handle(routeMetrics, promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
@@ -250,11 +259,14 @@ func (s *Server) json(h func(*http.Request) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		v, err := h(r)
 		var bad *badRequest
+		var missing *notFound
 		switch {
 		case err == nil:
 			writeJSON(w, http.StatusOK, v)
 		case errors.As(err, &bad), errors.Is(err, aggregator.ErrUnknownWindow):
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		case errors.As(err, &missing):
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
 		default:
 			s.opts.Log.Error("api", "path", r.URL.Path, "err", err)
 			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "internal error"})

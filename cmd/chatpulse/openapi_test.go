@@ -123,6 +123,22 @@ func TestOpenAPI(t *testing.T) {
 		{"POST", "/api/v1/throttle/check", `{"room":"lobby","user":"dave","consume":"yes","id":"m-3"}`, 400, ""},
 		{"POST", "/api/v1/throttle/check", `[]`, 400, ""},
 		{"POST", "/api/v1/throttle/check", `[{"room":"lobby","user":"dave"},{"room":"lobby"}]`, 400, ""},
+		{"POST", "/api/v1/throttle/check", `{"room":"lobby","user":"dave","roles":["moderator"]}`, 200, ""},
+		{"POST", "/api/v1/throttle/check", `{"room":"lobby","user":"dave","roles":["a b"]}`, 400, ""},
+		{"PUT", "/api/v1/rooms/lobby/slowmode", `{"interval":"30s","for":"10m","actor":"mod","exempt_roles":["moderator"]}`, 200, ""},
+		{"PUT", "/api/v1/rooms/lobby/slowmode", `{"interval":"0s"}`, 400, "the schema does not parse durations"},
+		{"PUT", "/api/v1/rooms/lobby/slowmode", `{"for":"10m"}`, 400, "the schema cannot say that a slow mode needs its interval"},
+		{"PUT", "/api/v1/users/troll/timeout", `{"until":"2099-01-01T00:00:00Z","reason":"spam"}`, 200, ""},
+		{"PUT", "/api/v1/users/troll/timeout", `{"for":"1m","until":"2099-01-01T00:00:00Z"}`, 400, "the schema cannot say that for and until exclude each other"},
+		{"GET", "/api/v1/moderation", "", 200, ""},
+		{"POST", "/api/v1/throttle/check", `{"room":"lobby","user":"troll"}`, 200, ""},
+		{"GET", "/api/v1/throttle/active", "", 200, ""},
+		{"DELETE", "/api/v1/users/troll/timeout?actor=mod", "", 200, ""},
+		{"DELETE", "/api/v1/users/troll/timeout", "", 404, ""},
+		{"DELETE", "/api/v1/users/troll/timeout?room=bad%01", "", 400, ""},
+		{"DELETE", "/api/v1/rooms/lobby/slowmode", "", 200, ""},
+		{"DELETE", "/api/v1/rooms/lobby/slowmode", "", 404, ""},
+		{"DELETE", "/api/v1/rooms/bad%01room/slowmode", "", 400, ""},
 		{"GET", "/api/v1/throttle/active", "", 200, ""},
 		{"GET", "/api/v1/throttle/policies", "", 200, ""},
 		{"GET", "/api/v1/group", "", 404, ""}, // standalone
@@ -199,7 +215,7 @@ func (v *apiValidator) check(base string, c apiCase) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if c.method == "POST" {
+		if c.method == "POST" || c.method == "PUT" {
 			req.Header.Set("Content-Type", "application/json")
 		}
 		return req

@@ -22,6 +22,7 @@ import (
 	"github.com/chatpulse/chatpulse/bus"
 	"github.com/chatpulse/chatpulse/engine"
 	"github.com/chatpulse/chatpulse/group"
+	"github.com/chatpulse/chatpulse/moderation"
 	"github.com/chatpulse/chatpulse/rolling"
 	"github.com/chatpulse/chatpulse/standalone"
 	"github.com/chatpulse/chatpulse/throttle"
@@ -39,17 +40,18 @@ type Main struct {
 	Stderr io.Writer
 	Now    func() time.Time
 
-	engine   engine.Engine
-	policies *policies // in force, and where new versions come from
-	web      *web.Server
-	bus      *bus.Bus
-	running  bool // the engine was started
-	svc      micro.Service
-	http     *http.Server
-	httpAddr net.Addr
-	stop     chan struct{} // ends the hub, the janitor and the demo
-	wg       sync.WaitGroup
-	closed   bool
+	engine     engine.Engine
+	policies   *policies          // in force, and where new versions come from
+	moderation *engine.Moderation // the moderators' actions
+	web        *web.Server
+	bus        *bus.Bus
+	running    bool // the engine was started
+	svc        micro.Service
+	http       *http.Server
+	httpAddr   net.Addr
+	stop       chan struct{} // ends the hub, the janitor and the demo
+	wg         sync.WaitGroup
+	closed     bool
 
 	tls *tls.Config // nil: plain HTTP
 	// httpTimeouts are defaultHTTPTimeouts; tests shorten them.
@@ -116,10 +118,12 @@ func (m *Main) build() error {
 		Name: "chatpulse_deadletter_failed_total",
 		Help: "Dead letters not kept: not sent, refused by the dead-letter stream, or not acked in time.",
 	}, func() float64 { return float64(m.bus.DeadLetterFailed()) }))
-	if m.engine, err = newEngine(c, policies, m.Now, m.Log, reg); err != nil {
+	m.moderation = engine.NewModeration(m.Now, m.Log)
+	if m.engine, err = newEngine(c, policies, m.moderation.Book, m.Now, m.Log, reg); err != nil {
 		return &UsageError{err}
 	}
 	m.policies.apply = m.engine.Reconfigure
+	m.moderation.Settle = m.engine.Settle
 	m.web = web.New(m.engine, m.engine, web.Options{
 		Now:            m.Now,
 		Gatherer:       reg,
@@ -133,6 +137,7 @@ func (m *Main) build() error {
 		Policies:       m.policies.answer,
 		Ready:          m.engine.Ready,
 		Group:          m.engine.Status,
+		Moderation:     m.moderation,
 	})
 	reg.MustRegister(newStatsCollector(m.engine, names(c.Windows), m.policies.decisionLabels, func() uint64 { return m.bus.Dropped() }))
 	reg.MustRegister(readyGauge(m.engine.Ready))
@@ -141,10 +146,10 @@ func (m *Main) build() error {
 
 // newEngine is the one place that knows there are two engines: a member
 // of --group, or a standalone instance.
-func newEngine(c *Config, policies []throttle.Policy, now func() time.Time, log *slog.Logger, reg prometheus.Registerer) (engine.Engine, error) {
+func newEngine(c *Config, policies []throttle.Policy, book *moderation.Book, now func() time.Time, log *slog.Logger, reg prometheus.Registerer) (engine.Engine, error) {
 	ec := engine.Config{
 		Stream: c.Stream, Subject: c.Subject, JetStream: c.JetStream, Windows: c.Windows, MaxSkew: c.MaxSkew,
-		Policies: policies, Replicas: c.Replicas, Instance: c.Instance, SnapshotInterval: c.SnapshotInterval,
+		Policies: policies, Book: book, Replicas: c.Replicas, Instance: c.Instance, SnapshotInterval: c.SnapshotInterval,
 		Now: now, Log: log,
 	}
 	if c.Group != "" {
@@ -184,6 +189,13 @@ func (m *Main) attach(ctx context.Context) (net.Listener, error) {
 		return nil, err
 	}
 	if err := m.kvPolicies(ctx); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	// The actions kept are in force before anything is checked.
+	mctx, cancel := context.WithCancel(context.Background())
+	m.goRun(func() { <-m.stop; cancel() })
+	if err := m.moderation.Attach(mctx, m.bus, c.JetStream, c.Replicas); err != nil {
 		ln.Close()
 		return nil, err
 	}
@@ -296,7 +308,11 @@ func (m *Main) janitor() {
 		case <-m.stop:
 			return
 		case <-t.C:
-			m.engine.Sweep(m.Now().UnixMilli())
+			now := m.Now().UnixMilli()
+			m.engine.Sweep(now)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			m.moderation.Sweep(ctx, now)
+			cancel()
 		}
 	}
 }
