@@ -239,7 +239,10 @@ func (c *Consumer) handleRun(msgs []Msg, s Sink, nowMs int64, j *job) {
 		switch {
 		case err != nil:
 			c.reject(m, s, err.(*Error))
-		case !ev.Counted:
+		// Joins and leaves are decoded, and ignored until the counters
+		// take them (issue 21, contract section 12): then drop the Kind
+		// test here.
+		case !ev.Counted || ev.Kind != chat.KindMessage:
 			if !quiet {
 				j.ignored++
 			}
