@@ -60,9 +60,13 @@ type Reason string
 const (
 	ReasonMalformed Reason = "malformed" // not one JSON object, or a wrong JSON type for room, user, ts or type
 	ReasonInvalid   Reason = "invalid"   // missing or bad room or user, bad ts, duplicate field
-	ReasonTooLarge  Reason = "too_large" // more than MaxPayload bytes
+	ReasonTooLarge  Reason = "too_large" // more than MaxPayload bytes (a Format's MaxPayload)
 	ReasonLate      Reason = "late"      // older than every window: decided by the aggregator, never by Decode
 	ReasonFuture    Reason = "future"    // ts more than the allowed skew ahead of now
+	// ReasonUnmapped: a payload read through a mapping (contract section
+	// 13) has no usable value where the mapping points: a pointer
+	// missing, the wrong JSON type there, a ts that does not parse.
+	ReasonUnmapped Reason = "unmapped"
 	// ReasonSubjectMismatch: in a group, the subject does not name the
 	// payload's room and user (contract section 8); decided by the sink,
 	// never by Decode.
@@ -72,7 +76,7 @@ const (
 // Reasons returns every rejection reason, so that each labelled metric
 // series can be exported at 0 from the start.
 func Reasons() []Reason {
-	return []Reason{ReasonMalformed, ReasonInvalid, ReasonTooLarge, ReasonLate, ReasonFuture, ReasonSubjectMismatch}
+	return []Reason{ReasonMalformed, ReasonInvalid, ReasonTooLarge, ReasonLate, ReasonFuture, ReasonSubjectMismatch, ReasonUnmapped}
 }
 
 // Error is a rejected event. Msg is one human-readable line naming the

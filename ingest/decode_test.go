@@ -294,7 +294,7 @@ func TestErrorString(t *testing.T) {
 	if got, want := err.Error(), "invalid: room: must be 1..128 bytes, got 0"; got != want {
 		t.Fatalf("Error() = %q, want %q", got, want)
 	}
-	if got := fmt.Sprint(Reasons()); got != "[malformed invalid too_large late future subject_mismatch]" {
+	if got := fmt.Sprint(Reasons()); got != "[malformed invalid too_large late future subject_mismatch unmapped]" {
 		t.Fatalf("Reasons() = %s", got)
 	}
 }
