@@ -13,9 +13,13 @@ import (
 // missing.
 type StreamConfig struct {
 	Stream   string // its name
-	Subject  string // what it captures
+	Subject  string // what it captures; with Source, what it takes of Source (">": all)
 	MaxAge   time.Duration
 	Replicas int // 0: 1
+	// Source, if set, is a stream chatpulse does not own that the chat
+	// stream sources (--source-stream), instead of capturing Subject
+	// itself: see sourced.go.
+	Source string
 }
 
 // EnsureStreams creates the chat stream (subjects = c.Subject, at least
@@ -35,8 +39,15 @@ func (b *Bus) EnsureStreams(ctx context.Context, c StreamConfig, partitions int)
 		transform = &jetstream.SubjectTransformConfig{Source: src, Destination: dest}
 	}
 	replicas := max(c.Replicas, 1)
+	if c.Source != "" && partitions > 0 {
+		return fmt.Errorf("stream %s: a group cannot read a sourced stream yet", c.Stream)
+	}
 	s, err := js.Stream(ctx, c.Stream)
 	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound) && c.Source != "":
+		if err := b.createSourced(ctx, c, replicas); err != nil {
+			return err
+		}
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		if overlapsOwn(c.Subject) {
 			return fmt.Errorf("stream %s: subject %q would also capture chatpulse's own %s> subjects; use a narrower one such as chat.>", c.Stream, c.Subject, OwnPrefix)
@@ -53,6 +64,11 @@ func (b *Bus) EnsureStreams(ctx context.Context, c StreamConfig, partitions int)
 		return fmt.Errorf("stream %s: %w", c.Stream, err)
 	default:
 		cfg := s.CachedInfo().Config
+		if c.Source != "" {
+			if err := b.checkSourced(ctx, c, cfg); err != nil {
+				return err
+			}
+		}
 		if age := cfg.MaxAge; age != 0 && age < c.MaxAge {
 			b.log.Warn("stream keeps less history than the largest window: a restart cannot rebuild it fully",
 				"stream", c.Stream, "max_age", age, "needed", c.MaxAge)

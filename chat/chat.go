@@ -1,5 +1,6 @@
 // Package chat is the event model the rest of chatpulse shares: one chat
-// message (Event), the rule every room and user name follows (CheckName),
+// event (Event: a message, a join or a leave), the rule every room and
+// user name follows (CheckName),
 // and the contract's instant (Time: Unix milliseconds that marshal as
 // RFC 3339 UTC with milliseconds).
 //
@@ -11,28 +12,62 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 )
 
-// Event is one chat message. Room, User and Text may alias the buffer it
-// was decoded from: whoever keeps one of them copies it.
+// Event is one chat event: a message, or a user joining or leaving a
+// room. Room, User, ID and Text may alias the buffer it was decoded from:
+// whoever keeps one of them copies it.
 type Event struct {
 	Room, User string
 	TS         int64  // Unix milliseconds
 	Text       string // "" when the message has none
-	ID         string // the message's id; "" when it has none
+	ID         string // the event's id in its chat system; "" when it has none
+	Kind       Kind
 }
 
-// MaxNameLen is the longest room or user name, in bytes.
+// Kind is what an event is. The zero value is a message, so that an
+// Event written without one is what it always was.
+type Kind uint8
+
+const (
+	KindMessage Kind = iota // a message posted in the room
+	KindJoin                // the user joined the room
+	KindLeave               // the user left the room
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindMessage:
+		return "message"
+	case KindJoin:
+		return "join"
+	case KindLeave:
+		return "leave"
+	}
+	return "Kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// MaxNameLen is the longest room or user name of chatpulse's own events,
+// in bytes (contract section 1).
 const MaxNameLen = 128
+
+// MaxForeignNameLen is the longest room or user name read from another
+// chat system's events (contract section 13): Matrix ids run to 255
+// bytes.
+const MaxForeignNameLen = 255
 
 // CheckName reports what is wrong with a room or user name, naming field
 // in the error: a name is valid UTF-8, 1..MaxNameLen bytes, without control
 // characters (C0, DEL, C1), and the first of these it breaks is reported.
-func CheckName(field, v string) error {
+func CheckName(field, v string) error { return CheckNameLen(field, v, MaxNameLen) }
+
+// CheckNameLen is CheckName with names of up to maxLen bytes.
+func CheckNameLen(field, v string, maxLen int) error {
 	ctl := rune(-1) // the first control character
 	if !printable(v) {
 		// One pass finds the first invalid byte and the first control
@@ -50,8 +85,8 @@ func CheckName(field, v string) error {
 			}
 		}
 	}
-	if len(v) == 0 || len(v) > MaxNameLen {
-		return fmt.Errorf("%s: must be 1..%d bytes, got %d", field, MaxNameLen, len(v))
+	if len(v) == 0 || len(v) > maxLen {
+		return fmt.Errorf("%s: must be 1..%d bytes, got %d", field, maxLen, len(v))
 	}
 	if ctl >= 0 {
 		return fmt.Errorf("%s: must not contain control characters, got %U", field, ctl)

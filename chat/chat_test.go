@@ -69,6 +69,40 @@ func TestCheckName(t *testing.T) {
 	}
 }
 
+// Names read from another chat system may be longer; the rest of the
+// rule is the same.
+func TestCheckNameLen(t *testing.T) {
+	for name, want := range map[string]string{
+		strings.Repeat("a", 255):          "",
+		"!3rYnfsG2FsJdpctO:matrix.org":    "",
+		"@alice:example.com":              "",
+		strings.Repeat("a", 256):          "room: must be 1..255 bytes, got 256",
+		"":                                "room: must be 1..255 bytes, got 0",
+		"@a\x00:b":                        "room: must not contain control characters, got U+0000",
+		"@a\u0085:b":                      "room: must not contain control characters, got U+0085",
+		"\xff" + strings.Repeat("a", 300): "room: must be valid UTF-8",
+	} {
+		got := ""
+		if err := CheckNameLen("room", name, MaxForeignNameLen); err != nil {
+			got = err.Error()
+		}
+		if got != want {
+			t.Errorf("CheckNameLen(%q, 255) = %q, want %q", name, got, want)
+		}
+	}
+}
+
+func TestKindString(t *testing.T) {
+	for k, want := range map[Kind]string{KindMessage: "message", KindJoin: "join", KindLeave: "leave", 7: "Kind(7)"} {
+		if got := k.String(); got != want {
+			t.Errorf("%d.String() = %q, want %q", k, got, want)
+		}
+	}
+	if (Event{}).Kind != KindMessage {
+		t.Error("an Event without a Kind is not a message")
+	}
+}
+
 // Every byte value, at every place of names of every length up to three
 // words, is judged as the rule says: CheckName reads a name in words and
 // halves that overlap, and each byte must be looked at by one of them.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/bus"
+	"github.com/chatpulse/chatpulse/ingest"
 	"github.com/chatpulse/chatpulse/moderation"
 	"github.com/chatpulse/chatpulse/rolling"
 	"github.com/chatpulse/chatpulse/throttle"
@@ -78,6 +79,12 @@ type Config struct {
 	Book     *moderation.Book
 	Replicas int // of what the engine creates on the bus
 	Instance string
+	// SourceStream, if set, is a stream chatpulse does not own that
+	// Stream sources (--source-stream, contract section 13).
+	SourceStream string
+	// Input is how payloads are read (--input, with its name and payload
+	// limits); nil: chatpulse's own events.
+	Input *ingest.Format
 	// SnapshotInterval is how often the state is saved; 0: never (and
 	// none is loaded).
 	SnapshotInterval time.Duration
@@ -113,7 +120,7 @@ const streamMargin = 10 * time.Minute
 // it is missing: it keeps the largest window, the skew a ts may have over
 // its publish time, and a margin.
 func (c *Config) StreamConfig() bus.StreamConfig {
-	return bus.StreamConfig{Stream: c.Stream, Subject: c.Subject, MaxAge: c.Largest() + c.MaxSkew + streamMargin, Replicas: c.Replicas}
+	return bus.StreamConfig{Stream: c.Stream, Subject: c.Subject, MaxAge: c.Largest() + c.MaxSkew + streamMargin, Replicas: c.Replicas, Source: c.SourceStream}
 }
 
 // ReplayFrom is where a stage with no snapshot starts reading: one largest

@@ -69,6 +69,9 @@ type Source interface {
 
 // Config says what to do beside counting.
 type Config struct {
+	// Format is how payloads are read (--input); nil: chatpulse's own
+	// (Native).
+	Format *Format
 	// Own is the subject prefix of chatpulse's own messages, which are
 	// never counted, whatever a source delivers.
 	Own     string
@@ -109,6 +112,9 @@ func New(reg prometheus.Registerer, cfg Config) *Consumer {
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
+	}
+	if cfg.Format == nil {
+		cfg.Format = Native()
 	}
 	return &Consumer{cfg: cfg, m: newMetrics(reg), done: make(chan struct{})}
 }
@@ -235,11 +241,14 @@ func (c *Consumer) handleRun(msgs []Msg, s Sink, nowMs int64, j *job) {
 		if m.Received != 0 {
 			received = m.Received
 		}
-		ev, err := Decode(m.Data, received, skew)
+		ev, err := c.cfg.Format.Decode(m.Data, received, skew)
 		switch {
 		case err != nil:
 			c.reject(m, s, err.(*Error))
-		case !ev.Counted:
+		// Joins and leaves are decoded, and ignored until the counters
+		// take them (issue 21, contract section 12): then drop the Kind
+		// test here.
+		case !ev.Counted || ev.Kind != chat.KindMessage:
 			if !quiet {
 				j.ignored++
 			}

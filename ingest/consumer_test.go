@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/chat"
@@ -284,5 +286,37 @@ func TestLateTakenOut(t *testing.T) {
 	}
 	if full := j.evs[:cap(j.evs)]; len(full) > 4 && full[4].User != "" {
 		t.Errorf("a late event is still held past the end: %+v", full[4])
+	}
+}
+
+// A consumer reads payloads in its Format: Matrix events here. Joins and
+// leaves are read and, until the counters take them, ignored; an event
+// that does not map is rejected unmapped.
+func TestConsumerFormat(t *testing.T) {
+	now := time.UnixMilli(1796155490000) // just after the samples' messages: the sink's window is a minute
+	s := newSink(t, false)
+	var rejected []string
+	c := New(prometheus.NewRegistry(), Config{
+		Format: Matrix(), Now: func() time.Time { return now }, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnReject: func(m *Msg, e *Error) { rejected = append(rejected, string(e.Reason)+": "+e.Msg) },
+	})
+	msg := func(name string) Msg { return Msg{Subject: "DendriteOutputRoomEvent", Data: sample(t, name), Sink: s} }
+	broken := msg("011-message")
+	broken.Data = []byte(strings.Replace(string(broken.Data), `"sender"`, `"from"`, 1))
+	c.Start(&slice{[]Msg{msg("011-message"), msg("037-message-burst"), msg("009-join"), msg("023-leave"), msg("017-edit-m.replace"), broken}})
+	if err := c.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	v, _ := s.Agg.Overview("", 1, now.UnixMilli())
+	if v.Messages != 2 {
+		t.Errorf("%d messages counted, want 2", v.Messages)
+	}
+	var ignored dto.Metric
+	c.m.ignored.Write(&ignored)
+	if got := ignored.GetCounter().GetValue(); got != 3 {
+		t.Errorf("ignored %v, want 3 (a join, a leave, an edit)", got)
+	}
+	if fmt.Sprint(rejected) != "[unmapped: user: no value at /new_room_event/event/sender]" {
+		t.Errorf("rejected %v", rejected)
 	}
 }

@@ -28,21 +28,23 @@ const (
 // Event is one decoded chat event: the chat.Event that the aggregator and
 // the throttle policies take, and what else Decode learned of it.
 //
-// Room, User and Text alias the payload (no copy) when they hold no
+// Room, User, ID and Text alias the payload (no copy) when they hold no
 // escapes, so the payload must not be modified while the Event is in use,
 // and callers that keep one of them beyond that (a map key, say) must copy
 // it, e.g. with strings.Clone.
 //
 // TS is the event's ts, or now when ts is absent or null. Text is the text
-// field when it is a JSON string, "" otherwise; invalid UTF-8 and unpaired
-// surrogate escapes in it are replaced by U+FFFD, as encoding/json does, so
-// Text is always valid UTF-8.
+// field when it is a JSON string, "" otherwise; ID likewise. Invalid UTF-8
+// and unpaired surrogate escapes in them are replaced by U+FFFD, as
+// encoding/json does, so both are always valid UTF-8.
 type Event struct {
 	chat.Event
 	// HasText is true when text is a JSON string, "" included.
 	HasText bool
-	// Counted is true when type is absent, null or "message". False: another
-	// type (join, edit, ""...), accepted and ignored by the counters.
+	// Counted is true when the event is of a kind the counters take:
+	// Kind says which (type absent, null or "message": a message; "join",
+	// "leave"). False: another type (edit, reaction, ""...), accepted and
+	// ignored by the counters.
 	Counted bool
 }
 
@@ -58,9 +60,13 @@ type Reason string
 const (
 	ReasonMalformed Reason = "malformed" // not one JSON object, or a wrong JSON type for room, user, ts or type
 	ReasonInvalid   Reason = "invalid"   // missing or bad room or user, bad ts, duplicate field
-	ReasonTooLarge  Reason = "too_large" // more than MaxPayload bytes
+	ReasonTooLarge  Reason = "too_large" // more than MaxPayload bytes (a Format's MaxPayload)
 	ReasonLate      Reason = "late"      // older than every window: decided by the aggregator, never by Decode
 	ReasonFuture    Reason = "future"    // ts more than the allowed skew ahead of now
+	// ReasonUnmapped: a payload read through a mapping (contract section
+	// 13) has no usable value where the mapping points: a pointer
+	// missing, the wrong JSON type there, a ts that does not parse.
+	ReasonUnmapped Reason = "unmapped"
 	// ReasonSubjectMismatch: in a group, the subject does not name the
 	// payload's room and user (docs/contract.md section 8); decided by the sink,
 	// never by Decode.
@@ -70,7 +76,7 @@ const (
 // Reasons returns every rejection reason, so that each labelled metric
 // series can be exported at 0 from the start.
 func Reasons() []Reason {
-	return []Reason{ReasonMalformed, ReasonInvalid, ReasonTooLarge, ReasonLate, ReasonFuture, ReasonSubjectMismatch}
+	return []Reason{ReasonMalformed, ReasonInvalid, ReasonTooLarge, ReasonLate, ReasonFuture, ReasonSubjectMismatch, ReasonUnmapped}
 }
 
 // Error is a rejected event. Msg is one human-readable line naming the
@@ -84,22 +90,24 @@ type Error struct {
 
 func (e *Error) Error() string { return string(e.Reason) + ": " + e.Msg }
 
-// Decode decodes and validates one event payload in a single pass over
-// data, without reflection. It allocates only when a string it extracts
-// (room, user, ts, type, text) holds escapes or invalid UTF-8, and for the
-// *Error of a rejected event. now is the wall clock in Unix milliseconds
-// (used for an absent ts and for the future check) and maxSkewMs the
-// allowed lead of ts over it (>= 0).
+// Decode decodes and validates one event payload of chatpulse's own
+// format (contract section 1) in a single pass over data, without
+// reflection. It allocates only when a string it
+// extracts (room, user, ts, type, id, text) holds escapes or invalid
+// UTF-8, and for the *Error of a rejected event. now is the wall clock in
+// Unix milliseconds (used for an absent ts and for the future check) and
+// maxSkewMs the allowed lead of ts over it (>= 0).
 //
 // Every non-nil error is an *Error; the Event is then the zero Event.
 //
 // Beyond docs/contract.md section 1, Decode decides:
 //   - Field names match exactly and case-sensitively after unescaping
 //     ("r\u006fom" is room, "Room" is not), unlike encoding/json.
-//   - room, user, ts, type or text twice: invalid, "room: duplicate key".
-//   - null for any of the five fields means absent: room or user null is
-//     "missing" (invalid); ts null takes now; type null counts; text null
-//     has no text.
+//   - room, user, ts, type, id or text twice: invalid, "room: duplicate
+//     key".
+//   - null for any of the six fields means absent: room or user null is
+//     "missing" (invalid); ts null takes now; type null counts as a
+//     message; id or text null has none.
 //   - room and user are checked after unescaping, in this order: valid
 //     UTF-8 (an unpaired surrogate escape such as \ud800 is not), 1..128
 //     bytes, no unicode.IsControl rune (C0, DEL, C1; escaped ones too).
@@ -110,17 +118,31 @@ func (e *Error) Error() string { return string(e.Reason) + ": " + e.Msg }
 //     ±HH:MM; upper-case T and Z only, no leap second, real calendar days,
 //     offset hours 00..23. Sub-millisecond digits are truncated, and the
 //     instant must lie within MinTS..MaxTS.
-//   - type "" or any other string than "message" (case-sensitive) is not
-//     counted.
+//   - type "message", "join" and "leave" (case-sensitive) are those
+//     kinds; "" or any other string is not counted (Counted false), though
+//     room, user and ts must still be valid.
+//   - id and text are read when they are JSON strings; any other value is
+//     ignored, as if absent.
 //   - Strings outside room and user may hold invalid UTF-8 (accepted, as by
 //     encoding/json); every string must still be a valid JSON string.
 //   - Nesting deeper than MaxDepth is malformed, even in ignored fields.
 func Decode(data []byte, now, maxSkewMs int64) (Event, error) {
 	if len(data) > MaxPayload {
-		return Event{}, &Error{ReasonTooLarge, fmt.Sprintf("payload is %d bytes, more than the limit of %d", len(data), MaxPayload)}
+		return Event{}, tooLarge(len(data), MaxPayload)
 	}
-	d := decoder{scanner: scanner{data: data}}
-	ev, ts, hasTS, err := d.object()
+	return decodeNative(data, chat.MaxNameLen, now, maxSkewMs)
+}
+
+func tooLarge(n, limit int) *Error {
+	return &Error{ReasonTooLarge, fmt.Sprintf("payload is %d bytes, more than the limit of %d", n, limit)}
+}
+
+// decodeNative is the native front end's whole decode, past the size
+// check.
+func decodeNative(data []byte, maxName int, now, maxSkewMs int64) (Event, error) {
+	d := decoder{scanner: scanner{data: data}, maxName: maxName}
+	var ev Event
+	ts, hasTS, err := d.object(&ev)
 	if err != nil {
 		return Event{}, err
 	}
@@ -131,12 +153,20 @@ func Decode(data []byte, now, maxSkewMs int64) (Event, error) {
 		ev.TS = now
 		return ev, nil
 	}
-	if lead := ts - now; lead > maxSkewMs {
-		return Event{}, &Error{ReasonFuture, fmt.Sprintf("ts: %s is %s ahead of the clock, more than the allowed skew of %s",
-			chat.Time(ts), formatMs(lead), formatMs(maxSkewMs))}
+	if err := future(ts, now, maxSkewMs); err != nil {
+		return Event{}, err
 	}
 	ev.TS = ts
 	return ev, nil
+}
+
+// future rejects a ts more than maxSkewMs ahead of now.
+func future(ts, now, maxSkewMs int64) *Error {
+	if lead := ts - now; lead > maxSkewMs {
+		return &Error{ReasonFuture, fmt.Sprintf("ts: %s is %s ahead of the clock, more than the allowed skew of %s",
+			chat.Time(ts), formatMs(lead), formatMs(maxSkewMs))}
+	}
+	return nil
 }
 
 // formatMs writes milliseconds as a Go duration where one can hold them.

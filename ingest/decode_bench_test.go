@@ -2,6 +2,8 @@ package ingest
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -62,4 +64,68 @@ func BenchmarkDecode(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkDecodeFormats decodes one typical event of each input format
+// side by side: chatpulse's own (about 130 bytes), Matrix's as Dendrite
+// publishes them (about 1 KiB: five to eight times larger, most of it
+// signatures and hashes that are checked and skipped), the same Matrix
+// events through the mapping file that writes Matrix as a mapping, and a
+// Zulip message through its mapping (docs/input.md). ns/byte says what the
+// larger events cost per byte read.
+//
+//	go test -run='^$' -bench=BenchmarkDecodeFormats -benchmem ./ingest/
+func BenchmarkDecodeFormats(b *testing.B) {
+	matrixFile := loadMapping(b, "matrix.yaml")
+	zulip := loadMapping(b, "zulip.yaml")
+	zulipEvent, err := os.ReadFile(filepath.Join("testdata", "mappings", "zulip.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cases := []struct {
+		name   string
+		format *Format
+		data   []byte
+		now    int64
+	}{
+		{"native/message", Native(), []byte(benchEvents[0].json), testNow},
+		{"native/message-ts-int", Native(), []byte(benchEvents[1].json), testNow},
+		{"native/join", Native(), []byte(`{"id":"m-184472","type":"join","room":"lobby","user":"erin","ts":1796022000123}`), testNow},
+		{"matrix/message", Matrix(), sample(b, "011-message"), matrixNow},
+		{"matrix/join", Matrix(), sample(b, "009-join"), matrixNow},
+		{"matrix/edit-ignored", Matrix(), sample(b, "017-edit-m.replace"), matrixNow},
+		{"matrix/message-escapes", Matrix(), sample(b, "1279-message-special-chars"), matrixNow},
+		{"mapping-matrix/message", matrixFile, sample(b, "011-message"), matrixNow},
+		{"mapping-matrix/join", matrixFile, sample(b, "009-join"), matrixNow},
+		{"mapping-zulip/message", zulip, zulipEvent, testNow},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			if _, err := c.format.Decode(c.data, c.now, testSkew); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.SetBytes(int64(len(c.data)))
+			for b.Loop() {
+				c.format.Decode(c.data, c.now, testSkew)
+			}
+			ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+			b.ReportMetric(1e9/ns, "events/s")
+			b.ReportMetric(ns/float64(len(c.data)), "ns/byte")
+		})
+	}
+}
+
+func loadMapping(t testing.TB, name string) *Format {
+	t.Helper()
+	path := filepath.Join("testdata", "mappings", name)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := ParseMapping(path, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

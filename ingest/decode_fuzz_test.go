@@ -33,3 +33,50 @@ func FuzzDecode(f *testing.F) {
 		checkAgainstReference(t, data, testNow, testSkew)
 	})
 }
+
+// FuzzDecodeMatrix holds the Matrix front end to its reference, seeded
+// with the events a real Dendrite published:
+//
+//	go test -run='^$' -fuzz=FuzzDecodeMatrix -fuzztime=60s ./ingest/
+func FuzzDecodeMatrix(f *testing.F) {
+	bases := matrixBases(f)
+	for _, data := range bases {
+		f.Add(data)
+	}
+	for _, c := range matrixCases {
+		if len(c.in) <= 4096 {
+			f.Add([]byte(c.in))
+		}
+	}
+	r := rand.New(rand.NewPCG(9, 10))
+	for range 100 {
+		if data := genMatrixPayload(r, bases); len(data) <= 4096 {
+			f.Add(data)
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkMappedAgainstReference(t, matrixMapping, Matrix(), data, matrixNow)
+	})
+}
+
+// FuzzDecodeMapping holds the mapping front end to its reference, through
+// the test mapping with each unit of ts:
+//
+//	go test -run='^$' -fuzz=FuzzDecodeMapping -fuzztime=60s ./ingest/
+func FuzzDecodeMapping(f *testing.F) {
+	formats := testMappings(f)
+	for _, c := range mappingCases {
+		if len(c.in) <= 4096 {
+			f.Add([]byte(c.in), uint8(0))
+		}
+	}
+	r := rand.New(rand.NewPCG(11, 12))
+	for range 200 {
+		u := r.IntN(len(formats))
+		f.Add(genMappedPayload(r, testUnits[u]), uint8(u))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, unit uint8) {
+		format := formats[int(unit)%len(formats)]
+		checkMappedAgainstReference(t, format.plan.spec, format, data, testNow)
+	})
+}

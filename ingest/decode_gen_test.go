@@ -32,7 +32,12 @@ func genPayload(r *rand.Rand) []byte {
 		}
 		return g.pick(genGoodTexts, genBadTexts)
 	})
-	add(0.7, []string{`"id"`}, func() string { return fmt.Sprintf(`"m-%d"`, r.IntN(1e6)) })
+	add(0.7, []string{`"id"`, `"id"`, `"\u0069d"`, `"ID"`}, func() string {
+		if r.IntN(4) == 0 {
+			return g.pick(genGoodIDs)
+		}
+		return fmt.Sprintf(`"m-%d"`, r.IntN(1e6))
+	})
 	for range r.IntN(3) {
 		add(1, []string{`"x"`, `""`, `"meta"`, `"\u00e9"`, "\"k\xff\""}, func() string { return g.value(0) })
 	}
@@ -76,7 +81,8 @@ var (
 		`"` + strings.Repeat(`\u00e9`, 64) + `x"`, `"a\u0007"`, `"\t"`, "\"a\x7f\"", `"\u0085"`, "\"\u0085\"", "\"\xff\"",
 		"\"a\xc3\"", "\"\xed\xa0\x80\"", `"\ud800"`, `"\udc00x"`, `"\ud800\u0041"`, `"\ud800\ud800"`, `null`, `5`, `true`,
 		`{}`, `["a"]`, "\"a\tb\"", `"\u00"`, `"\q"`}
-	genGoodTypes = []string{`"message"`, `"join"`, `""`, `"Message"`, `"messag\u0065"`, `null`, `"\ud800"`}
+	genGoodTypes = []string{`"message"`, `"join"`, `"leave"`, `""`, `"Message"`, `"messag\u0065"`, `"jo\u0069n"`, `null`, `"\ud800"`, `"edit"`}
+	genGoodIDs   = []string{`"$dtXi6jxhHU4W8Eq_CgVwEdb_0UUleRCD8E-brmnsb6I"`, `""`, `"m\u002d1"`, "\"a\xffb\"", `"x\ud800"`, `null`, `184467`, `{"a":[1]}`, `[]`, `true`}
 	genBadTypes  = []string{`1`, `[]`, `true`, `{}`}
 	genGoodTexts = []string{`"hi there, how is everyone doing today?"`, `""`, `"a\nb\u00e9\ud83d\ude00"`, `"x\ud800y"`,
 		"\"a\xffb\"", "\"\x7f\u0085\"", `null`, `12.5`, `{"a":[1]}`, `"\"quoted\" \\ \/ \b\f\r\t"`}

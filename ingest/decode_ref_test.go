@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/chatpulse/chatpulse/chat"
 )
 
 // refDecode is Decode written the plain way: encoding/json parses (json.Valid
@@ -62,7 +64,7 @@ func refDecode(data []byte, now, maxSkewMs int64) (Event, *Error) {
 		raw = bytes.TrimSpace(raw)
 		kind := refKind(raw)
 		switch key {
-		case "room", "user", "ts", "type", "text":
+		case "room", "user", "ts", "type", "text", "id":
 			if seen[key] {
 				fail(key + ": duplicate key")
 			}
@@ -118,14 +120,17 @@ func refDecode(data []byte, now, maxSkewMs int64) (Event, *Error) {
 		case "type":
 			switch kind {
 			case "null":
-				ev.Counted = true
+				ev.Kind, ev.Counted = chat.KindMessage, true
 			case "string":
-				ev.Counted = s == "message"
+				ev.Kind, ev.Counted = map[string]chat.Kind{"join": chat.KindJoin, "leave": chat.KindLeave}[s],
+					s == "message" || s == "join" || s == "leave"
 			default:
 				return malformed("type: must be a string, got " + kind)
 			}
 		case "text":
 			ev.Text, ev.HasText = s, kind == "string"
+		case "id":
+			ev.ID = s
 		}
 	}
 	if invalid == nil && ev.Room == "" {

@@ -68,7 +68,7 @@ var long = strings.Repeat("x", 100)
 var decodeCases = []decodeCase{
 	// Accepted.
 	ok("contract example", `{"id": "m-184467", "room": "lobby", "user": "alice", "ts": "2026-11-30T07:00:00.123Z", "text": "hi"}`,
-		Event{Event: chat.Event{Room: "lobby", User: "alice", TS: ms("2026-11-30T07:00:00.123Z"), Text: "hi"}, HasText: true, Counted: true}),
+		Event{Event: chat.Event{Room: "lobby", User: "alice", TS: ms("2026-11-30T07:00:00.123Z"), Text: "hi", ID: "m-184467"}, HasText: true, Counted: true}),
 	ok("minimal", `{"room":"a","user":"b"}`, ev(nil)),
 	ok("whitespace everywhere", " \r\n\t{ \"room\" :\t\"a\" ,\n\"user\"\r:\"b\" , \"text\" : \"t\" }\n ",
 		ev(func(e *Event) { e.Text, e.HasText = "t", true })),
@@ -91,7 +91,11 @@ var decodeCases = []decodeCase{
 	ok("type message", ab(`,"type":"message"`), ev(nil)),
 	ok("type escaped message", ab(`,"type":"messag\u0065"`), ev(nil)),
 	ok("type null counts", ab(`,"type":null`), ev(nil)),
-	ok("type join ignored", ab(`,"type":"join"`), ev(func(e *Event) { e.Counted = false })),
+	ok("type join", ab(`,"type":"join"`), ev(func(e *Event) { e.Kind = chat.KindJoin })),
+	ok("type leave", ab(`,"type":"leave"`), ev(func(e *Event) { e.Kind = chat.KindLeave })),
+	ok("type escaped join", ab(`,"type":"jo\u0069n"`), ev(func(e *Event) { e.Kind = chat.KindJoin })),
+	ok("type Join is not join", ab(`,"type":"Join"`), ev(func(e *Event) { e.Counted = false })),
+	ok("type edit ignored", ab(`,"type":"edit"`), ev(func(e *Event) { e.Counted = false })),
 	ok("type empty ignored", ab(`,"type":""`), ev(func(e *Event) { e.Counted = false })),
 	ok("type is case-sensitive", ab(`,"type":"Message"`), ev(func(e *Event) { e.Counted = false })),
 	ok("text escapes", ab(`,"text":"a\"b\\c\/d\b\f\n\r\t\u00e9\ud83d\ude00"`),
@@ -110,14 +114,21 @@ var decodeCases = []decodeCase{
 	ok("room 128 bytes", `{"room":"`+strings.Repeat("é", 64)+`","user":"b"}`, ev(func(e *Event) { e.Room = strings.Repeat("é", 64) })),
 	ok("room U+FFFD is fine", `{"room":"\ufffd�","user":"b"}`, ev(func(e *Event) { e.Room = "\uFFFD\uFFFD" })),
 	ok("key escaped", `{"r\u006fom":"a","\u0075ser":"b"}`, ev(nil)),
-	ok("other fields ignored", ab(`,"id":"m-1","n":-1.5E+3,"t":true,"f":false,"z":null,"o":{"a":[1,{},[],""]},"e":[],"":""`), ev(nil)),
+	ok("other fields ignored", ab(`,"idx":"m-1","n":-1.5E+3,"t":true,"f":false,"z":null,"o":{"a":[1,{},[],""]},"e":[],"":""`), ev(nil)),
 	ok("invalid UTF-8 in other fields", ab("\x2c\"i\xffd\":\"\xfe\""), ev(nil)),
 	ok("Room is not room", `{"Room":"x","room":"a","user":"b","ROOM":"y"}`, ev(nil)),
 	ok("depth 64", ab(`,"d":`+strings.Repeat("[", 63)+strings.Repeat("]", 63)), ev(nil)),
-	ok("64 KiB", ab(`,"id":"`+strings.Repeat("x", MaxPayload-len(ab(`,"id":""`)))+`"`), ev(nil)),
+	ok("64 KiB", ab(`,"pad":"`+strings.Repeat("x", MaxPayload-len(ab(`,"pad":""`)))+`"`), ev(nil)),
+	ok("id", ab(`,"id":"$dtXi6j:example.org"`), ev(func(e *Event) { e.ID = "$dtXi6j:example.org" })),
+	ok("id escaped", ab(`,"id":"m\u002d1"`), ev(func(e *Event) { e.ID = "m-1" })),
+	ok("id empty", ab(`,"id":""`), ev(nil)),
+	ok("id null", ab(`,"id":null`), ev(nil)),
+	ok("id number ignored", ab(`,"id":184467`), ev(nil)),
+	ok("id object ignored", ab(`,"id":{"a":["b"]}`), ev(nil)),
+	ok("id invalid UTF-8", ab("\x2c\"id\":\"a\xffb\""), ev(func(e *Event) { e.ID = "a\uFFFDb" })),
 
 	// too_large
-	bad("64 KiB + 1", ab(`,"id":"`+strings.Repeat("x", MaxPayload+1-len(ab(`,"id":""`)))+`"`),
+	bad("64 KiB + 1", ab(`,"pad":"`+strings.Repeat("x", MaxPayload+1-len(ab(`,"pad":""`)))+`"`),
 		ReasonTooLarge, "payload is 65537 bytes, more than the limit of 65536"),
 
 	// malformed
@@ -194,7 +205,10 @@ var decodeCases = []decodeCase{
 	bad("duplicate ts null", ab(`,"ts":null,"ts":1`), ReasonInvalid, "ts: duplicate key"),
 	bad("duplicate type", ab(`,"type":"join","type":"message"`), ReasonInvalid, "type: duplicate key"),
 	bad("duplicate text", ab(`,"text":1,"text":"x"`), ReasonInvalid, "text: duplicate key"),
-	bad("duplicate other field is fine, user missing", `{"room":"a","id":1,"id":2}`, ReasonInvalid, "user: missing"),
+	bad("duplicate id", ab(`,"id":"a","id":"a"`), ReasonInvalid, "id: duplicate key"),
+	bad("duplicate id of any type", ab(`,"id":1,"id":null`), ReasonInvalid, "id: duplicate key"),
+	bad("duplicate other field is fine, user missing", `{"room":"a","n":1,"n":2}`, ReasonInvalid, "user: missing"),
+	bad("join needs a user", `{"room":"a","type":"join"}`, ReasonInvalid, "user: missing"),
 	bad("ts word", ab(`,"ts":"yesterday"`), ReasonInvalid, `ts: must be an RFC 3339 timestamp, got "yesterday"`),
 	bad("ts empty", ab(`,"ts":""`), ReasonInvalid, `ts: must be an RFC 3339 timestamp, got ""`),
 	bad("ts space separator", ab(`,"ts":"2026-11-30 07:00:00Z"`), ReasonInvalid, `ts: must be an RFC 3339 timestamp, got "2026-11-30 07:00:00Z"`),
@@ -280,7 +294,7 @@ func TestErrorString(t *testing.T) {
 	if got, want := err.Error(), "invalid: room: must be 1..128 bytes, got 0"; got != want {
 		t.Fatalf("Error() = %q, want %q", got, want)
 	}
-	if got := fmt.Sprint(Reasons()); got != "[malformed invalid too_large late future subject_mismatch]" {
+	if got := fmt.Sprint(Reasons()); got != "[malformed invalid too_large late future subject_mismatch unmapped]" {
 		t.Fatalf("Reasons() = %s", got)
 	}
 }

@@ -1,18 +1,15 @@
 package ingest
 
-import (
-	"fmt"
+import "github.com/chatpulse/chatpulse/chat"
 
-	"github.com/chatpulse/chatpulse/chat"
-)
-
-// The fields Decode extracts, as bits of a seen-set.
+// The fields the native front end extracts, as bits of a seen-set.
 const (
 	fieldRoom = 1 << iota
 	fieldUser
 	fieldTS
 	fieldType
 	fieldText
+	fieldID
 )
 
 // decoder holds the scan of one payload. Syntax errors and wrong types
@@ -22,6 +19,7 @@ const (
 type decoder struct {
 	scanner
 	invalid *Error // the first invalid field, if any
+	maxName int    // the longest room or user, in bytes
 }
 
 func (d *decoder) fail(msg string) {
@@ -30,21 +28,22 @@ func (d *decoder) fail(msg string) {
 	}
 }
 
-// object scans the whole payload, which must be one JSON object with
-// nothing but whitespace around it.
-func (d *decoder) object() (ev Event, ts int64, hasTS bool, err *Error) {
+// object is the native front end: it scans the whole payload, which must
+// be one JSON object with nothing but whitespace around it, reading each
+// field of contract section 1 where it meets it.
+func (d *decoder) object(ev *Event) (ts int64, hasTS bool, err *Error) {
 	data := d.data
 	ev.Counted = true
 	var seen uint8
 	i := skipWS(data, 0)
 	if i == len(data) {
-		return ev, 0, false, &Error{ReasonMalformed, "no JSON value in payload"}
+		return 0, false, &Error{ReasonMalformed, "no JSON value in payload"}
 	}
 	if data[i] != '{' {
 		if k := kindOf(data[i]); k != "" {
-			return ev, 0, false, &Error{ReasonMalformed, "payload must be a JSON object, got " + k}
+			return 0, false, &Error{ReasonMalformed, "payload must be a JSON object, got " + k}
 		}
-		return ev, 0, false, d.unexpected(i, "looking for a value")
+		return 0, false, d.unexpected(i, "looking for a value")
 	}
 	i = skipWS(data, i+1)
 	if i < len(data) && data[i] == '}' {
@@ -53,11 +52,11 @@ func (d *decoder) object() (ev Event, ts int64, hasTS bool, err *Error) {
 		for {
 			key, next, err := d.str(i)
 			if err != nil {
-				return ev, 0, false, err
+				return 0, false, err
 			}
 			f := d.field(key)
 			if i, err = d.colon(next); err != nil {
-				return ev, 0, false, err
+				return 0, false, err
 			}
 			if f != 0 {
 				if seen&f != 0 {
@@ -66,22 +65,52 @@ func (d *decoder) object() (ev Event, ts int64, hasTS bool, err *Error) {
 				seen |= f
 			}
 			d.i = i
-			switch f {
-			case fieldRoom:
-				ev.Room, err = d.name("room")
-			case fieldUser:
-				ev.User, err = d.name("user")
-			case fieldTS:
-				ts, hasTS, err = d.ts()
-			case fieldType:
-				err = d.typ(&ev.Counted)
-			case fieldText:
-				ev.Text, ev.HasText, err = d.text()
-			default:
+			if f == 0 {
 				err = d.skip(1)
+			} else {
+				var v val
+				if d.i < len(data) && data[d.i] == '"' { // most values: no call of scanVal
+					v.kind = '"'
+					v.s, d.i, err = d.str(d.i)
+				} else {
+					v, err = d.scanVal(1)
+				}
+				if err == nil {
+					// Inline, not a call per field: this is the hot path.
+					var flt fault
+					var msg string
+					switch f {
+					case fieldRoom:
+						if v.present() { // null: missing, reported at the end
+							ev.Room, flt, msg = d.name(v, "room", d.maxName, false)
+						}
+					case fieldUser:
+						if v.present() {
+							ev.User, flt, msg = d.name(v, "user", d.maxName, false)
+						}
+					case fieldTS:
+						if hasTS = v.present(); hasTS {
+							ts, flt, msg = d.ts(v, "ts", tsNative)
+						}
+					case fieldType:
+						ev.Kind, ev.Counted, flt, msg = d.typ(v)
+					case fieldText:
+						ev.Text, ev.HasText = d.text(v)
+					case fieldID:
+						ev.ID, _ = d.text(v)
+					}
+					// A wrong JSON type for room, user, ts or type is
+					// malformed; any other fault invalid (recorded, and the
+					// field left as if absent).
+					if flt == faultType {
+						err = &Error{ReasonMalformed, msg}
+					} else if flt != faultNone {
+						d.fail(msg)
+					}
+				}
 			}
 			if err != nil {
-				return ev, 0, false, err
+				return 0, false, err
 			}
 			i = skipWS(data, d.i)
 			if i < len(data) && data[i] == ',' {
@@ -92,11 +121,11 @@ func (d *decoder) object() (ev Event, ts int64, hasTS bool, err *Error) {
 				i++
 				break
 			}
-			return ev, 0, false, d.unexpected(i, "after object field value")
+			return 0, false, d.unexpected(i, "after object field value")
 		}
 	}
 	if i = skipWS(data, i); i != len(data) {
-		return ev, 0, false, d.syntax(i, "data after the top-level object")
+		return 0, false, d.syntax(i, "data after the top-level object")
 	}
 	if d.invalid == nil {
 		if ev.Room == "" {
@@ -105,7 +134,33 @@ func (d *decoder) object() (ev Event, ts int64, hasTS bool, err *Error) {
 			d.fail("user: missing")
 		}
 	}
-	return ev, ts, hasTS, nil
+	return ts, hasTS, nil
+}
+
+// typ reads a type of contract sections 1 and 12: null is a message.
+func (d *decoder) typ(v val) (chat.Kind, bool, fault, string) {
+	switch v.kind {
+	case 'n':
+		return chat.KindMessage, true, faultNone, ""
+	case '"':
+		t, _ := d.text(v)
+		k, counted := nativeKind(t)
+		return k, counted, faultNone, ""
+	}
+	return chat.KindMessage, true, faultType, "type: must be a string, got " + kindName(v)
+}
+
+// nativeKind is what a type of contract sections 1 and 12 says.
+func nativeKind(t string) (chat.Kind, bool) {
+	switch t {
+	case "message":
+		return chat.KindMessage, true
+	case "join":
+		return chat.KindJoin, true
+	case "leave":
+		return chat.KindLeave, true
+	}
+	return chat.KindMessage, false
 }
 
 func fieldName(f uint8) string {
@@ -118,6 +173,8 @@ func fieldName(f uint8) string {
 		return "ts"
 	case fieldType:
 		return "type"
+	case fieldID:
+		return "id"
 	}
 	return "text"
 }
@@ -145,119 +202,10 @@ func (d *decoder) field(key str) uint8 {
 		return fieldType
 	case "text":
 		return fieldText
+	case "id":
+		return fieldID
 	}
 	return 0
-}
-
-// name decodes room or user at d.i. A valid value is returned; an invalid
-// one is recorded and "" returned, as for null.
-func (d *decoder) name(field string) (string, *Error) {
-	switch d.peek() {
-	case '"':
-	case 'n':
-		return "", d.literal("null")
-	default:
-		return "", d.wrongType(field, "a string")
-	}
-	s, next, err := d.str(d.i)
-	if err != nil {
-		return "", err
-	}
-	d.i = next
-	v, bad := d.value(s)
-	if bad {
-		d.fail(field + ": must be valid UTF-8")
-		return "", nil
-	}
-	if err := chat.CheckName(field, v); err != nil {
-		d.fail(err.Error())
-		return "", nil
-	}
-	return v, nil
-}
-
-// ts decodes ts at d.i.
-func (d *decoder) ts() (ms int64, present bool, err *Error) {
-	switch c := d.peek(); {
-	case c == '"':
-		s, next, err := d.str(d.i)
-		if err != nil {
-			return 0, false, err
-		}
-		d.i = next
-		v, _ := d.value(s)
-		ms, ok := parseRFC3339(v)
-		if !ok {
-			d.fail(fmt.Sprintf("ts: must be an RFC 3339 timestamp, got %q", clip(v)))
-		} else if ms < MinTS || ms > MaxTS {
-			d.fail(fmt.Sprintf("ts: must be within years 1970..9999 UTC, got %q", clip(v)))
-		}
-		return ms, true, nil
-	case c == '-' || c >= '0' && c <= '9':
-		start := d.i
-		integer, err := d.number()
-		if err != nil {
-			return 0, false, err
-		}
-		lit := d.data[start:d.i]
-		if !integer {
-			d.fail("ts: must be integer Unix milliseconds, got " + clip(string(lit)))
-			return 0, true, nil
-		}
-		ms, ok := parseMs(lit)
-		if !ok {
-			d.fail("ts: must be 0..253402300799999 (Unix ms, years 1970..9999), got " + clip(string(lit)))
-		}
-		return ms, true, nil
-	case c == 'n':
-		return 0, false, d.literal("null")
-	}
-	return 0, false, d.wrongType("ts", "an RFC 3339 string or integer Unix milliseconds")
-}
-
-// typ decodes type at d.i into counted.
-func (d *decoder) typ(counted *bool) *Error {
-	switch d.peek() {
-	case '"':
-	case 'n':
-		*counted = true
-		return d.literal("null")
-	default:
-		return d.wrongType("type", "a string")
-	}
-	s, next, err := d.str(d.i)
-	if err != nil {
-		return err
-	}
-	d.i = next
-	v, _ := d.value(s)
-	*counted = v == "message"
-	return nil
-}
-
-// text decodes text at d.i: a string, or any other value, skipped.
-func (d *decoder) text() (string, bool, *Error) {
-	if d.peek() != '"' {
-		return "", false, d.skip(1)
-	}
-	s, next, err := d.str(d.i)
-	if err != nil {
-		return "", false, err
-	}
-	d.i = next
-	v, _ := d.value(s)
-	return v, true, nil
-}
-
-// wrongType reports the value at d.i as malformed: a JSON value of another
-// type than field needs, or no JSON value at all.
-func (d *decoder) wrongType(field, want string) *Error {
-	if d.i < len(d.data) {
-		if k := kindOf(d.data[d.i]); k != "" {
-			return &Error{ReasonMalformed, field + ": must be " + want + ", got " + k}
-		}
-	}
-	return d.unexpected(d.i, "looking for a value")
 }
 
 // clip shortens a value quoted in an error message.
@@ -270,7 +218,7 @@ func clip(s string) string {
 
 // parseMs parses a JSON integer literal as Unix milliseconds within
 // MinTS..MaxTS.
-func parseMs(lit []byte) (int64, bool) {
+func parseMs(lit string) (int64, bool) {
 	neg := lit[0] == '-'
 	if neg {
 		lit = lit[1:]
@@ -280,8 +228,8 @@ func parseMs(lit []byte) (int64, bool) {
 		return 0, false
 	}
 	var ms int64
-	for _, c := range lit {
-		ms = ms*10 + int64(c-'0')
+	for i := 0; i < len(lit); i++ {
+		ms = ms*10 + int64(lit[i]-'0')
 	}
 	if neg && ms != 0 || ms > MaxTS {
 		return 0, false

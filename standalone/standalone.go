@@ -66,7 +66,7 @@ func New(cfg engine.Config, reg prometheus.Registerer) (*Engine, error) {
 	e := &Engine{Aggregator: agg, Set: thr, cfg: cfg, reg: reg, done: make(chan struct{})}
 	e.stage = &engine.Stage{Name: stageName, Agg: agg, Thr: thr, OnCaughtUp: func() { cfg.Log.Info("replay caught up") }}
 	e.consumer = ingest.New(reg, ingest.Config{
-		Own: bus.OwnPrefix, MaxSkew: cfg.MaxSkew, Now: cfg.Now, Log: cfg.Log,
+		Format: cfg.Input, Own: bus.OwnPrefix, MaxSkew: cfg.MaxSkew, Now: cfg.Now, Log: cfg.Log,
 		OnReject: func(m *ingest.Msg, err *ingest.Error) { e.bus.DeadLetter(m, err) },
 		OnAlert:  e.alert,
 	})

@@ -19,9 +19,9 @@ func TestActions(t *testing.T) {
 	book := moderation.NewBook()
 	s := mustSet(t, DefaultPolicies()[:1])
 	s.Moderate(book)
-	book.Put(moderation.Action{Kind: moderation.Timeout, User: "troll", Until: until(60_000), Set: ct(0)})
-	book.Put(moderation.Action{Kind: moderation.Slowmode, Room: "lobby", Interval: 30_000, Set: ct(0), ExemptRoles: []string{"moderator"}})
-	book.Put(moderation.Action{Kind: moderation.Timeout, User: "bob", Room: "quiet", Set: ct(0)}) // no end
+	book.Put(moderation.Action{Kind: moderation.Timeout, User: "troll", Until: until(60_000), Set: ct(0)}, 0)
+	book.Put(moderation.Action{Kind: moderation.Slowmode, Room: "lobby", Interval: 30_000, Set: ct(0), ExemptRoles: []string{"moderator"}}, 0)
+	book.Put(moderation.Action{Kind: moderation.Timeout, User: "bob", Room: "quiet", Set: ct(0)}, 0) // no end
 
 	res := s.Decide(at(1000), Query{Room: "elsewhere", User: "troll"})
 	if res.Allowed || res.Decisions[0].Policy != ActionTimeout || res.Decisions[0].RetryAfterMs != 59_000 || *res.Decisions[0].Until != ct(60_000) {
@@ -60,7 +60,7 @@ func TestActions(t *testing.T) {
 		t.Fatalf("carol's second, 1 s on: %+v", res)
 	}
 	// Lifted: allowed at once.
-	book.Delete(moderation.KeyOf(moderation.Slowmode, "lobby", ""))
+	book.Delete(moderation.KeyOf(moderation.Slowmode, "lobby", ""), 0)
 	if res := s.Decide(at(41_000), Query{Room: "lobby", User: "carol"}); !res.Allowed || len(res.Decisions) != 1 {
 		t.Fatalf("slow mode lifted: %+v", res)
 	}

@@ -1,0 +1,478 @@
+package ingest
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/chatpulse/chatpulse/chat"
+)
+
+// The mapping front end reads any JSON payload through JSON pointers
+// (RFC 6901): where the payload keeps the room, the user, the ts and so
+// on. Its pointers are compiled into a trie of their tokens (a plan),
+// each node one place in the payload, and the payload is scanned once:
+// the scanner walks down the members and elements the trie names and
+// skips (checking) everything else, and the value at each place a pointer
+// ends is kept for after the scan. Only then are the values read, in a
+// fixed order, by the functions the native front end reads its fields
+// with. Nothing is allocated unless a string read holds escapes.
+
+// The fields of a plan: a mapping file's six, then those Matrix's rules
+// look at.
+const (
+	mRoom = iota
+	mUser
+	mTS
+	mID
+	mText
+	mType
+	mEnvelope   // Matrix: the envelope's type
+	mStateKey   // Matrix: the state_key, whose membership a member event changes
+	mMembership // Matrix: content.membership
+	mRelType    // Matrix: content["m.relates_to"].rel_type
+	numFields
+)
+
+// mFieldNames name the fields in error messages. A member event's user
+// is its state_key.
+var mFieldNames = [numFields]string{"room", "user", "ts", "id", "text", "type", "type", "user", "membership", "rel_type"}
+
+// Limits of a plan, so that its per-payload state has a fixed size.
+const (
+	maxSlots = 32  // pointers in all
+	maxNodes = 256 // places in the payload that pointers pass through or end at
+)
+
+// mapping is what a plan is compiled from: for each field its pointers,
+// in order of preference (the first that is present and not null is
+// read).
+type mapping struct {
+	ptrs [numFields][]string
+	unit tsUnit
+	// kinds are the type values that are counted, and as what; absent,
+	// if set, the kind of an event without a type (or a null one). Any
+	// other type is ignored.
+	kinds  map[string]chat.Kind
+	absent *chat.Kind
+	// rules, if set, decide the kind instead of kinds.
+	rules rules
+}
+
+// rules are the rules of a chat system that decide what an event is where
+// a mapping's type values cannot. A constant, not a func: a call through
+// a func value would make every scan's state escape to the heap.
+type rules uint8
+
+const (
+	noRules     rules = iota
+	matrixRules       // see matrixKind
+)
+
+// plan is a compiled mapping.
+type plan struct {
+	spec     mapping // what it was compiled from
+	nodes    []pnode // nodes[0] is the payload itself
+	fields   [numFields][]uint8
+	labels   []string // per slot, "room: /room_id": what its faults begin with
+	missing  [numFields]string
+	maxToken int // the longest token, in bytes
+	unit     tsUnit
+	kinds    map[string]chat.Kind
+	absent   *chat.Kind
+	rules    rules
+}
+
+// pnode is one place in the payload.
+type pnode struct {
+	key      string // the token that leads here from the parent, unescaped
+	index    int    // the token as an array index; -1 when it is not one
+	ptr      string // the pointer to here
+	children []int32
+	keys     bool    // some child is reached by an object key (any token is)
+	indexes  bool    // some child is reached by an array index
+	slots    []uint8 // the slots whose pointer ends here
+}
+
+// compile builds the plan of m.
+func compile(m mapping) (*plan, error) {
+	p := &plan{spec: m, nodes: []pnode{{index: -1}}, unit: m.unit, kinds: m.kinds, absent: m.absent, rules: m.rules}
+	for f, ptrs := range m.ptrs {
+		for _, ptr := range ptrs {
+			tokens, err := parsePointer(ptr)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %v", mFieldNames[f], err)
+			}
+			if len(p.labels) == maxSlots {
+				return nil, fmt.Errorf("%s: more than %d pointers in all", mFieldNames[f], maxSlots)
+			}
+			n := 0
+			for _, tok := range tokens {
+				if n, err = p.childFor(n, tok); err != nil {
+					return nil, fmt.Errorf("%s: %v", mFieldNames[f], err)
+				}
+			}
+			slot := uint8(len(p.labels))
+			p.nodes[n].slots = append(p.nodes[n].slots, slot)
+			p.fields[f] = append(p.fields[f], slot)
+			p.labels = append(p.labels, mFieldNames[f]+": "+ptr)
+		}
+		if len(ptrs) > 0 {
+			p.missing[f] = mFieldNames[f] + ": no value at " + strings.Join(ptrs, " or ")
+		}
+	}
+	return p, nil
+}
+
+// childFor returns the child of node n reached by tok, adding it if need
+// be.
+func (p *plan) childFor(n int, tok string) (int, error) {
+	for _, c := range p.nodes[n].children {
+		if p.nodes[c].key == tok {
+			return int(c), nil
+		}
+	}
+	if len(p.nodes) == maxNodes {
+		return 0, fmt.Errorf("the pointers pass through more than %d places", maxNodes)
+	}
+	c := len(p.nodes)
+	p.nodes = append(p.nodes, pnode{key: tok, index: arrayIndex(tok), ptr: p.nodes[n].ptr + "/" + escapeToken(tok)})
+	p.nodes[n].children = append(p.nodes[n].children, int32(c))
+	p.nodes[n].keys = true
+	p.nodes[n].indexes = p.nodes[n].indexes || p.nodes[c].index >= 0
+	p.maxToken = max(p.maxToken, len(tok))
+	return c, nil
+}
+
+// parsePointer splits a JSON pointer (RFC 6901) into its tokens,
+// unescaped: "/a~1b/~0c/0" is ["a/b", "~c", "0"]. The pointer to the whole
+// payload ("") names no field, and is refused.
+func parsePointer(ptr string) ([]string, error) {
+	if !strings.HasPrefix(ptr, "/") {
+		return nil, fmt.Errorf("%q is not a JSON pointer: it must start with /", ptr)
+	}
+	if !utf8.ValidString(ptr) {
+		return nil, fmt.Errorf("%q is not valid UTF-8", ptr)
+	}
+	tokens := strings.Split(ptr[1:], "/")
+	if len(tokens) > MaxDepth {
+		return nil, fmt.Errorf("%q is deeper than %d levels", ptr, MaxDepth)
+	}
+	for i, tok := range tokens {
+		for j := 0; j < len(tok); j++ {
+			if tok[j] == '~' && (j+1 == len(tok) || tok[j+1] != '0' && tok[j+1] != '1') {
+				return nil, fmt.Errorf("%q: ~ must be followed by 0 (for ~) or 1 (for /)", ptr)
+			}
+		}
+		tokens[i] = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+	}
+	return tokens, nil
+}
+
+func escapeToken(tok string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(tok, "~", "~0"), "/", "~1")
+}
+
+// arrayIndex is tok as an array index (RFC 6901: 0, or digits without a
+// leading zero), or -1.
+func arrayIndex(tok string) int {
+	if tok == "" || len(tok) > 1 && tok[0] == '0' || len(tok) > 9 {
+		return -1
+	}
+	n, err := strconv.Atoi(tok)
+	if err != nil || n < 0 || tok[0] == '+' || tok[0] == '-' {
+		return -1
+	}
+	return n
+}
+
+// mapper holds the scan of one payload through a plan.
+type mapper struct {
+	scanner
+	p    *plan
+	vals [maxSlots]val
+	seen [maxNodes / 64]uint64
+	dup  int // 1 + the first node reached twice (a key given twice on a pointer's way); 0: none
+}
+
+// decode decodes one payload through p.
+func (p *plan) decode(data []byte, maxName int, now, maxSkewMs int64) (Event, error) {
+	d := mapper{scanner: scanner{data: data}, p: p}
+	i := skipWS(data, 0)
+	if i == len(data) {
+		return Event{}, &Error{ReasonMalformed, "no JSON value in payload"}
+	}
+	if data[i] != '{' {
+		if k := kindOf(data[i]); k != "" {
+			return Event{}, &Error{ReasonMalformed, "payload must be a JSON object, got " + k}
+		}
+		return Event{}, d.unexpected(i, "looking for a value")
+	}
+	d.i = i
+	if err := d.walk(0, 0); err != nil {
+		return Event{}, err
+	}
+	if i = skipWS(data, d.i); i != len(data) {
+		return Event{}, d.syntax(i, "data after the top-level object")
+	}
+	if d.dup != 0 {
+		return Event{}, &Error{ReasonInvalid, p.nodes[d.dup-1].ptr + ": duplicate key"}
+	}
+	return d.event(maxName, now, maxSkewMs)
+}
+
+// walk scans the value at d.i, which is at node n, inside depth
+// containers.
+func (d *mapper) walk(n, depth int) *Error {
+	nd := &d.p.nodes[n]
+	if d.seen[n>>6]&(1<<(n&63)) != 0 && d.dup == 0 {
+		d.dup = n + 1
+	}
+	d.seen[n>>6] |= 1 << (n & 63)
+	var v val
+	var err *Error
+	switch c := d.peek(); {
+	case c == '{' && nd.keys:
+		v.kind, err = c, d.object(nd, depth)
+	case c == '[' && nd.indexes:
+		v.kind, err = c, d.array(nd, depth)
+	default:
+		v, err = d.scanVal(depth)
+	}
+	if err != nil {
+		return err
+	}
+	for _, s := range nd.slots {
+		d.vals[s] = v
+	}
+	return nil
+}
+
+// object scans the object at d.i, at node nd, walking down the members
+// the plan names and skipping the others.
+func (d *mapper) object(nd *pnode, depth int) *Error {
+	data := d.data
+	if depth >= MaxDepth {
+		return &Error{ReasonMalformed, fmt.Sprintf("nesting deeper than %d levels at byte %d", MaxDepth, d.i)}
+	}
+	i := skipWS(data, d.i+1)
+	if i < len(data) && data[i] == '}' {
+		d.i = i + 1
+		return nil
+	}
+	for {
+		key, next, err := d.str(i)
+		if err != nil {
+			return err
+		}
+		child := d.child(nd, key)
+		if i, err = d.colon(next); err != nil {
+			return err
+		}
+		d.i = i
+		if child >= 0 {
+			err = d.walk(child, depth+1)
+		} else {
+			err = d.skip(depth + 1)
+		}
+		if err != nil {
+			return err
+		}
+		i = skipWS(data, d.i)
+		if i < len(data) && data[i] == ',' {
+			i = skipWS(data, i+1)
+			continue
+		}
+		if i < len(data) && data[i] == '}' {
+			d.i = i + 1
+			return nil
+		}
+		return d.unexpected(i, "after object field value")
+	}
+}
+
+// array scans the array at d.i, at node nd, walking down the elements the
+// plan names and skipping the others.
+func (d *mapper) array(nd *pnode, depth int) *Error {
+	data := d.data
+	if depth >= MaxDepth {
+		return &Error{ReasonMalformed, fmt.Sprintf("nesting deeper than %d levels at byte %d", MaxDepth, d.i)}
+	}
+	i := skipWS(data, d.i+1)
+	if i < len(data) && data[i] == ']' {
+		d.i = i + 1
+		return nil
+	}
+	for index := 0; ; index++ {
+		d.i = i
+		child := -1
+		for _, c := range nd.children {
+			if d.p.nodes[c].index == index {
+				child = int(c)
+				break
+			}
+		}
+		var err *Error
+		if child >= 0 {
+			err = d.walk(child, depth+1)
+		} else {
+			err = d.skip(depth + 1)
+		}
+		if err != nil {
+			return err
+		}
+		i = skipWS(data, d.i)
+		if i < len(data) && data[i] == ',' {
+			i = skipWS(data, i+1)
+			continue
+		}
+		if i < len(data) && data[i] == ']' {
+			d.i = i + 1
+			return nil
+		}
+		return d.unexpected(i, "after array element")
+	}
+}
+
+// child is the child of nd that the object key names, or -1. A key
+// matches a token when it unescapes to it, invalid UTF-8 read as U+FFFD
+// (as encoding/json reads keys).
+func (d *mapper) child(nd *pnode, key str) int {
+	raw := d.data[key.start:key.end]
+	if key.esc || key.other && !utf8.Valid(raw) {
+		// No byte of a token takes more than 6 bytes of a key.
+		if len(raw) > 6*d.p.maxToken {
+			return -1
+		}
+		var buf [64]byte
+		raw, _ = appendUnescaped(buf[:0], raw)
+	}
+	for _, c := range nd.children {
+		if d.p.nodes[c].key == string(raw) {
+			return int(c)
+		}
+	}
+	return -1
+}
+
+// first is the value of field: that of its first pointer that is present
+// and not null, with its slot; slot -1 when there is none.
+func (d *mapper) first(field int) (int, val) {
+	for _, s := range d.p.fields[field] {
+		if d.vals[s].present() {
+			return int(s), d.vals[s]
+		}
+	}
+	return -1, val{}
+}
+
+// is reports whether field is the string want.
+func (d *mapper) is(field int, want string) bool {
+	_, v := d.first(field)
+	s, ok := d.text(v)
+	return ok && s == want
+}
+
+// has reports whether field has a value.
+func (d *mapper) has(field int) bool {
+	s, _ := d.first(field)
+	return s >= 0
+}
+
+// event reads the kept values into an event, in this order: its kind (an
+// event of no kind the counters take is ignored, and nothing else of it is
+// read), room, user, ts, then id and text. Faults of the mapping (nothing
+// there, a JSON type the field cannot hold, a ts that does not parse) are
+// unmapped; values against contract section 1 invalid, a ts too far ahead
+// future.
+func (d *mapper) event(maxName int, now, maxSkewMs int64) (Event, error) {
+	p := d.p
+	kind, counted, user := chat.KindMessage, true, mUser
+	if p.rules == matrixRules {
+		kind, counted, user = matrixKind(d)
+	} else if len(p.fields[mType]) > 0 {
+		var err *Error
+		if kind, counted, err = d.mappedKind(); err != nil {
+			return Event{}, err
+		}
+	}
+	if !counted {
+		return Event{}, nil
+	}
+	ev := Event{Counted: true}
+	ev.Kind = kind
+	var err *Error
+	if ev.Room, err = d.name(mRoom, maxName); err != nil {
+		return Event{}, err
+	}
+	if ev.User, err = d.name(user, maxName); err != nil {
+		return Event{}, err
+	}
+	ev.TS = now
+	if len(p.fields[mTS]) > 0 {
+		s, v := d.first(mTS)
+		if s < 0 {
+			return Event{}, &Error{ReasonUnmapped, p.missing[mTS]}
+		}
+		ts, flt, msg := d.ts(v, p.labels[s], p.unit)
+		if err := faultError(flt, msg); err != nil {
+			return Event{}, err
+		}
+		if err := future(ts, now, maxSkewMs); err != nil {
+			return Event{}, err
+		}
+		ev.TS = ts
+	}
+	if _, v := d.first(mID); v.kind == '0' {
+		ev.ID = alias(d.lit(v))
+	} else {
+		ev.ID, _ = d.text(v)
+	}
+	_, v := d.first(mText)
+	ev.Text, ev.HasText = d.text(v)
+	return ev, nil
+}
+
+// mappedKind is what the type says, by the mapping's type values. A
+// number is matched as written.
+func (d *mapper) mappedKind() (chat.Kind, bool, *Error) {
+	s, v := d.first(mType)
+	var t string
+	switch v.kind {
+	case 0:
+		if d.p.absent != nil {
+			return *d.p.absent, true, nil
+		}
+		return chat.KindMessage, false, nil
+	case '"':
+		t, _ = d.text(v)
+	case '0', '.':
+		t = alias(d.lit(v))
+	default:
+		return 0, false, &Error{ReasonUnmapped, d.p.labels[s] + ": must be a string or a number, got " + kindName(v)}
+	}
+	k, ok := d.p.kinds[t]
+	return k, ok, nil
+}
+
+// name reads field as a room or user name.
+func (d *mapper) name(field, maxName int) (string, *Error) {
+	s, v := d.first(field)
+	if s < 0 {
+		return "", &Error{ReasonUnmapped, d.p.missing[field]}
+	}
+	name, flt, msg := d.scanner.name(v, d.p.labels[s], maxName, true)
+	return name, faultError(flt, msg)
+}
+
+// faultError is a mapped value's fault as the error it is rejected with.
+func faultError(flt fault, msg string) *Error {
+	switch flt {
+	case faultNone:
+		return nil
+	case faultValue:
+		return &Error{ReasonInvalid, msg}
+	}
+	return &Error{ReasonUnmapped, msg}
+}

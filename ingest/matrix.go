@@ -1,0 +1,62 @@
+package ingest
+
+import "github.com/chatpulse/chatpulse/chat"
+
+// matrixMapping reads the room events a Matrix homeserver publishes, as
+// Dendrite v0.13 does on its stream DendriteOutputRoomEvent (contract
+// section 13): an envelope {"type": ..., "new_room_event": {"event":
+// {...}}} whose event is a Matrix client-server event.
+var matrixMapping = mapping{
+	ptrs: [numFields][]string{
+		mRoom:       {"/new_room_event/event/room_id"},
+		mUser:       {"/new_room_event/event/sender"},
+		mTS:         {"/new_room_event/event/origin_server_ts"},
+		mID:         {"/new_room_event/event/_event_id", "/new_room_event/event/event_id"},
+		mText:       {"/new_room_event/event/content/body"},
+		mType:       {"/new_room_event/event/type"},
+		mEnvelope:   {"/type"},
+		mStateKey:   {"/new_room_event/event/state_key"},
+		mMembership: {"/new_room_event/event/content/membership"},
+		mRelType:    {"/new_room_event/event/content/m.relates_to/rel_type"},
+	},
+	unit:  tsMs,
+	rules: matrixRules,
+}
+
+// matrixKind applies Matrix's rules, beyond where the fields are:
+//   - only envelopes of type new_room_event carry new events; the others
+//     (redacted_event, new_invite_event, retire_invite_event...) are
+//     ignored;
+//   - m.room.message is a message, unless it edits another
+//     (content["m.relates_to"].rel_type m.replace) or is a state event
+//     (it has a state_key: not a message a client shows);
+//   - m.room.member with content.membership join or leave is a join or a
+//     leave of the member it is about, its state_key (the sender but for
+//     a kick, which the kicker sends); invites, bans and knocks are
+//     ignored;
+//   - everything else (m.room.redaction, m.reaction, state changes...) is
+//     ignored. A redacted message stays counted: it was posted.
+//
+// A member event of a user already joined (a display name or avatar
+// change) is a join here as well: only the room's membership, which the
+// event does not carry, tells it apart.
+func matrixKind(d *mapper) (chat.Kind, bool, int) {
+	if !d.is(mEnvelope, "new_room_event") {
+		return 0, false, 0
+	}
+	switch {
+	case d.is(mType, "m.room.message"):
+		if d.has(mStateKey) || d.is(mRelType, "m.replace") {
+			return 0, false, 0
+		}
+		return chat.KindMessage, true, mUser
+	case d.is(mType, "m.room.member"):
+		switch {
+		case d.is(mMembership, "join"):
+			return chat.KindJoin, true, mStateKey
+		case d.is(mMembership, "leave"):
+			return chat.KindLeave, true, mStateKey
+		}
+	}
+	return 0, false, 0
+}
