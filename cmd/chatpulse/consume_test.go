@@ -1,0 +1,154 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/chatpulse/chatpulse/internal/wait"
+)
+
+// consumeAnswer is the part of a consuming check's answer the tests read.
+type consumeAnswer struct {
+	Allowed  bool  `json:"allowed"`
+	Consumed *bool `json:"consumed"`
+	Complete *bool `json:"complete"`
+}
+
+// burst sends n consuming checks of one key at once, spread over the HTTP
+// servers of ms (a client of its own each, several connections) and NATS
+// requests, and returns the ids of those allowed.
+func burst(t *testing.T, ms []*testMain, room, user string, n int) []string {
+	t.Helper()
+	var (
+		mu      sync.Mutex
+		allowed []string
+		failed  atomic.Value
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+	)
+	fail := func(err error) { failed.CompareAndSwap(nil, err) }
+	for i := range n {
+		id := fmt.Sprintf("%s-%s-%d", room, user, i)
+		body := fmt.Sprintf(`{"room":%q,"user":%q,"text":"spam %d","consume":true,"id":%q}`, room, user, i, id)
+		tm := ms[i%len(ms)]
+		wg.Go(func() {
+			<-start
+			var data []byte
+			if i%3 == 2 { // over NATS, to any member
+				msg, err := tm.nc.Request("chatpulse.throttle.check", []byte(body), 10*time.Second)
+				if err != nil {
+					fail(err)
+					return
+				}
+				data = msg.Data
+			} else {
+				resp, err := http.Post(tm.url+"/api/v1/throttle/check", "application/json", bytes.NewBufferString(body))
+				if err != nil {
+					fail(err)
+					return
+				}
+				data, _ = io.ReadAll(resp.Body)
+				resp.Body.Close()
+			}
+			var a consumeAnswer
+			if err := json.Unmarshal(data, &a); err != nil || a.Consumed == nil {
+				fail(fmt.Errorf("answer %s: %v", data, err))
+				return
+			}
+			// A denied check's read-only questions to the stages after the
+			// one that denied may time out on a loaded machine: what it
+			// decided stands. An allowed one must have asked every stage.
+			if a.Allowed && a.Complete != nil && !*a.Complete {
+				fail(fmt.Errorf("an incomplete answer allowed, from a complete group: %s", data))
+			}
+			if a.Allowed != *a.Consumed {
+				fail(fmt.Errorf("allowed %v but consumed %v: %s", a.Allowed, *a.Consumed, data))
+			}
+			if a.Allowed {
+				mu.Lock()
+				allowed = append(allowed, id)
+				mu.Unlock()
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		t.Fatal(err)
+	}
+	return allowed
+}
+
+// floodCounts is what each policy holds for a key, asked read-only.
+func floodCounts(tm *testMain, room, user string) map[string]int64 {
+	var a checkAnswer
+	tm.post("/api/v1/throttle/check", fmt.Sprintf(`{"room":%q,"user":%q}`, room, user), &a)
+	c := map[string]int64{}
+	for _, d := range a.Decisions {
+		c[d.Policy] = d.Count
+	}
+	return c
+}
+
+// consumeBursts is the test of docs/contract.md section 10 on a running
+// chatpulse (one, or the members of a group): a burst of consuming checks
+// of one key, sent at once over many connections and NATS, is allowed
+// exactly the default limit of 10 times, whatever its size; the allowed
+// messages' events, published then, leave the policies' counts where the
+// checks put them and are counted by the views.
+func consumeBursts(t *testing.T, ms []*testMain, publish func(subject, payload string)) {
+	for _, n := range []int{20, 40, 100, 400} {
+		room, user := fmt.Sprint("burst-", n), fmt.Sprint("bot-", n) // nothing in its windows
+		ids := burst(t, ms, room, user, n)
+		if len(ids) != 10 {
+			t.Fatalf("burst of %d: %d allowed, want the limit, 10", n, len(ids))
+		}
+		for _, id := range ids {
+			publish("chat."+room+"."+user, fmt.Sprintf(`{"id":%q,"room":%q,"user":%q,"text":"spam"}`, id, room, user))
+		}
+		for _, tm := range ms {
+			wait.For(t, 30*time.Second, func() error {
+				var v struct {
+					Messages int64 `json:"messages"`
+				}
+				tm.get("/api/v1/rooms/"+room+"?window=1m", &v)
+				if v.Messages != 10 {
+					return fmt.Errorf("burst of %d: the room's view counts %d of the 10 events", n, v.Messages)
+				}
+				return nil
+			})
+			if c := floodCounts(tm, room, user); c["user_room_flood"] != 10 || c["user_flood"] != 10 {
+				t.Fatalf("burst of %d: after the events, the policies count %v, want 10 each (each message once)", n, c)
+			}
+		}
+	}
+}
+
+func TestConsumingBurstStandalone(t *testing.T) {
+	tm := startMain(t)
+	consumeBursts(t, []*testMain{tm}, tm.publish)
+}
+
+func TestConsumingBurstGroup(t *testing.T) {
+	url := natsServer(t)
+	ms := startGroup(t, url, "burst", 3, nil)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	consumeBursts(t, ms, func(subject, payload string) {
+		if _, err := nc.Request(subject, []byte(payload), 5*time.Second); err != nil { // acked by the stream
+			t.Fatal(err)
+		}
+	})
+}
