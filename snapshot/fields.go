@@ -98,13 +98,12 @@ func (r *Reader) Next(n int) []byte {
 
 // Byte reads a byte.
 func (r *Reader) Byte() byte {
-	if len(r.b) == 0 {
-		r.Fail("truncated: 1 byte wanted, 0 left")
-		return 0
+	if b := r.b; len(b) > 0 {
+		r.b = b[1:]
+		return b[0]
 	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
+	r.Fail("truncated: 1 byte wanted, 0 left")
+	return 0
 }
 
 // Uint16 reads what AppendUint16 wrote.
@@ -125,10 +124,9 @@ func (r *Reader) Uint32() uint32 {
 
 // Uvarint reads what AppendUvarint wrote.
 func (r *Reader) Uvarint() uint64 {
-	if len(r.b) > 0 && r.b[0] < 0x80 { // most numbers in a state are small: inlined
-		v := r.b[0]
-		r.b = r.b[1:]
-		return uint64(v)
+	if b := r.b; len(b) > 0 && b[0] < 0x80 { // one byte, as most of a state's are
+		r.b = b[1:]
+		return uint64(b[0])
 	}
 	return r.uvarint()
 }
