@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -266,6 +267,43 @@ func newCrowd(t *testing.T, seed uint64) *sim {
 		s.users = append(s.users, fmt.Sprintf("u%04d", i))
 	}
 	return s
+}
+
+// LoadState refuses a state of other windows, of another version, cut
+// short, with bytes after it or with a number written longer than it
+// takes, saying why, and leaves the aggregator empty.
+func TestLoadStateRefuses(t *testing.T) {
+	s := newSim(t, 5, "1m,5m,1h")
+	for i := range 300 {
+		s.step(i)
+	}
+	saved := s.agg.AppendState(nil)
+	overlong := append([]byte{saved[0], saved[1] | 0x80, 0}, saved[2:]...) // the windows' count
+	cases := []struct {
+		name    string
+		windows string
+		state   []byte
+		want    string
+	}{
+		{"windows", "1m,5m", saved, "3 windows, not 2"},
+		{"window", "1m,5m,2h", saved, `window "1h" of 60 buckets of 60000 ms, not "2h" of 60 of 120000`},
+		{"version", "1m,5m,1h", append([]byte{9}, saved[1:]...), "format version 9, not 2"},
+		{"empty", "1m,5m,1h", nil, "truncated: 1 byte wanted, 0 left"},
+		{"truncated", "1m,5m,1h", saved[:len(saved)-1], "truncated: "},
+		{"trailing", "1m,5m,1h", append(slices.Clip(saved), 0), "1 bytes after the last user"},
+		{"overlong", "1m,5m,1h", overlong, "an overlong number: 3 in 2 bytes"},
+	}
+	for _, c := range cases {
+		a, _ := aggregator.New(mustWindows(t, c.windows))
+		a.Observe(s.now, []chat.Event{{Room: "r", User: "before", TS: s.now}}, nil)
+		err := a.LoadState(c.state)
+		if err == nil || !strings.HasPrefix(err.Error(), "aggregator: loading a state: ") || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error with %q", c.name, err, c.want)
+		}
+		if st := a.Stats(); st.Rooms != 0 || st.Users != 0 || st.Pairs != 0 {
+			t.Errorf("%s: not left empty: %+v", c.name, st)
+		}
+	}
 }
 
 // FuzzLoadState: no input crashes LoadState or loads a state that does

@@ -237,6 +237,36 @@ func BenchmarkRooms(b *testing.B) {
 	}
 }
 
+// BenchmarkState saves and loads the state of live100k's aggregator
+// (100,000 users in 1,000 rooms, the default windows): append is
+// AppendState, load is LoadState, again and again into one aggregator
+// (LoadState empties it first). Both report bytes per pair.
+//
+//	go test -run '^$' -bench State ./aggregator/
+func BenchmarkState(b *testing.B) {
+	a, _ := live100k(b)
+	saved := a.AppendState(nil)
+	pairs := float64(a.Stats().Pairs)
+	b.Run("append", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			saved = a.AppendState(saved[:0])
+		}
+		b.ReportMetric(float64(len(saved))/pairs, "bytes/pair")
+	})
+	b.Run("load", func(b *testing.B) {
+		ws, _ := rolling.ParseWindows(rolling.DefaultWindows)
+		fresh, _ := aggregator.New(ws)
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := fresh.LoadState(saved); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(len(saved))/pairs, "bytes/pair")
+	})
+}
+
 // naive is the baseline the background notes warn against: a deque of
 // timestamps per key and window, and a sort of all users for a top talker.
 type naive struct {

@@ -1,7 +1,6 @@
 package aggregator
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/rolling"
+	"github.com/chatpulse/chatpulse/snapshot"
 )
 
 // LoadState replaces the state of an aggregator over the same windows with
@@ -19,7 +19,7 @@ func (a *Aggregator) LoadState(b []byte) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.reset()
-	if err := a.load(&reader{b: b}); err != nil {
+	if err := a.load(snapshot.NewReader(b)); err != nil {
 		a.reset()
 		return fmt.Errorf("aggregator: loading a state: %w", err)
 	}
@@ -45,41 +45,38 @@ func (a *Aggregator) reset() {
 // any real traffic, far below overflow.
 const maxStateCount = 1 << 40
 
-func (a *Aggregator) load(r *reader) error {
-	if v := r.byte(); r.err == nil && v != stateVersion {
+func (a *Aggregator) load(r *snapshot.Reader) error {
+	if v := r.Byte(); r.Err() == nil && v != stateVersion {
 		return fmt.Errorf("format version %d, not %d", v, stateVersion)
 	}
-	if n := r.uvarint(); r.err == nil && n != uint64(len(a.ws)) {
+	if n := r.Uvarint(); r.Err() == nil && n != uint64(len(a.ws)) {
 		return fmt.Errorf("%d windows, not %d", n, len(a.ws))
 	}
 	for _, w := range a.ws {
-		name, res, n := r.alias(), r.uvarint(), r.uvarint()
-		if r.err == nil && (name != w.Name || res != uint64(w.res) || n != uint64(w.n)) {
+		name, res, n := alias(r), r.Uvarint(), r.Uvarint()
+		if r.Err() == nil && (name != w.Name || res != uint64(w.res) || n != uint64(w.n)) {
 			return fmt.Errorf("window %q of %d buckets of %d ms, not %q of %d of %d", name, n, res, w.Name, w.n, w.res)
 		}
 	}
-	clock := r.varint()
+	clock := r.Varint()
 	for i := range a.late {
-		a.late[i] = r.uvarint()
+		a.late[i] = r.Uvarint()
 	}
 	// Every room takes at least two bytes, every user two, every pair
 	// three: no count below is believed past what b could hold.
-	nrooms := r.uvarint()
-	if r.err == nil && nrooms > uint64(len(r.b))/2 {
-		return fmt.Errorf("%d rooms in %d bytes", nrooms, len(r.b))
-	}
+	nrooms := uint64(r.Count(2, "rooms"))
 	rooms := make([]*room, 0, nrooms)
 	roomHash := make([]uint64, 0, nrooms)
 	listed := 0 // pairs, by the rooms' counts
 	for range nrooms {
-		name, n := r.alias(), r.uvarint()
-		if r.err != nil {
-			return r.err
+		name, n := alias(r), r.Uvarint()
+		if r.Err() != nil {
+			return r.Err()
 		}
 		if err := chat.CheckName("room", name); err != nil {
 			return err
 		}
-		if n == 0 || uint64(listed)+n > uint64(len(r.b))/3 {
+		if n == 0 || uint64(listed)+n > uint64(r.Len())/3 {
 			return fmt.Errorf("room %q with %d pairs", name, n)
 		}
 		room := a.newRoom(name)
@@ -92,9 +89,9 @@ func (a *Aggregator) load(r *reader) error {
 		roomHash = append(roomHash, a.pairs.hashRoom(room.name))
 		listed += int(n)
 	}
-	nusers, npairs := r.uvarint(), r.uvarint()
-	if r.err != nil {
-		return r.err
+	nusers, npairs := r.Uvarint(), r.Uvarint()
+	if r.Err() != nil {
+		return r.Err()
 	}
 	if npairs != uint64(listed) || nusers > npairs || (nusers == 0) != (npairs == 0) {
 		return fmt.Errorf("%d users and %d pairs, %d listed by the rooms", nusers, npairs, listed)
@@ -114,9 +111,9 @@ func (a *Aggregator) load(r *reader) error {
 		made  int
 	)
 	for ui := range int(nusers) {
-		name, n := r.alias(), r.uvarint()
-		if r.err != nil {
-			return r.err
+		name, n := alias(r), r.Uvarint()
+		if r.Err() != nil {
+			return r.Err()
 		}
 		if err := chat.CheckName("user", name); err != nil {
 			return err
@@ -131,9 +128,9 @@ func (a *Aggregator) load(r *reader) error {
 		u.pairs = make([]*pair, 0, n)
 		uh := a.pairs.hashUser(u.name)
 		for range n {
-			ri := r.uvarint()
-			if r.err != nil {
-				return r.err
+			ri := r.Uvarint()
+			if r.Err() != nil {
+				return r.Err()
 			}
 			if ri >= nrooms {
 				return fmt.Errorf("room %d of %d", ri, nrooms)
@@ -154,15 +151,15 @@ func (a *Aggregator) load(r *reader) error {
 				made++
 			}
 			for i, w := range a.ws {
-				cells := r.uvarint()
-				if r.err == nil && cells > uint64(w.n) {
+				cells := r.Uvarint()
+				if r.Err() == nil && cells > uint64(w.n) {
 					return fmt.Errorf("%d cells in a window of %d buckets", cells, w.n)
 				}
 				prev := int64(math.MaxInt64)
 				for range cells {
-					back, n := r.uvarint(), r.uvarint()
-					if r.err != nil {
-						return r.err
+					back, n := r.Uvarint(), r.Uvarint()
+					if r.Err() != nil {
+						return r.Err()
 					}
 					if back >= uint64(w.n) || int64(back) >= prev || n == 0 || n > maxStateCount {
 						return fmt.Errorf("window %s: cell %d back, %d events", w.Name, back, n)
@@ -177,8 +174,8 @@ func (a *Aggregator) load(r *reader) error {
 		}
 	}
 	a.pairs.putAll(chunk[:made])
-	if len(r.b) > 0 {
-		return fmt.Errorf("%d bytes after the last user", len(r.b))
+	if err := r.End("the last user"); err != nil {
+		return err
 	}
 	if a.pairs.n != int(npairs) {
 		return fmt.Errorf("%d pairs listed, %d found", npairs, a.pairs.n)
@@ -209,58 +206,9 @@ func (a *Aggregator) restoreCell(p *pair, i int, b, n int64) {
 	uw.count += n
 }
 
-// reader reads the fields of a state, remembering the first error.
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) fail(what string) {
-	if r.err == nil {
-		r.err = errors.New(what)
-	}
-	r.b = nil
-}
-
-func (r *reader) byte() byte {
-	if len(r.b) == 0 {
-		r.fail("short")
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
-
-func (r *reader) uvarint() uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail("bad number")
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) varint() int64 {
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.fail("bad number")
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
 // alias reads a string that shares r's bytes: one to compare, or to hand
 // to newRoom or newUser, which copy it, never one to keep.
-func (r *reader) alias() string {
-	n := r.uvarint()
-	if n > uint64(len(r.b)) {
-		r.fail("length past the end")
-		return ""
-	}
-	s := unsafe.String(unsafe.SliceData(r.b), n)
-	r.b = r.b[n:]
-	return s
+func alias(r *snapshot.Reader) string {
+	p := r.Bytes()
+	return unsafe.String(unsafe.SliceData(p), len(p))
 }

@@ -1,10 +1,10 @@
 package aggregator
 
 import (
-	"encoding/binary"
 	"errors"
 
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/snapshot"
 )
 
 // Saving and loading the state (docs/contract.md section 9). What counts is each
@@ -42,10 +42,12 @@ const stateVersion = 2
 //	  per window: uvarint cells; per cell, oldest first: uvarint
 //	  head-bucket, uvarint count
 //
-// Strings are a uvarint length and the bytes. Rooms are few and pairs
-// many, so a pair names its room by number (numbered as they are first
-// written); pairs come grouped by user, so a user's name is written, and
-// looked up on loading, once.
+// Numbers and strings are written in package snapshot's dialect (a string
+// is a uvarint length and the bytes), and read back with its Reader, which
+// checks every length and refuses a number in any but its shortest form.
+// Rooms are few and pairs many, so a pair names its room by number
+// (numbered as they are first written); pairs come grouped by user, so a
+// user's name is written, and looked up on loading, once.
 
 // A StateWriter is a state being written: see StartState.
 type StateWriter struct {
@@ -76,16 +78,16 @@ func (a *Aggregator) StartState() *StateWriter {
 	a.epoch++
 	sw := &StateWriter{a: a, epoch: a.epoch}
 	b := append([]byte(nil), stateVersion)
-	b = binary.AppendUvarint(b, uint64(len(a.ws)))
+	b = snapshot.AppendUvarint(b, uint64(len(a.ws)))
 	for _, w := range a.ws {
-		b = appendString(b, w.Name)
-		b = binary.AppendUvarint(b, uint64(w.res))
-		b = binary.AppendUvarint(b, uint64(w.n))
+		b = snapshot.AppendString(b, w.Name)
+		b = snapshot.AppendUvarint(b, uint64(w.res))
+		b = snapshot.AppendUvarint(b, uint64(w.n))
 		sw.heads = append(sw.heads, w.head)
 	}
-	b = binary.AppendVarint(b, a.clock)
+	b = snapshot.AppendVarint(b, a.clock)
 	for _, n := range a.late {
-		b = binary.AppendUvarint(b, n)
+		b = snapshot.AppendUvarint(b, n)
 	}
 	sw.head = b
 	sw.body = make([]byte, 0, a.pairs.n*(2+6*len(a.ws))+len(a.users)*16) // about what it takes
@@ -135,13 +137,13 @@ func (sw *StateWriter) Finish() ([]byte, error) {
 	a.mu.Unlock()
 
 	b := sw.head
-	b = binary.AppendUvarint(b, uint64(len(sw.rooms)))
+	b = snapshot.AppendUvarint(b, uint64(len(sw.rooms)))
 	for i, r := range sw.rooms {
-		b = appendString(b, r.name)
-		b = binary.AppendUvarint(b, uint64(sw.counts[i]))
+		b = snapshot.AppendString(b, r.name)
+		b = snapshot.AppendUvarint(b, uint64(sw.counts[i]))
 	}
-	b = binary.AppendUvarint(b, uint64(sw.users))
-	b = binary.AppendUvarint(b, uint64(sw.pairs))
+	b = snapshot.AppendUvarint(b, uint64(sw.users))
+	b = snapshot.AppendUvarint(b, uint64(sw.pairs))
 	return append(b, sw.body...), nil
 }
 
@@ -170,8 +172,8 @@ func (sw *StateWriter) write(u *user) {
 	}
 	sw.users++
 	sw.pairs += n
-	b := appendString(sw.body, u.name)
-	b = binary.AppendUvarint(b, uint64(n))
+	b := snapshot.AppendString(sw.body, u.name)
+	b = snapshot.AppendUvarint(b, uint64(n))
 	for _, p := range u.pairs {
 		if p.live > 0 {
 			b = sw.appendPair(b, p)
@@ -189,21 +191,16 @@ func (sw *StateWriter) appendPair(b []byte, p *pair) []byte {
 		sw.counts = append(sw.counts, 0)
 	}
 	sw.counts[r.snap]++
-	b = binary.AppendUvarint(b, uint64(r.snap))
+	b = snapshot.AppendUvarint(b, uint64(r.snap))
 	for i, head := range sw.heads {
 		t := &p.w[i].tally
 		n := t.NumCells()
-		b = binary.AppendUvarint(b, uint64(n))
+		b = snapshot.AppendUvarint(b, uint64(n))
 		for j := range n {
 			bucket, count := t.CellAt(j)
-			b = binary.AppendUvarint(b, uint64(head-bucket))
-			b = binary.AppendUvarint(b, uint64(count))
+			b = snapshot.AppendUvarint(b, uint64(head-bucket))
+			b = snapshot.AppendUvarint(b, uint64(count))
 		}
 	}
 	return b
-}
-
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
 }

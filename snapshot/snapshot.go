@@ -2,13 +2,19 @@
 // section 9): a snapshot is the state of one or more stages, each at the
 // stream sequence it covers, with what it was taken under.
 //
-// The state itself is the aggregator's and the throttle set's to write and
-// read (their AppendState and LoadState); this package frames it: a magic
+// It owns two things. The framing (Snapshot, Append, Decode): a magic
 // line, a version, the configuration it was taken under (a snapshot of
 // another is ignored), and a CRC-32C of everything, so that a corrupt or
-// foreign object is refused before any of it is loaded. It never decides
-// when to take one, where to keep it, or what to do without one: that is
-// engine's Keeper.
+// foreign object is refused before any of it is loaded. And the dialect
+// that every field is written in, the framing's and the stages' alike
+// (the Append functions and the Reader, in fields.go): the aggregator's
+// and the throttle set's AppendState and LoadState write and read their
+// states with it, and what a state holds is theirs to say. So there is
+// one reader of the file, with one strictness and one set of error words.
+//
+// It imports nothing of chatpulse's, so that any package may use it. It
+// never decides when to take a snapshot, where to keep it, or what to do
+// without one: that is engine's Keeper.
 package snapshot
 
 import (
@@ -58,26 +64,21 @@ func (s *Snapshot) Size() int {
 func (s *Snapshot) Append(b []byte) []byte {
 	start := len(b)
 	b = append(b, magic...)
-	b = binary.BigEndian.AppendUint16(b, Version)
-	b = appendString(b, s.Config)
-	b = appendString(b, s.Stream)
-	b = binary.AppendVarint(b, s.Created)
-	b = binary.AppendUvarint(b, uint64(len(s.Stages)))
+	b = AppendUint16(b, Version)
+	b = AppendString(b, s.Config)
+	b = AppendString(b, s.Stream)
+	b = AppendVarint(b, s.Created)
+	b = AppendUvarint(b, uint64(len(s.Stages)))
 	for _, st := range s.Stages {
-		b = appendString(b, st.Name)
-		b = binary.AppendUvarint(b, st.Seq)
-		b = appendString(b, string(st.Agg))
-		b = appendString(b, string(st.Thr))
+		b = AppendString(b, st.Name)
+		b = AppendUvarint(b, st.Seq)
+		b = AppendBytes(b, st.Agg)
+		b = AppendBytes(b, st.Thr)
 	}
-	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
+	return AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
 
 // Errors of Decode.
 var (
@@ -92,87 +93,21 @@ func Decode(b []byte) (*Snapshot, error) {
 	if len(b) < len(magic)+2+4 || string(b[:len(magic)]) != magic {
 		return nil, ErrNotSnapshot
 	}
-	body, sum := b[:len(b)-4], binary.BigEndian.Uint32(b[len(b)-4:])
-	if crc32.Checksum(body, castagnoli) != sum {
+	body := b[:len(b)-4]
+	if sum := NewReader(b[len(body):]).Uint32(); crc32.Checksum(body, castagnoli) != sum {
 		return nil, fmt.Errorf("%w: checksum", ErrCorrupt)
 	}
-	r := reader{b: body[len(magic):]}
-	if v := r.uint16(); v != Version {
+	r := NewReader(body[len(magic):])
+	if v := r.Uint16(); v != Version {
 		return nil, fmt.Errorf("%w: version %d, this is %d", ErrVersion, v, Version)
 	}
-	s := &Snapshot{Config: r.string(), Stream: r.string(), Created: r.varint()}
-	n := r.uvarint()
-	if n > uint64(len(r.b)) { // every stage takes at least a byte
-		return nil, fmt.Errorf("%w: %d stages", ErrCorrupt, n)
-	}
+	s := &Snapshot{Config: string(r.Bytes()), Stream: string(r.Bytes()), Created: r.Varint()}
+	n := r.Count(4, "stages") // a name, a sequence and two parts: 4 bytes at least
 	for range n {
-		s.Stages = append(s.Stages, Stage{Name: r.string(), Seq: r.uvarint(), Agg: r.bytes(), Thr: r.bytes()})
+		s.Stages = append(s.Stages, Stage{Name: string(r.Bytes()), Seq: r.Uvarint(), Agg: r.Bytes(), Thr: r.Bytes()})
 	}
-	if r.err != nil || len(r.b) != 0 {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, cmpErr(r.err, "trailing bytes"))
+	if err := r.End("the last stage"); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	return s, nil
 }
-
-func cmpErr(err error, otherwise string) any {
-	if err != nil {
-		return err
-	}
-	return otherwise
-}
-
-// reader reads the fields of a snapshot, remembering the first error.
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) fail(what string) {
-	if r.err == nil {
-		r.err = errors.New(what)
-	}
-	r.b = nil
-}
-
-func (r *reader) uint16() uint16 {
-	if len(r.b) < 2 {
-		r.fail("short")
-		return 0
-	}
-	v := binary.BigEndian.Uint16(r.b)
-	r.b = r.b[2:]
-	return v
-}
-
-func (r *reader) uvarint() uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail("bad number")
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) varint() int64 {
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.fail("bad number")
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) bytes() []byte {
-	n := r.uvarint()
-	if n > uint64(len(r.b)) {
-		r.fail("length past the end")
-		return nil
-	}
-	v := r.b[:n:n]
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) string() string { return string(r.bytes()) }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"hash/crc32"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -85,6 +86,19 @@ func TestDecodeRefusesOtherVersions(t *testing.T) {
 	}
 	if _, err := Decode([]byte("not a snapshot at all, but long enough")); !errors.Is(err, ErrNotSnapshot) {
 		t.Fatalf("got %v, want ErrNotSnapshot", err)
+	}
+}
+
+// A number in any but its shortest form is refused, though it would read
+// as the same number: a snapshot decodes only from the bytes Append
+// writes.
+func TestDecodeRefusesOverlongNumbers(t *testing.T) {
+	b := (&Snapshot{Stream: "CHAT"}).Append(nil)
+	config := len(magic) + 2 // the config's length, 0
+	b = append(append(b[:config:config], 0x80, 0), b[config+1:len(b)-4]...)
+	_, err := Decode(withChecksum(b))
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "an overlong number: 0 in 2 bytes") {
+		t.Fatalf("got %v, want ErrCorrupt for an overlong number", err)
 	}
 }
 

@@ -1,13 +1,13 @@
 package throttle
 
 import (
-	"encoding/binary"
 	"math"
 	"math/bits"
 	"time"
 
 	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/rolling"
+	"github.com/chatpulse/chatpulse/snapshot"
 )
 
 // AlgSlidingWindowCounter names SlidingWindowCounter in a Policy.
@@ -187,14 +187,14 @@ func (k counterKernel) atRest(s *counterState, _ []struct{}, now int64) bool {
 func (k counterKernel) keep(settings, *counterState, []struct{}, []struct{}) {}
 
 func (k counterKernel) appendState(b []byte, s *counterState, _ []struct{}) []byte {
-	b = binary.AppendVarint(b, s.win)
-	b = binary.AppendUvarint(b, uint64(s.prev))
-	return binary.AppendUvarint(b, uint64(s.curr))
+	b = snapshot.AppendVarint(b, s.win)
+	b = snapshot.AppendUvarint(b, uint64(s.prev))
+	return snapshot.AppendUvarint(b, uint64(s.curr))
 }
 
-func (k counterKernel) readState(r *reader, s *counterState, _ []struct{}) {
-	s.win = r.period(k.w)
-	s.prev, s.curr = r.uint32(), r.uint32()
+func (k counterKernel) readState(r *snapshot.Reader, s *counterState, _ []struct{}) {
+	s.win = period(r, k.w)
+	s.prev, s.curr = r.Uvarint32(), r.Uvarint32()
 }
 
 func satInc(n uint32) uint32 {

@@ -43,9 +43,9 @@
 //
 // Bottom up, each line using only those above it:
 //
-//   - reader.go: how a saved state is read, every length checked.
 //   - verdict.go: a Verdict, and the kernel, the part of an algorithm that
-//     is the same for every key.
+//     is the same for every key (it saves and reads its part of a state in
+//     package snapshot's dialect, every length and number checked).
 //   - settings.go: an algorithm's numbers, their bounds, FieldError.
 //   - text.go, index.go: the keyed hash of names and normalized texts; the
 //     index from a key's hash to its place.

@@ -1,11 +1,11 @@
 package throttle
 
 import (
-	"encoding/binary"
 	"time"
 
 	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/rolling"
+	"github.com/chatpulse/chatpulse/snapshot"
 )
 
 // AlgFixedWindow names FixedWindow in a Policy.
@@ -113,11 +113,11 @@ func (k fixedKernel) atRest(s *fixedState, _ []struct{}, now int64) bool {
 func (k fixedKernel) keep(settings, *fixedState, []struct{}, []struct{}) {}
 
 func (k fixedKernel) appendState(b []byte, s *fixedState, _ []struct{}) []byte {
-	b = binary.AppendVarint(b, s.win)
-	return binary.AppendUvarint(b, uint64(s.count))
+	b = snapshot.AppendVarint(b, s.win)
+	return snapshot.AppendUvarint(b, uint64(s.count))
 }
 
-func (k fixedKernel) readState(r *reader, s *fixedState, _ []struct{}) {
-	s.win = r.period(k.w)
-	s.count = r.uint32()
+func (k fixedKernel) readState(r *snapshot.Reader, s *fixedState, _ []struct{}) {
+	s.win = period(r, k.w)
+	s.count = r.Uvarint32()
 }

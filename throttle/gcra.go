@@ -1,12 +1,12 @@
 package throttle
 
 import (
-	"encoding/binary"
 	"math"
 	"time"
 
 	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/rolling"
+	"github.com/chatpulse/chatpulse/snapshot"
 )
 
 // AlgGCRA names GCRA in a Policy.
@@ -151,13 +151,13 @@ func (k gcraKernel) tatRange() (lo, hi int64) {
 }
 
 func (k gcraKernel) appendState(b []byte, s *gcraState, _ []struct{}) []byte {
-	return binary.AppendVarint(b, s.tat)
+	return snapshot.AppendVarint(b, s.tat)
 }
 
 // readState takes a TAT in tatRange, or chat.Never.
-func (k gcraKernel) readState(r *reader, s *gcraState, _ []struct{}) {
-	s.tat = r.varint()
+func (k gcraKernel) readState(r *snapshot.Reader, s *gcraState, _ []struct{}) {
+	s.tat = r.Varint()
 	if lo, hi := k.tatRange(); s.tat != chat.Never && (s.tat < lo || s.tat > hi) {
-		r.fail("TAT %d is out of range (%d to %d)", s.tat, lo, hi)
+		r.Fail("TAT %d is out of range (%d to %d)", s.tat, lo, hi)
 	}
 }

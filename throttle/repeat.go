@@ -1,8 +1,9 @@
 package throttle
 
 import (
-	"encoding/binary"
 	"time"
+
+	"github.com/chatpulse/chatpulse/snapshot"
 )
 
 // AlgRepeat names Repeat in a Policy.
@@ -198,27 +199,27 @@ func (k repeatKernel) keep(_ settings, s *repeatState, fromOlder, older []int64)
 // long before it each older one is, oldest first. The elements of older
 // past the kept ones decide nothing, and are not saved.
 func (k repeatKernel) appendState(b []byte, s *repeatState, older []int64) []byte {
-	b = binary.AppendUvarint(b, uint64(s.n))
-	b = binary.AppendVarint(b, s.last)
+	b = snapshot.AppendUvarint(b, uint64(s.n))
+	b = snapshot.AppendVarint(b, s.last)
 	for _, t := range older[:max(s.n-1, 0)] {
-		b = binary.AppendUvarint(b, uint64(s.last)-uint64(t))
+		b = snapshot.AppendUvarint(b, uint64(s.last)-uint64(t))
 	}
 	return b
 }
 
 // readState takes up to limit occurrences in time order.
-func (k repeatKernel) readState(r *reader, s *repeatState, older []int64) {
-	s.n = int32(r.uvarintUpTo(uint64(k.limit), "occurrences"))
-	s.last = r.varint()
+func (k repeatKernel) readState(r *snapshot.Reader, s *repeatState, older []int64) {
+	s.n = int32(r.UvarintUpTo(uint64(k.limit), "occurrences"))
+	s.last = r.Varint()
 	if s.n == 0 && s.last != 0 {
-		r.fail("no occurrence, but a newest one at %d", s.last)
+		r.Fail("no occurrence, but a newest one at %d", s.last)
 	}
 	// A difference at most the one before keeps the occurrences in
 	// order, and the first at most s.last - chat.Never keeps them in
 	// range.
 	most := uint64(s.last) ^ 1<<63 // s.last - chat.Never
 	for i := range max(s.n-1, 0) {
-		d := r.uvarintUpTo(most, "ms before the newest occurrence")
+		d := r.UvarintUpTo(most, "ms before the newest occurrence")
 		older[i] = int64(uint64(s.last) - d)
 		most = d
 	}

@@ -2,12 +2,12 @@ package throttle
 
 import (
 	"cmp"
-	"encoding/binary"
 	"math"
 	"time"
 
 	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/rolling"
+	"github.com/chatpulse/chatpulse/snapshot"
 )
 
 // AlgSlidingWindow names SlidingWindow in a Policy.
@@ -215,31 +215,31 @@ func (k slidingKernel) keep(_ settings, _ *slidingState, fromExt, ring []uint32)
 // many empty ones come before it (after the one before), then its count;
 // and last, how many empty ones end the ring. The total is the sum.
 func (k slidingKernel) appendState(b []byte, s *slidingState, ring []uint32) []byte {
-	b = binary.AppendVarint(b, s.last)
+	b = snapshot.AppendVarint(b, s.last)
 	next := 0
 	for i, c := range ring {
 		if c != 0 {
-			b = binary.AppendUvarint(b, uint64(i-next))
-			b = binary.AppendUvarint(b, uint64(c))
+			b = snapshot.AppendUvarint(b, uint64(i-next))
+			b = snapshot.AppendUvarint(b, uint64(c))
 			next = i + 1
 		}
 	}
-	return binary.AppendUvarint(b, uint64(len(ring)-next))
+	return snapshot.AppendUvarint(b, uint64(len(ring)-next))
 }
 
 // readState takes any ring, and a newest bucket that an instant in int64
 // has. (The total must be the ring's sum: decide's walk to the bucket that
 // frees ends only then.)
-func (k slidingKernel) readState(r *reader, s *slidingState, ring []uint32) {
-	s.last = r.period(k.res)
-	for next := 0; r.err == nil; {
-		i := next + int(r.uvarintUpTo(uint64(len(ring)-next), "empty buckets"))
+func (k slidingKernel) readState(r *snapshot.Reader, s *slidingState, ring []uint32) {
+	s.last = period(r, k.res)
+	for next := 0; r.Err() == nil; {
+		i := next + int(r.UvarintUpTo(uint64(len(ring)-next), "empty buckets"))
 		if i == len(ring) {
 			return
 		}
-		c := r.uint32()
+		c := r.Uvarint32()
 		if c == 0 {
-			r.fail("an empty bucket among those that hold hits")
+			r.Fail("an empty bucket among those that hold hits")
 		}
 		ring[i] = c
 		s.total += int64(c)

@@ -1,8 +1,9 @@
 package throttle
 
 import (
-	"encoding/binary"
 	"fmt"
+
+	"github.com/chatpulse/chatpulse/snapshot"
 )
 
 // stateVersion is the first byte of a saved state, the version of its
@@ -23,8 +24,12 @@ const stateVersion = 1
 // ObserveBatch or Sweep runs meanwhile: each policy is copied at its own
 // instant. CopyState takes the copies alone, to be encoded later.
 //
-// The format, in which every number is a varint as encoding/binary writes
-// them (zig-zag for times, which may be negative):
+// The format, in package snapshot's dialect: every number a varint
+// (zig-zag for times, which may be negative), every string its length
+// then its bytes. LoadState reads it back with a snapshot.Reader, which
+// checks every length against the bytes left and refuses a number in any
+// but its shortest form, and every part checks its numbers against its
+// bounds (the kernels' readState):
 //
 //	version     1 byte, stateVersion
 //	hash key    40 bytes (see hashKey)
@@ -49,10 +54,10 @@ func (s *Set) AppendState(b []byte) []byte {
 func (s *Set) appendState(b []byte, st *state, part func(i int, b []byte) []byte) []byte {
 	b = append(b, stateVersion)
 	b = st.hk.append(b)
-	b = binary.AppendUvarint(b, uint64(s.maxKeys))
-	b = binary.AppendUvarint(b, uint64(len(st.policies)))
+	b = snapshot.AppendUvarint(b, uint64(s.maxKeys))
+	b = snapshot.AppendUvarint(b, uint64(len(st.policies)))
 	for i, p := range st.policies {
-		b = appendString(b, describe(p.Policy))
+		b = snapshot.AppendString(b, describe(p.Policy))
 		b = part(i, b)
 	}
 	return b
@@ -103,7 +108,7 @@ func (s *Set) LoadState(b []byte) error {
 	s.swap.Lock()
 	defer s.swap.Unlock()
 	cur := s.state.Load()
-	st, err := s.readState(&reader{b: b}, cur)
+	st, err := s.readState(snapshot.NewReader(b), cur)
 	if err != nil {
 		st = s.emptyState(cur.rules, cur.hk)
 		err = fmt.Errorf("throttle: loading a state: %w", err)
@@ -122,24 +127,24 @@ func (s *Set) Reset() {
 }
 
 // readState reads a state of the policies of cur.
-func (s *Set) readState(r *reader, cur *state) (*state, error) {
-	if v := r.byte(); r.err == nil && v != stateVersion {
+func (s *Set) readState(r *snapshot.Reader, cur *state) (*state, error) {
+	if v := r.Byte(); r.Err() == nil && v != stateVersion {
 		return nil, fmt.Errorf("format version %d, not %d", v, stateVersion)
 	}
-	key := r.next(hashKeyLen)
-	if m := r.uvarint(); r.err == nil && m != uint64(s.maxKeys) {
+	key := r.Next(hashKeyLen)
+	if m := r.Uvarint(); r.Err() == nil && m != uint64(s.maxKeys) {
 		return nil, fmt.Errorf("saved with at most %d keys per policy, not %d", m, s.maxKeys)
 	}
-	if n := r.uvarint(); r.err == nil && n != uint64(len(cur.policies)) {
+	if n := r.Uvarint(); r.Err() == nil && n != uint64(len(cur.policies)) {
 		return nil, fmt.Errorf("%d policies, not %d", n, len(cur.policies))
 	}
-	if r.err != nil {
-		return nil, r.err
+	if r.Err() != nil {
+		return nil, r.Err()
 	}
 	hk := readHashKey(key)
 	st := &state{rules: cur.rules, hk: hk}
 	for i, p := range cur.policies {
-		if saved, want := r.string(), describe(p.Policy); r.err == nil && saved != want {
+		if saved, want := string(r.Bytes()), describe(p.Policy); r.Err() == nil && saved != want {
 			return nil, fmt.Errorf("policy %d is %q, not %q", i, saved, want)
 		}
 		store, err := cur.stores[i].loadState(r, hk, p.enforce)
@@ -148,8 +153,8 @@ func (s *Set) readState(r *reader, cur *state) (*state, error) {
 		}
 		st.stores = append(st.stores, store)
 	}
-	if len(r.b) > 0 {
-		return nil, fmt.Errorf("%d bytes after the last policy", len(r.b))
+	if err := r.End("the last policy"); err != nil {
+		return nil, err
 	}
 	return st, nil
 }

@@ -248,8 +248,8 @@ func TestLoadStateRefuses(t *testing.T) {
 		{"cap", ps, []Option{WithMaxKeys(10)}, saved, "saved with at most 100000 keys per policy, not 10"},
 		{"version", ps, nil, append([]byte{9}, saved[1:]...), "format version 9, not 1"},
 		{"trailing", ps, nil, append(saved[:len(saved):len(saved)], 0), "1 bytes after the last policy"},
-		{"truncated", ps, nil, saved[:len(saved)-1], "truncated"},
-		{"empty", ps, nil, nil, "truncated"},
+		{"truncated", ps, nil, saved[:len(saved)-1], "truncated: "},
+		{"empty", ps, nil, nil, "throttle: loading a state: truncated: 1 byte wanted, 0 left"},
 	}
 	for _, c := range cases {
 		s := mustSet(t, c.policies, c.opts...)
@@ -355,7 +355,7 @@ func TestLoadStateRefusesBadKeys(t *testing.T) {
 			b := one(rep, ev(0, "a", "x"))
 			k := keys(rep) - 2 // evicted: 0
 			return append(append(b[:k:k], 0x80, 0), b[k+1:]...)
-		}, "overlong number"},
+		}, "an overlong number: 0 in 2 bytes"},
 		{"marked at chat.Never", rep, func() []byte {
 			b := one(rep, ev(0, "a", "x"))
 			k := keys(rep)

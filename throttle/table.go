@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/snapshot"
 )
 
 // store is the keyed state of one policy, whatever its algorithm. Strings
@@ -32,7 +33,7 @@ type store interface {
 	// loadState returns a new store of the same policy, with key hk,
 	// holding what r reads: what appendState wrote, with keys marked
 	// only if mark.
-	loadState(r *reader, hk *hashKey, mark bool) (store, error)
+	loadState(r *snapshot.Reader, hk *hashKey, mark bool) (store, error)
 	// addCounts adds to the counts of evicted and expired keys those of
 	// an earlier store of the policy (Set.Reconfigure).
 	addCounts(evicted, expired uint64)

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/snapshot"
 )
 
 // The flags of a saved key.
@@ -49,9 +50,9 @@ func (t *table[S, E, K]) copySlabs() *tableCopy[S, E] {
 // the order of the list, from its cold end (the least recently observed),
 // so that loadState puts each one in turn at the head of the list.
 func (t *table[S, E, K]) appendCopy(b []byte, c *tableCopy[S, E]) []byte {
-	b = binary.AppendUvarint(b, uint64(c.n))
-	b = binary.AppendUvarint(b, c.evicted)
-	b = binary.AppendUvarint(b, c.expired)
+	b = snapshot.AppendUvarint(b, uint64(c.n))
+	b = snapshot.AppendUvarint(b, c.evicted)
+	b = snapshot.AppendUvarint(b, c.expired)
 	for i := c.tail; i != none; i = c.links[i].prev {
 		e := &c.states[i]
 		var flags byte
@@ -63,20 +64,19 @@ func (t *table[S, E, K]) appendCopy(b []byte, c *tableCopy[S, E]) []byte {
 		}
 		b = append(b, flags)
 		if flags&savedMark != 0 {
-			b = binary.AppendVarint(b, e.since)
+			b = snapshot.AppendVarint(b, e.since)
 		}
 		switch {
 		case t.hashed:
 			b = append(b, e.key[:16]...)
 		case e.klen == longName:
-			b = appendString(b, c.long[i])
+			b = snapshot.AppendString(b, c.long[i])
 		default:
-			b = binary.AppendUvarint(b, uint64(e.klen))
-			b = append(b, e.key[:e.klen]...)
+			b = snapshot.AppendBytes(b, e.key[:e.klen])
 		}
 		if flags&savedNames != 0 {
-			b = appendString(b, c.names[i].room)
-			b = appendString(b, c.names[i].user)
+			b = snapshot.AppendString(b, c.names[i].room)
+			b = snapshot.AppendString(b, c.names[i].user)
 		}
 		b = t.k.appendState(b, &e.st, c.ext[int(i)*t.stride:int(i+1)*t.stride])
 	}
@@ -88,67 +88,67 @@ func (t *table[S, E, K]) appendCopy(b []byte, c *tableCopy[S, E]) []byte {
 // is added. Each key is added at the head of the list, as a new key is,
 // so the list is made as it is used; its places are 0 to n-1 (a state
 // that changes no answer: places are only where keys are).
-func (t *table[S, E, K]) loadState(r *reader, hk *hashKey, mark bool) (store, error) {
+func (t *table[S, E, K]) loadState(r *snapshot.Reader, hk *hashKey, mark bool) (store, error) {
 	nt := newTable[S, E](t.k, t.scope, t.hashed, t.max, hk)
-	n := int(r.uvarintUpTo(uint64(t.max), "keys"))
-	nt.evicted, nt.expired = r.uvarint(), r.uvarint()
-	if r.err != nil {
-		return nil, r.err
+	n := int(r.UvarintUpTo(uint64(t.max), "keys"))
+	nt.evicted, nt.expired = r.Uvarint(), r.Uvarint()
+	if r.Err() != nil {
+		return nil, r.Err()
 	}
 	// A key takes at least 3 bytes (flags, name or hashes, state): room
 	// for the keys that the bytes left can hold, but their ext, which may
 	// be thousands of times larger than its bytes, grows as keys come.
-	if c := min(n, len(r.b)/3); c > 0 {
+	if c := min(n, r.Len()/3); c > 0 {
 		nt.states = make([]entry[S], 0, c)
 		nt.links = make([]link, 0, c)
 		nt.index = newIndex(c)
 	}
 	for j := range n {
 		nt.loadKey(r, mark)
-		if r.err != nil {
-			return nil, fmt.Errorf("key %d of %d: %w", j, n, r.err)
+		if r.Err() != nil {
+			return nil, fmt.Errorf("key %d of %d: %w", j, n, r.Err())
 		}
 	}
 	return nt, nil
 }
 
 // loadKey reads one key and adds it at the head of the list.
-func (t *table[S, E, K]) loadKey(r *reader, mark bool) {
-	flags := r.byte()
+func (t *table[S, E, K]) loadKey(r *snapshot.Reader, mark bool) {
+	flags := r.Byte()
 	if flags&^(savedMark|savedNames) != 0 || flags&savedNames != 0 && !t.hashed {
-		r.fail("flags %#x", flags)
+		r.Fail("flags %#x", flags)
 	}
 	since := int64(chat.Never)
 	if flags&savedMark != 0 {
-		if since = r.varint(); since == chat.Never {
-			r.fail("marked at chat.Never")
+		if since = r.Varint(); since == chat.Never {
+			r.Fail("marked at chat.Never")
 		}
 	}
 	var m msg // the key as a message would make it
 	var pair []byte
 	if t.hashed {
-		pair = r.next(16)
+		pair = r.Next(16)
 	} else {
-		name := r.string()
+		name := string(r.Bytes())
 		m.room, m.user = t.namesOf(r, name)
 	}
 	if flags&savedNames != 0 {
-		m.room, m.user = r.string(), r.string()
+		m.room, m.user = string(r.Bytes()), string(r.Bytes())
 		if room, user := keyOf(t.scope, m.room, m.user); room != m.room || user != m.user {
-			r.fail("names %q and %q do not make a key of scope %s", m.room, m.user, t.scope)
+			r.Fail("names %q and %q do not make a key of scope %s", m.room, m.user, t.scope)
 		}
 	}
 	switch {
-	case r.err != nil:
+	case r.Err() != nil:
 		return
 	case flags&savedMark != 0 && !mark:
-		r.fail("a key of a shadow policy is marked")
+		r.Fail("a key of a shadow policy is marked")
 		return
 	case t.hashed && flags&savedMark != 0 && flags&savedNames == 0:
-		r.fail("a marked key without its names")
+		r.Fail("a marked key without its names")
 		return
 	case flags&savedNames != 0 && !mark:
-		r.fail("a key of a shadow policy keeps its names")
+		r.Fail("a key of a shadow policy keeps its names")
 		return
 	}
 	m.roomHash, m.userHash = t.hk.nameHash(m.room), t.hk.nameHash(m.user)
@@ -158,7 +158,7 @@ func (t *table[S, E, K]) loadKey(r *reader, mark bool) {
 		t.keyOf(&m, &k)
 		name := binary.LittleEndian.Uint64(pair[:8])
 		if flags&savedNames != 0 && k.pair.name != name {
-			r.fail("names %q and %q do not hash to the key's", m.room, m.user)
+			r.Fail("names %q and %q do not hash to the key's", m.room, m.user)
 			return
 		}
 		k.pair.name, k.hash = name, pairHash(name, m.text)
@@ -166,7 +166,7 @@ func (t *table[S, E, K]) loadKey(r *reader, mark bool) {
 		t.keyOf(&m, &k)
 	}
 	if t.find(&k) != none {
-		r.fail("twice")
+		r.Fail("twice")
 		return
 	}
 	i := t.add(&k)
@@ -184,17 +184,17 @@ func (t *table[S, E, K]) loadKey(r *reader, mark bool) {
 
 // namesOf is the room and user of a plain table's key name, as keyOf
 // gives them; it fails r unless name is one that setKey keeps.
-func (t *table[S, E, K]) namesOf(r *reader, name string) (room, user string) {
+func (t *table[S, E, K]) namesOf(r *snapshot.Reader, name string) (room, user string) {
 	switch t.keyPart {
 	case keyRoomUser: // appendKey's, which splitKey trusts
 		n, w := binary.Uvarint([]byte(name[:min(len(name), binary.MaxVarintLen64)]))
-		if w <= 0 || n > uint64(len(name)-w) || w != len(binary.AppendUvarint(nil, n)) {
-			r.fail("%q is not the name of a key of scope %s", name, t.scope)
+		if w <= 0 || n > uint64(len(name)-w) || w != len(snapshot.AppendUvarint(nil, n)) {
+			r.Fail("%q is not the name of a key of scope %s", name, t.scope)
 			return "", ""
 		}
 	case keyGroup:
 		if name != "" {
-			r.fail("%q is not the name of a group", name)
+			r.Fail("%q is not the name of a group", name)
 		}
 	}
 	return splitKey(name, t.scope)

@@ -1,10 +1,10 @@
 package throttle
 
 import (
-	"encoding/binary"
 	"time"
 
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/snapshot"
 )
 
 // AlgTokenBucket names TokenBucket in a Policy.
@@ -146,13 +146,13 @@ func (k bucketKernel) keep(_ settings, s *bucketState, _, _ []struct{}) {
 }
 
 func (k bucketKernel) appendState(b []byte, s *bucketState, _ []struct{}) []byte {
-	b = binary.AppendVarint(b, s.last)
-	return binary.AppendUvarint(b, uint64(s.level))
+	b = snapshot.AppendVarint(b, s.last)
+	return snapshot.AppendUvarint(b, uint64(s.level))
 }
 
 // readState takes any last (a hit may come at any instant), and a level
 // that the bucket holds: from empty to full.
-func (k bucketKernel) readState(r *reader, s *bucketState, _ []struct{}) {
-	s.last = r.varint()
-	s.level = int64(r.uvarintUpTo(uint64(k.capacity), "level"))
+func (k bucketKernel) readState(r *snapshot.Reader, s *bucketState, _ []struct{}) {
+	s.last = r.Varint()
+	s.level = int64(r.UvarintUpTo(uint64(k.capacity), "level"))
 }

@@ -1,7 +1,12 @@
 package throttle
 
 import (
+	"math"
 	"time"
+
+	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/rolling"
+	"github.com/chatpulse/chatpulse/snapshot"
 )
 
 // A Verdict is one algorithm's answer for one key at one instant: would one
@@ -67,7 +72,17 @@ type kernel[S, E any] interface {
 	// readState reads what appendState wrote into s and ext (zero), and
 	// fails r unless it is a state that hits at instants in int64 can
 	// make: one on which the other methods keep their promises.
-	readState(r *reader, s *S, ext []E)
+	readState(r *snapshot.Reader, s *S, ext []E)
+}
+
+// period reads, for a kernel's readState, the number of a period of w ms
+// (a window or a bucket) that an instant in int64 is in, or chat.Never.
+func period(r *snapshot.Reader, w int64) int64 {
+	p := r.Varint()
+	if lo, hi := rolling.FloorDiv(math.MinInt64, w), math.MaxInt64/w; p != chat.Never && (p < lo || p > hi) {
+		r.Fail("period %d is out of range (%d to %d)", p, lo, hi)
+	}
+	return p
 }
 
 // noExt is the stride and slot of a kernel whose state has no variable

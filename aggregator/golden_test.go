@@ -1,0 +1,161 @@
+package aggregator_test
+
+import (
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/chatpulse/chatpulse/aggregator"
+)
+
+var update = flag.Bool("update", false, "write the golden states of testdata/ anew")
+
+const goldenWindows = "1m,5m,1h"
+
+// goldenStates are the aggregators whose states testdata/ keeps, as this
+// code saved them: an empty one, and one that a random trace (with late
+// events, gaps and a clock that steps back) left with rooms, users and
+// cells in every window.
+func goldenStates(t *testing.T) map[string]*aggregator.Aggregator {
+	empty, _ := aggregator.New(mustWindows(t, goldenWindows))
+	s := newSim(t, 5, goldenWindows)
+	for i := range 600 {
+		s.step(i)
+	}
+	if st := s.agg.Stats(); st.Pairs < 50 || st.Late[0] == 0 {
+		t.Fatalf("the trace leaves %+v: too little to test", st)
+	}
+	return map[string]*aggregator.Aggregator{"state-empty": empty, "state": s.agg}
+}
+
+// The state saved today is the state saved when testdata/ was written,
+// and what testdata/ holds loads, answers as the aggregator it was saved
+// from, and saves again as it was: the format does not change unseen.
+// (A state lists its users in the order of a map, so two saves of one
+// aggregator may differ in that order alone: canonicalState sorts it out.)
+//
+//	go test ./aggregator/ -run Golden -update   # after a change of the format
+func TestGoldenStates(t *testing.T) {
+	for name, a := range goldenStates(t) {
+		path := filepath.Join("testdata", name+".golden")
+		saved := a.AppendState(nil)
+		if *update {
+			if err := os.WriteFile(path, saved, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		golden, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(saved) != len(golden) { // canonicalState reads every byte, this says so
+			t.Errorf("%s: %d bytes saved today, %d in testdata", name, len(saved), len(golden))
+		}
+		want := canonicalState(t, golden)
+		if got := canonicalState(t, saved); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: saved today as\n%q\nnot as testdata holds it\n%q", name, got, want)
+		}
+		fresh, _ := aggregator.New(mustWindows(t, goldenWindows))
+		if err := fresh.LoadState(golden); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got := canonicalState(t, fresh.AppendState(nil)); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: loaded, saves as\n%q\nnot as it loaded\n%q", name, got, want)
+		}
+		if !reflect.DeepEqual(fresh.Stats(), a.Stats()) {
+			t.Errorf("%s: loaded, holds %+v, not %+v", name, fresh.Stats(), a.Stats())
+		}
+		for _, w := range a.WindowNames() {
+			got, err1 := fresh.Overview(w, 100, 0)
+			want, err2 := a.Overview(w, 100, 0)
+			if err1 != nil || err2 != nil || !reflect.DeepEqual(got, want) {
+				t.Errorf("%s: overview %s: %v %v\n%+v\n%+v", name, w, err1, err2, got, want)
+			}
+		}
+	}
+}
+
+// canonicalState is a state's bytes with its users sorted: what comes
+// before the rooms as it is, each room's record (name, pairs), and each
+// user's record with its pairs' room numbers replaced by the rooms' names.
+// It reads with encoding/binary alone, apart from the readers it checks.
+func canonicalState(t *testing.T, b []byte) []string {
+	t.Helper()
+	fail := func(what string) {
+		t.Helper()
+		t.Fatalf("not a state (%s) at byte %d", what, len(b))
+	}
+	uvarint := func() uint64 {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			fail("number")
+		}
+		b = b[n:]
+		return v
+	}
+	str := func() string {
+		n := uvarint()
+		if n > uint64(len(b)) {
+			fail("length")
+		}
+		s := string(b[:n])
+		b = b[n:]
+		return s
+	}
+	all := b
+	if len(b) == 0 {
+		fail("empty")
+	}
+	b = b[1:] // the version
+	windows := uvarint()
+	for range windows {
+		str()
+		uvarint()
+		uvarint()
+	}
+	if _, n := binary.Varint(b); n <= 0 {
+		fail("clock")
+	} else {
+		b = b[n:]
+	}
+	for range windows {
+		uvarint()
+	}
+	out := []string{fmt.Sprintf("head %x", all[:len(all)-len(b)])}
+	var rooms []string
+	nrooms := uvarint()
+	for range nrooms {
+		name := str()
+		rooms = append(rooms, name)
+		out = append(out, fmt.Sprintf("room %q %d", name, uvarint()))
+	}
+	out = append(out, fmt.Sprintf("users %d pairs %d", uvarint(), uvarint()))
+	var users []string
+	for len(b) > 0 {
+		u := fmt.Sprintf("user %q", str())
+		for range uvarint() {
+			ri := uvarint()
+			if ri >= uint64(len(rooms)) {
+				fail("room number")
+			}
+			u += fmt.Sprintf(" (%q", rooms[ri])
+			for range windows {
+				cells := uvarint()
+				u += fmt.Sprintf(" %d:", cells)
+				for range cells {
+					u += fmt.Sprintf(" %d,%d", uvarint(), uvarint())
+				}
+			}
+			u += ")"
+		}
+		users = append(users, u)
+	}
+	slices.Sort(out[1 : 1+nrooms])
+	slices.Sort(users)
+	return append(out, users...)
+}
