@@ -98,11 +98,15 @@ type Job struct {
 	Stages []*Stage
 }
 
-// handled is how far a job's stages have read, in all.
+// handled is how far a job's stages have read, in all, and how many
+// consuming checks they recorded: what changes their state.
 func (j Job) handled() uint64 {
 	var n uint64
 	for _, s := range j.Stages {
 		n += s.Seq()
+		if s.Thr != nil {
+			n += s.Thr.Consumed()
+		}
 	}
 	return n
 }

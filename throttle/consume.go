@@ -206,8 +206,15 @@ func (s *Set) Consume(now int64, q Query, id string) (res Result, recorded bool,
 	}
 	consumed := res.Allowed
 	res.Consumed = &consumed
+	if recorded {
+		s.consumed.Add(1)
+	}
 	return res, recorded, alerts
 }
+
+// Consumed is how many consuming checks the Set has recorded: a state
+// changes with them too, not only with the messages observed.
+func (s *Set) Consumed() uint64 { return s.consumed.Load() }
 
 // Unconsume takes back what Consume recorded for id with the same query:
 // a group asks it of the stages that allowed a consuming check that

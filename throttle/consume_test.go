@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -427,5 +428,51 @@ func TestPenaltyAndEscalation(t *testing.T) {
 	}
 	if res, _, alerts := c.Consume(at(10*sec), Query{Room: "r", User: "u", Text: "", HasText: false}, "3"); res.Allowed || len(alerts) != 0 {
 		t.Fatalf("during the penalty, the rate fallen: %+v, alerts %+v; want denied, no second alert", res, alerts)
+	}
+}
+
+// A Set saved with consumed ids and a penalty in force loads them back:
+// the event of a check consumed before the save is not counted again
+// after the load, the penalty still denies, and a reconfigure that keeps
+// the policy keeps them too.
+func TestExtrasSurviveStateAndReconfigure(t *testing.T) {
+	p := Policy{Name: "p", Scope: ScopeUser, Algorithm: AlgSlidingWindow, Limit: 3, Window: 10 * time.Second, Penalty: time.Minute}
+	s := mustSet(t, []Policy{p})
+	for i := range 3 {
+		s.Consume(at(int64(i)), Query{Room: "r", User: "u"}, fmt.Sprint("m", i))
+	}
+	s.Consume(at(10), Query{Room: "r", User: "u"}, "over") // the crossing: a minute's penalty
+	saved := s.AppendState(nil)
+	if saved[0] != 2 {
+		t.Fatalf("a state with extras in format %d, want 2", saved[0])
+	}
+	for name, load := range map[string]func() *Set{
+		"loaded": func() *Set {
+			l := mustSet(t, []Policy{p})
+			if err := l.LoadState(saved); err != nil {
+				t.Fatal(err)
+			}
+			if again := l.AppendState(nil); !bytes.Equal(again, saved) {
+				t.Fatalf("saves other bytes than it loaded")
+			}
+			return l
+		},
+		"reconfigured": func() *Set {
+			q := p
+			q.Limit = 4 // kept: same scope, algorithm and window
+			if err := s.Reconfigure([]Policy{q}); err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+	} {
+		l := load()
+		for i := range 3 {
+			l.Observe(chat.Event{Room: "r", User: "u", TS: at(int64(20 + i)), ID: fmt.Sprint("m", i)})
+		}
+		d := l.Check(at(30), "r", "u", "", false).Decisions[0]
+		if d.Count != 3 || d.Allowed || d.RetryAfterMs != 10+60_000-30 {
+			t.Errorf("%s: %+v, want the 3 consumed messages counted once, denied by the penalty", name, d)
+		}
 	}
 }

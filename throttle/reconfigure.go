@@ -82,6 +82,7 @@ func (s *Set) Reconfigure(policies []Policy) error {
 		var store store
 		if keeps(was.Policy, p.Policy) {
 			store = algorithmNamed(p.Algorithm).kernel.carry(p.settings(), was.settings(), from, p.enforce)
+			store.setRule(extraRuleOf(p))
 		} else {
 			store = s.emptyStore(p, old.hk)
 			_, evicted, expired := from.stats()

@@ -70,6 +70,7 @@ type Set struct {
 	// consuming: a consuming check has come, so the messages observed
 	// carry the hashes of their ids (Consume).
 	consuming atomic.Bool
+	consumed  atomic.Uint64 // consuming checks recorded
 	// book: the moderators' actions it decides with (Moderate); slow,
 	// the last posts in rooms under slow mode.
 	book atomic.Pointer[moderation.Book]

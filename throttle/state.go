@@ -7,8 +7,10 @@ import (
 )
 
 // stateVersion is the first byte of a saved state, the version of its
-// format: a state of another format is refused, not misread.
-const stateVersion = 1
+// format: a state of another format is refused, not misread. Version 2
+// adds the keys' extras (ids, penalties); a state without any is written
+// in version 1, as before them, and both are read.
+const stateVersion = 2
 
 // AppendState appends the Set's whole state to b and returns the extended
 // buffer. Loaded by LoadState into a Set made with the same policies and
@@ -45,14 +47,12 @@ const stateVersion = 1
 //	            hashes instead (16 bytes, little-endian)
 //	    names   if kept (repeat policies): room and user (length, bytes)
 //	    state   the algorithm's (each kernel's appendState)
-func (s *Set) AppendState(b []byte) []byte {
-	st := s.state.Load()
-	return s.appendState(b, st, func(i int, b []byte) []byte { return st.stores[i].copyState()(b) })
-}
+func (s *Set) AppendState(b []byte) []byte { return s.CopyState().Append(b) }
 
-// appendState appends st, with part appending the keys of policy i.
-func (s *Set) appendState(b []byte, st *state, part func(i int, b []byte) []byte) []byte {
-	b = append(b, stateVersion)
+// appendState appends st in format, with part appending the keys of
+// policy i.
+func (s *Set) appendState(b []byte, st *state, format byte, part func(i int, b []byte) []byte) []byte {
+	b = append(b, format)
 	b = st.hk.append(b)
 	b = snapshot.AppendUvarint(b, uint64(s.maxKeys))
 	b = snapshot.AppendUvarint(b, uint64(len(st.policies)))
@@ -67,7 +67,8 @@ func (s *Set) appendState(b []byte, st *state, part func(i int, b []byte) []byte
 type StateCopy struct {
 	s        *Set
 	st       *state
-	policies []func(b []byte) []byte
+	format   byte
+	policies []func(b []byte, format byte) []byte
 }
 
 // CopyState copies the Set's state, holding each policy's lock only while
@@ -79,9 +80,13 @@ type StateCopy struct {
 // times as long. The copy takes as much memory as the Set's slabs until
 // it is dropped.
 func (s *Set) CopyState() *StateCopy {
-	c := &StateCopy{s: s, st: s.state.Load()}
+	c := &StateCopy{s: s, st: s.state.Load(), format: 1}
 	for _, store := range c.st.stores {
-		c.policies = append(c.policies, store.copyState())
+		extended, appendTo := store.copyState()
+		if extended {
+			c.format = stateVersion
+		}
+		c.policies = append(c.policies, appendTo)
 	}
 	return c
 }
@@ -89,7 +94,7 @@ func (s *Set) CopyState() *StateCopy {
 // Append appends the state copied to b, as AppendState would have at the
 // time of the copy, and returns the extended buffer.
 func (c *StateCopy) Append(b []byte) []byte {
-	return c.s.appendState(b, c.st, func(i int, b []byte) []byte { return c.policies[i](b) })
+	return c.s.appendState(b, c.st, c.format, func(i int, b []byte) []byte { return c.policies[i](b, c.format) })
 }
 
 // LoadState replaces the Set's state with one that AppendState saved from
@@ -113,6 +118,11 @@ func (s *Set) LoadState(b []byte) error {
 		st = s.emptyState(cur.rules, cur.hk)
 		err = fmt.Errorf("throttle: loading a state: %w", err)
 	}
+	for _, store := range st.stores {
+		if store.remembersIDs() { // events are hashed with their ids again
+			s.consuming.Store(true)
+		}
+	}
 	s.state.Store(st)
 	return err
 }
@@ -128,8 +138,9 @@ func (s *Set) Reset() {
 
 // readState reads a state of the policies of cur.
 func (s *Set) readState(r *snapshot.Reader, cur *state) (*state, error) {
-	if v := r.Byte(); r.Err() == nil && v != stateVersion {
-		return nil, fmt.Errorf("format version %d, not %d", v, stateVersion)
+	format := r.Byte()
+	if r.Err() == nil && (format < 1 || format > stateVersion) {
+		return nil, fmt.Errorf("format version %d, not 1 to %d", format, stateVersion)
 	}
 	key := r.Next(hashKeyLen)
 	if m := r.Uvarint(); r.Err() == nil && m != uint64(s.maxKeys) {
@@ -147,7 +158,7 @@ func (s *Set) readState(r *snapshot.Reader, cur *state) (*state, error) {
 		if saved, want := string(r.Bytes()), describe(p.Policy); r.Err() == nil && saved != want {
 			return nil, fmt.Errorf("policy %d is %q, not %q", i, saved, want)
 		}
-		store, err := cur.stores[i].loadState(r, hk, p.enforce)
+		store, err := cur.stores[i].loadState(r, hk, p.enforce, format)
 		if err != nil {
 			return nil, fmt.Errorf("policy %q: %w", p.Name, err)
 		}

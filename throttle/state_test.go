@@ -389,6 +389,10 @@ func FuzzLoadState(f *testing.F) {
 		}
 		f.Add(s.AppendState(nil))
 	}
+	for i := range 20 { // consumed ids: a state of format 2
+		s.Consume(int64(3000+i), Query{Room: "r0", User: "u1", Text: "hi", HasText: true}, fmt.Sprint("m", i))
+	}
+	f.Add(s.AppendState(nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s := mustSet(t, statePolicies(), opt)
 		if err := s.LoadState(b); err != nil {
@@ -552,6 +556,6 @@ func (t *table[S, E, K]) timeState() (lock, encode time.Duration, size int) {
 	t0 := time.Now()
 	c := t.copySlabs()
 	t1 := time.Now()
-	b := t.appendCopy(nil, c)
+	b := t.appendCopy(nil, c, 1)
 	return t1.Sub(t0), time.Since(t1), len(b)
 }

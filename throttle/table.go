@@ -26,14 +26,15 @@ type store interface {
 	active(now int64, fn func(room, user string, v Verdict, since, until int64))
 	sweep(now int64) int
 	stats() (keys int, evicted, expired uint64)
-	// copyState copies the keys and counters, and returns what appends
-	// them to a saved state (see Set.AppendState), which may run later,
-	// from any goroutine.
-	copyState() (appendTo func(b []byte) []byte)
+	// copyState copies the keys and counters, and returns whether their
+	// encoding needs format 2 (extras), and what appends them to a saved
+	// state in a format (see Set.AppendState), which may run later, from
+	// any goroutine.
+	copyState() (extended bool, appendTo func(b []byte, format byte) []byte)
 	// loadState returns a new store of the same policy, with key hk,
-	// holding what r reads: what appendState wrote, with keys marked
-	// only if mark.
-	loadState(r *snapshot.Reader, hk *hashKey, mark bool) (store, error)
+	// holding what r reads: what appendState wrote in format, with keys
+	// marked only if mark.
+	loadState(r *snapshot.Reader, hk *hashKey, mark bool, format byte) (store, error)
 	// addCounts adds to the counts of evicted and expired keys those of
 	// an earlier store of the policy (Set.Reconfigure).
 	addCounts(evicted, expired uint64)
@@ -41,6 +42,9 @@ type store interface {
 	// ids and penalty): when the store is made, and when its policy is
 	// reconfigured.
 	setRule(r extraRule)
+	// remembersIDs reports whether a consuming check has come to the
+	// store (or to the one whose state it loaded).
+	remembersIDs() bool
 	consumer
 }
 
@@ -387,6 +391,12 @@ func (t *table[S, E, K]) stats() (keys int, evicted, expired uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.n, t.evicted, t.expired
+}
+
+func (t *table[S, E, K]) remembersIDs() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ids
 }
 
 func (t *table[S, E, K]) setRule(r extraRule) {

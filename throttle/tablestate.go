@@ -14,6 +14,7 @@ import (
 const (
 	savedMark  = 1 << iota // marked as over: since follows
 	savedNames             // a hashed key's names follow
+	savedExtra             // its extras follow its state (format 2)
 )
 
 // A tableCopy is what appendState copies of a table under its lock: the
@@ -26,14 +27,20 @@ type tableCopy[S, E any] struct {
 	ext              []E
 	long             []string
 	names            map[int32]names
+	extra            map[int32]*keyExtra // deep copies
+	ids              bool
 	tail             int32
 	n                int
 	evicted, expired uint64
 }
 
-func (t *table[S, E, K]) copyState() func(b []byte) []byte {
+// extended reports whether the copy needs format 2: it remembers ids, or
+// some key has extras.
+func (c *tableCopy[S, E]) extended() bool { return c.ids || len(c.extra) > 0 }
+
+func (t *table[S, E, K]) copyState() (bool, func(b []byte, format byte) []byte) {
 	c := t.copySlabs()
-	return func(b []byte) []byte { return t.appendCopy(b, c) }
+	return c.extended(), func(b []byte, format byte) []byte { return t.appendCopy(b, c, format) }
 }
 
 func (t *table[S, E, K]) copySlabs() *tableCopy[S, E] {
@@ -41,18 +48,33 @@ func (t *table[S, E, K]) copySlabs() *tableCopy[S, E] {
 	defer t.mu.Unlock()
 	return &tableCopy[S, E]{
 		states: slices.Clone(t.states), links: slices.Clone(t.links), ext: slices.Clone(t.ext),
-		long: slices.Clone(t.long), names: maps.Clone(t.names),
+		long: slices.Clone(t.long), names: maps.Clone(t.names), extra: cloneExtras(t.extra), ids: t.ids,
 		tail: t.tail, n: t.n, evicted: t.evicted, expired: t.expired,
 	}
+}
+
+// cloneExtras copies the keys' extras, which their table goes on changing.
+func cloneExtras(m map[int32]*keyExtra) map[int32]*keyExtra {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[int32]*keyExtra, len(m))
+	for i, x := range m {
+		out[i] = &keyExtra{ids: slices.Clone(x.ids), until: x.until, strikes: slices.Clone(x.strikes)}
+	}
+	return out
 }
 
 // appendCopy encodes c, a copy of t, with t's lock released. Keys go in
 // the order of the list, from its cold end (the least recently observed),
 // so that loadState puts each one in turn at the head of the list.
-func (t *table[S, E, K]) appendCopy(b []byte, c *tableCopy[S, E]) []byte {
+func (t *table[S, E, K]) appendCopy(b []byte, c *tableCopy[S, E], format byte) []byte {
 	b = snapshot.AppendUvarint(b, uint64(c.n))
 	b = snapshot.AppendUvarint(b, c.evicted)
 	b = snapshot.AppendUvarint(b, c.expired)
+	if format >= 2 {
+		b = append(b, boolByte(c.ids))
+	}
 	for i := c.tail; i != none; i = c.links[i].prev {
 		e := &c.states[i]
 		var flags byte
@@ -61,6 +83,10 @@ func (t *table[S, E, K]) appendCopy(b []byte, c *tableCopy[S, E]) []byte {
 		}
 		if t.hashed && e.klen == hasNames {
 			flags |= savedNames
+		}
+		x := c.extra[i]
+		if x != nil {
+			flags |= savedExtra
 		}
 		b = append(b, flags)
 		if flags&savedMark != 0 {
@@ -79,8 +105,68 @@ func (t *table[S, E, K]) appendCopy(b []byte, c *tableCopy[S, E]) []byte {
 			b = snapshot.AppendString(b, c.names[i].user)
 		}
 		b = t.k.appendState(b, &e.st, c.ext[int(i)*t.stride:int(i+1)*t.stride])
+		if x != nil {
+			b = appendExtra(b, x)
+		}
 	}
 	return b
+}
+
+func boolByte(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// A key's extras in a saved state: its ids (how many, then each one's
+// hash, 8 bytes little-endian, its instant, the alert mark before it and
+// whether a consuming check's), its penalty's end, its strikes.
+func appendExtra(b []byte, x *keyExtra) []byte {
+	b = snapshot.AppendUvarint(b, uint64(len(x.ids)))
+	for _, h := range x.ids {
+		b = binary.LittleEndian.AppendUint64(b, h.id)
+		b = snapshot.AppendVarint(b, h.at)
+		b = snapshot.AppendVarint(b, h.since)
+		b = append(b, boolByte(h.consumed))
+	}
+	b = snapshot.AppendVarint(b, x.until)
+	b = snapshot.AppendUvarint(b, uint64(len(x.strikes)))
+	for _, s := range x.strikes {
+		b = snapshot.AppendVarint(b, s)
+	}
+	return b
+}
+
+// readExtra reads what appendExtra wrote, no more ids than the rule keeps
+// nor strikes than a policy may have steps.
+func (t *table[S, E, K]) readExtra(r *snapshot.Reader) *keyExtra {
+	x := &keyExtra{}
+	n := int(r.UvarintUpTo(uint64(t.rule.idCap), "ids"))
+	for range n {
+		id := binary.LittleEndian.Uint64(r.Next(8))
+		h := idHit{id: id, at: r.Varint(), since: r.Varint()}
+		switch r.Byte() {
+		case 0:
+		case 1:
+			h.consumed = true
+		default:
+			r.Fail("an id neither consumed nor not")
+		}
+		if r.Err() != nil {
+			return nil
+		}
+		if id&1 == 0 {
+			r.Fail("an id hash %#x that idHash does not make", id)
+		}
+		x.ids = append(x.ids, h)
+	}
+	x.until = r.Varint()
+	n = int(r.UvarintUpTo(maxSteps, "strikes"))
+	for range n {
+		x.strikes = append(x.strikes, r.Varint())
+	}
+	return x
 }
 
 // loadState reads the keys into a new table, as many as they say but no
@@ -88,10 +174,20 @@ func (t *table[S, E, K]) appendCopy(b []byte, c *tableCopy[S, E]) []byte {
 // is added. Each key is added at the head of the list, as a new key is,
 // so the list is made as it is used; its places are 0 to n-1 (a state
 // that changes no answer: places are only where keys are).
-func (t *table[S, E, K]) loadState(r *snapshot.Reader, hk *hashKey, mark bool) (store, error) {
+func (t *table[S, E, K]) loadState(r *snapshot.Reader, hk *hashKey, mark bool, format byte) (store, error) {
 	nt := newTable[S, E](t.k, t.scope, t.hashed, t.max, hk)
+	nt.rule = t.rule
 	n := int(r.UvarintUpTo(uint64(t.max), "keys"))
 	nt.evicted, nt.expired = r.Uvarint(), r.Uvarint()
+	if format >= 2 {
+		switch r.Byte() {
+		case 0:
+		case 1:
+			nt.ids = true
+		default:
+			r.Fail("ids neither remembered nor not")
+		}
+	}
 	if r.Err() != nil {
 		return nil, r.Err()
 	}
@@ -104,7 +200,7 @@ func (t *table[S, E, K]) loadState(r *snapshot.Reader, hk *hashKey, mark bool) (
 		nt.index = newIndex(c)
 	}
 	for j := range n {
-		nt.loadKey(r, mark)
+		nt.loadKey(r, mark, format)
 		if r.Err() != nil {
 			return nil, fmt.Errorf("key %d of %d: %w", j, n, r.Err())
 		}
@@ -113,9 +209,13 @@ func (t *table[S, E, K]) loadState(r *snapshot.Reader, hk *hashKey, mark bool) (
 }
 
 // loadKey reads one key and adds it at the head of the list.
-func (t *table[S, E, K]) loadKey(r *snapshot.Reader, mark bool) {
+func (t *table[S, E, K]) loadKey(r *snapshot.Reader, mark bool, format byte) {
 	flags := r.Byte()
-	if flags&^(savedMark|savedNames) != 0 || flags&savedNames != 0 && !t.hashed {
+	known := byte(savedMark | savedNames)
+	if format >= 2 {
+		known |= savedExtra
+	}
+	if flags&^known != 0 || flags&savedNames != 0 && !t.hashed {
 		r.Fail("flags %#x", flags)
 	}
 	since := int64(chat.Never)
@@ -173,6 +273,14 @@ func (t *table[S, E, K]) loadKey(r *snapshot.Reader, mark bool) {
 	e := &t.states[i]
 	e.since = since
 	t.k.readState(r, &e.st, t.extOf(i))
+	if flags&savedExtra != 0 {
+		if x := t.readExtra(r); x != nil {
+			if t.extra == nil {
+				t.extra = make(map[int32]*keyExtra)
+			}
+			t.extra[i] = x
+		}
+	}
 	if flags&savedNames != 0 {
 		if t.names == nil {
 			t.names = make(map[int32]names)
@@ -215,6 +323,7 @@ func (t *table[S, E, K]) carry(k K, old settings, mark bool) *table[S, E, K] {
 	nt.head, nt.tail, nt.free, nt.n, nt.moves = t.head, t.tail, t.free, t.n, t.moves
 	nt.evicted, nt.expired = t.evicted, t.expired
 	nt.ext = make([]E, len(t.states)*nt.stride)
+	nt.extra, nt.ids = cloneExtras(t.extra), t.ids
 	if mark {
 		nt.names = maps.Clone(t.names)
 	}
