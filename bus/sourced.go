@@ -14,7 +14,7 @@ import (
 // keeps a message only while one of its consumers has yet to ack it, and
 // one published while nothing has interest is not kept at all. So
 // chatpulse does not read it directly. Its chat stream sources it
-// (contract section 13, --source-stream): the server copies each message,
+// (docs/contract.md section 13, --source-stream): the server copies each message,
 // subject and headers unchanged plus Nats-Stream-Source (the origin
 // stream and sequence), into a stream of chatpulse's with the limits of
 // any chat stream (file storage, the largest window and a margin), and

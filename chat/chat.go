@@ -53,11 +53,11 @@ func (k Kind) String() string {
 }
 
 // MaxNameLen is the longest room or user name of chatpulse's own events,
-// in bytes (contract section 1).
+// in bytes (docs/contract.md section 1).
 const MaxNameLen = 128
 
 // MaxForeignNameLen is the longest room or user name read from another
-// chat system's events (contract section 13): Matrix ids run to 255
+// chat system's events (docs/contract.md section 13): Matrix ids run to 255
 // bytes.
 const MaxForeignNameLen = 255
 

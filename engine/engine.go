@@ -80,7 +80,7 @@ type Config struct {
 	Replicas int // of what the engine creates on the bus
 	Instance string
 	// SourceStream, if set, is a stream chatpulse does not own that
-	// Stream sources (--source-stream, contract section 13).
+	// Stream sources (--source-stream, docs/contract.md section 13).
 	SourceStream string
 	// Input is how payloads are read (--input, with its name and payload
 	// limits); nil: chatpulse's own events.

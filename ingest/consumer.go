@@ -246,7 +246,7 @@ func (c *Consumer) handleRun(msgs []Msg, s Sink, nowMs int64, j *job) {
 		case err != nil:
 			c.reject(m, s, err.(*Error))
 		// Joins and leaves are decoded, and ignored until the counters
-		// take them (issue 21, contract section 12): then drop the Kind
+		// take them (issue 21, docs/contract.md section 12): then drop the Kind
 		// test here.
 		case !ev.Counted || ev.Kind != chat.KindMessage:
 			if !quiet {

@@ -63,7 +63,7 @@ const (
 	ReasonTooLarge  Reason = "too_large" // more than MaxPayload bytes (a Format's MaxPayload)
 	ReasonLate      Reason = "late"      // older than every window: decided by the aggregator, never by Decode
 	ReasonFuture    Reason = "future"    // ts more than the allowed skew ahead of now
-	// ReasonUnmapped: a payload read through a mapping (contract section
+	// ReasonUnmapped: a payload read through a mapping (docs/contract.md section
 	// 13) has no usable value where the mapping points: a pointer
 	// missing, the wrong JSON type there, a ts that does not parse.
 	ReasonUnmapped Reason = "unmapped"
@@ -91,7 +91,7 @@ type Error struct {
 func (e *Error) Error() string { return string(e.Reason) + ": " + e.Msg }
 
 // Decode decodes and validates one event payload of chatpulse's own
-// format (contract section 1) in a single pass over data, without
+// format (docs/contract.md section 1) in a single pass over data, without
 // reflection. It allocates only when a string it
 // extracts (room, user, ts, type, id, text) holds escapes or invalid
 // UTF-8, and for the *Error of a rejected event. now is the wall clock in

@@ -43,7 +43,7 @@ func checkMappedAgainstReference(t *testing.T, m mapping, f *Format, data []byte
 }
 
 // checkMappedContract fails t unless ev, accepted from data, obeys
-// contract section 13, checked without either decoder.
+// docs/contract.md section 13, checked without either decoder.
 func checkMappedContract(t *testing.T, data []byte, ev Event, f *Format, now int64) {
 	t.Helper()
 	if len(data) > f.MaxPayload() || !json.Valid(data) || bytes.TrimLeft(data, " \t\r\n")[0] != '{' {

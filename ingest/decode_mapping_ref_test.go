@@ -17,7 +17,7 @@ import (
 // refMapped is a mapping's decode written the plain way: encoding/json
 // parses the payload into a tree that keeps every member (duplicates too,
 // with where they lie), each pointer is resolved by walking the tree, and
-// the rules of contract section 13 and ParseMapping are applied to what
+// the rules of docs/contract.md section 13 and ParseMapping are applied to what
 // it finds. Matrix's rules are written again here from the contract, not
 // taken from matrixKind.
 func refMapped(m mapping, data []byte, maxPayload, maxName int, now, maxSkewMs int64) (Event, *Error) {
@@ -123,7 +123,7 @@ func refMapped(m mapping, data []byte, maxPayload, maxName int, now, maxSkewMs i
 
 	kind, counted, userField := chat.KindMessage, true, mUser
 	switch {
-	case m.rules == matrixRules: // Matrix, from contract section 13
+	case m.rules == matrixRules: // Matrix, from docs/contract.md section 13
 		counted = false
 		if is(mEnvelope, "new_room_event") {
 			stateKey, _ := value(mStateKey)

@@ -30,7 +30,7 @@ func (d *decoder) fail(msg string) {
 
 // object is the native front end: it scans the whole payload, which must
 // be one JSON object with nothing but whitespace around it, reading each
-// field of contract section 1 where it meets it.
+// field of docs/contract.md section 1 where it meets it.
 func (d *decoder) object(ev *Event) (ts int64, hasTS bool, err *Error) {
 	data := d.data
 	ev.Counted = true
@@ -137,7 +137,7 @@ func (d *decoder) object(ev *Event) (ts int64, hasTS bool, err *Error) {
 	return ts, hasTS, nil
 }
 
-// typ reads a type of contract sections 1 and 12: null is a message.
+// typ reads a type of docs/contract.md sections 1 and 12: null is a message.
 func (d *decoder) typ(v val) (chat.Kind, bool, fault, string) {
 	switch v.kind {
 	case 'n':
@@ -150,7 +150,7 @@ func (d *decoder) typ(v val) (chat.Kind, bool, fault, string) {
 	return chat.KindMessage, true, faultType, "type: must be a string, got " + kindName(v)
 }
 
-// nativeKind is what a type of contract sections 1 and 12 says.
+// nativeKind is what a type of docs/contract.md sections 1 and 12 says.
 func nativeKind(t string) (chat.Kind, bool) {
 	switch t {
 	case "message":

@@ -8,7 +8,7 @@ import (
 	"github.com/chatpulse/chatpulse/chat"
 )
 
-// Default payload limits of the formats (contract sections 1 and 13).
+// Default payload limits of the formats (docs/contract.md sections 1 and 13).
 const (
 	// MaxMatrixPayload: Matrix events run to hundreds of KiB (a body of
 	// '<' characters escapes to six bytes each).
@@ -17,7 +17,7 @@ const (
 	MaxPayloadLimit = 64 << 20
 )
 
-// A Format is how the payloads of one input are read (contract section
+// A Format is how the payloads of one input are read (docs/contract.md section
 // 13, --input): chatpulse's own events (Native), the room events of a
 // Matrix homeserver (Matrix) or any JSON through a mapping file
 // (ParseMapping). There is one decoder: the scanner, and what a field
@@ -45,7 +45,7 @@ func mustFormat(name string, m mapping, maxPayload int) *Format {
 	return &Format{name: name, plan: p, maxName: chat.MaxForeignNameLen, maxPayload: maxPayload}
 }
 
-// Native is chatpulse's own format, contract section 1: see Decode.
+// Native is chatpulse's own format, docs/contract.md section 1: see Decode.
 func Native() *Format { return native }
 
 // Matrix reads the room events of a Matrix homeserver as Dendrite
@@ -90,11 +90,11 @@ func (f *Format) MaxName() int { return f.maxName }
 
 // WithMaxPayload is f reading payloads of up to n bytes
 // (--max-event-bytes). Chatpulse's own events are at most 64 KiB by
-// contract section 1, whatever n says.
+// docs/contract.md section 1, whatever n says.
 func (f *Format) WithMaxPayload(n int) (*Format, error) {
 	switch {
 	case f.plan == nil && n != MaxPayload:
-		return nil, fmt.Errorf("chatpulse's own events are at most %d bytes (contract section 1); a limit of %d is for --input matrix or mapping:FILE", MaxPayload, n)
+		return nil, fmt.Errorf("chatpulse's own events are at most %d bytes (docs/contract.md section 1); a limit of %d is for --input matrix or mapping:FILE", MaxPayload, n)
 	case n < 1 || n > MaxPayloadLimit:
 		return nil, fmt.Errorf("%d is out of range (1 to %d bytes)", n, MaxPayloadLimit)
 	}

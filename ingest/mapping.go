@@ -384,7 +384,7 @@ func (d *mapper) has(field int) bool {
 // event of no kind the counters take is ignored, and nothing else of it is
 // read), room, user, ts, then id and text. Faults of the mapping (nothing
 // there, a JSON type the field cannot hold, a ts that does not parse) are
-// unmapped; values against contract section 1 invalid, a ts too far ahead
+// unmapped; values against docs/contract.md section 1 invalid, a ts too far ahead
 // future.
 func (d *mapper) event(maxName int, now, maxSkewMs int64) (Event, error) {
 	p := d.p

@@ -13,7 +13,7 @@ import (
 
 var mappingFields = []string{"room", "user", "ts", "id", "text", "type", "message", "join", "leave"}
 
-// ParseMapping parses a mapping file (contract section 13, --input
+// ParseMapping parses a mapping file (docs/contract.md section 13, --input
 // mapping:FILE): for a JSON payload, the JSON pointers (RFC 6901) of an
 // event's fields, and which values of its type are a message, a join or
 // a leave:

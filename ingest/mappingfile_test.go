@@ -112,3 +112,47 @@ func TestParseInput(t *testing.T) {
 		t.Fatalf("2001 bytes with a limit of 2000: %v", err)
 	}
 }
+
+// The mappings docs/input.md shows are the files here, and do what it
+// says: Zulip's sample is the message it describes, and Matrix written as
+// a mapping reads the samples as --input matrix does but for an edit.
+func TestDocMappings(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "input.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"matrix.yaml", "zulip.yaml", "zulip.json"} {
+		data, err := os.ReadFile(filepath.Join("testdata", "mappings", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(doc), "\n"+string(data)+"```\n") {
+			t.Errorf("docs/input.md does not show testdata/mappings/%s as it is", name)
+		}
+	}
+	zulip := loadMapping(t, "zulip.yaml")
+	data, _ := os.ReadFile(filepath.Join("testdata", "mappings", "zulip.json"))
+	got, err := zulip.Decode(data, testNow, testSkew)
+	want := Event{Event: chat.Event{Room: "design", User: "user11@zulip.example.com", TS: ms("2026-11-30T07:00:00Z"), ID: "1848",
+		Text: "Has anyone tried the new build?"}, HasText: true, Counted: true}
+	if err != nil || got != want {
+		t.Errorf("the Zulip sample: %+v, %v; want %+v", got, err, want)
+	}
+	matrixFile := loadMapping(t, "matrix.yaml")
+	for name, data := range samples(t) {
+		builtin, err1 := Matrix().Decode(data, matrixNow, testSkew)
+		file, err2 := matrixFile.Decode(data, matrixNow, testSkew)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("%s: %v, %v", name, err1, err2)
+		}
+		if name == "017-edit-m.replace" {
+			if builtin.Counted || !file.Counted {
+				t.Errorf("%s: the edit is counted by --input matrix (%v) or not by the file (%v)", name, builtin.Counted, file.Counted)
+			}
+			continue
+		}
+		if builtin != file {
+			t.Errorf("%s: --input matrix reads\n %+v, the mapping file\n %+v", name, builtin, file)
+		}
+	}
+}

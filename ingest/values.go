@@ -33,7 +33,7 @@ const (
 	faultNone  fault = iota
 	faultType        // a JSON type the field cannot hold
 	faultParse       // the right type, not readable as the field (a ts that does not parse)
-	faultValue       // read, and against the rules of contract section 1
+	faultValue       // read, and against the rules of docs/contract.md section 1
 )
 
 // scanVal scans the JSON value at sc.i, which lies inside depth
@@ -110,7 +110,7 @@ func (sc *scanner) name(v val, field string, maxLen int, numbers bool) (string, 
 type tsUnit uint8
 
 const (
-	tsNative  tsUnit = iota // contract section 1: an RFC 3339 string or integer Unix milliseconds
+	tsNative  tsUnit = iota // docs/contract.md section 1: an RFC 3339 string or integer Unix milliseconds
 	tsMs                    // integer Unix milliseconds, as a number or a string
 	tsSeconds               // Unix seconds with an optional fraction, as a number or a string
 	tsRFC3339               // an RFC 3339 string

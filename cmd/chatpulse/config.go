@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chatpulse/chatpulse/ingest"
 	"github.com/chatpulse/chatpulse/rolling"
 )
 
@@ -27,6 +28,11 @@ type Config struct {
 	PushInterval   time.Duration
 	AllowedOrigins []string
 	Demo           bool
+	// How payloads are read (docs/contract.md section 13): --input, with
+	// --max-event-bytes applied.
+	Input *ingest.Format
+	// SourceStream is a stream chatpulse does not own that Stream sources.
+	SourceStream string
 	// How often the state is saved (docs/contract.md section 9); 0: never.
 	SnapshotInterval time.Duration
 	// Group mode (docs/contract.md section 8).
@@ -66,14 +72,18 @@ func EnvName(flagName string) string {
 func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 	fs := flag.NewFlagSet("chatpulse", flag.ContinueOnError)
 	c := &m.Config
-	var windows, origins, hosts, tokenFile string
+	var windows, origins, hosts, tokenFile, input string
+	var maxEventBytes int
 	fs.StringVar(&c.NATSURL, "nats-url", "", "connect to this NATS server instead of starting one (user:password@ and token@ work in the URL)")
 	fs.StringVar(&c.NATSListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded NATS server")
 	fs.StringVar(&c.NATSCreds, "nats-creds", "", "NATS credentials file for --nats-url")
 	fs.StringVar(&c.DataDir, "data-dir", "./chatpulse-data", "JetStream store of the embedded server")
 	fs.StringVar(&c.Stream, "stream", "CHAT", "JetStream stream to read, created if missing")
 	fs.BoolVar(&c.JetStream, "jetstream", true, "read a JetStream stream (false: a plain core NATS subscription, no replay)")
-	fs.StringVar(&c.Subject, "subject", "chat.>", "subject filter of chat events")
+	fs.StringVar(&c.Subject, "subject", "chat.>", "subject filter of chat events (with --source-stream: of what is taken from it, default all)")
+	fs.StringVar(&input, "input", "chatpulse", "how event payloads are read: chatpulse (its own events), matrix (a Matrix homeserver's room events, as Dendrite publishes them) or mapping:FILE (any JSON, through a mapping file)")
+	fs.StringVar(&c.SourceStream, "source-stream", "", "a stream chatpulse does not own (a chat system's, such as DendriteOutputRoomEvent) for --stream to source and chatpulse to read")
+	fs.IntVar(&maxEventBytes, "max-event-bytes", 0, "the largest event payload read, in bytes, with --input other than chatpulse (0: 65536, or 1048576 with --input matrix)")
 	fs.StringVar(&c.HTTP, "http", "127.0.0.1:8080", "address of the HTTP API, websocket and dashboard")
 	fs.StringVar(&windows, "windows", rolling.DefaultWindows, "windows, SIZE or SIZE:RESOLUTION, comma-separated")
 	fs.DurationVar(&c.MaxSkew, "max-skew", 5*time.Second, "how far ahead of the wall clock an event's ts may be")
@@ -128,6 +138,9 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 		return usagef("--windows: %v", err)
 	}
 	c.Windows = ws
+	if err := c.parseInput(fs, input, maxEventBytes); err != nil {
+		return err
+	}
 	switch {
 	case c.MaxSkew < 0:
 		return usagef("--max-skew: must not be negative, got %v", c.MaxSkew)
@@ -155,6 +168,40 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 	c.AllowedOrigins = list(origins)
 	c.AllowedHosts = list(hosts)
 	return c.checkSecurity(tokenFile)
+}
+
+// parseInput reads --input, --max-event-bytes and --source-stream
+// (docs/contract.md section 13). With --source-stream, --subject filters what is
+// taken of that stream, all of it unless given.
+func (c *Config) parseInput(fs *flag.FlagSet, input string, maxEventBytes int) error {
+	f, err := ingest.ParseInput(input)
+	if err != nil {
+		return usagef("--input: %v", err)
+	}
+	if maxEventBytes != 0 {
+		if f, err = f.WithMaxPayload(maxEventBytes); err != nil {
+			return usagef("--max-event-bytes: %v", err)
+		}
+	}
+	c.Input = f
+	subjectGiven := false
+	fs.Visit(func(fl *flag.Flag) { subjectGiven = subjectGiven || fl.Name == "subject" })
+	switch {
+	case c.SourceStream == "":
+	case !c.JetStream:
+		return usagef("--source-stream %s: sourcing needs JetStream; drop --jetstream=false", c.SourceStream)
+	case c.SourceStream == c.Stream:
+		return usagef("--source-stream %s: the stream chatpulse reads (--stream) cannot source itself", c.SourceStream)
+	case !subjectGiven:
+		c.Subject = ">"
+	}
+	switch {
+	case c.Group != "" && c.SourceStream != "":
+		return usagef("--source-stream with --group: a group cannot read a chat system's own stream yet; run one instance without --group")
+	case c.Group != "" && !f.Native():
+		return usagef("--input %s with --group: a group reads only chatpulse's own events yet; run one instance without --group", f.Name())
+	}
+	return nil
 }
 
 // list splits a comma-separated flag, dropping empty entries.

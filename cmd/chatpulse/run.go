@@ -148,7 +148,7 @@ func (m *Main) build() error {
 // of --group, or a standalone instance.
 func newEngine(c *Config, policies []throttle.Policy, book *moderation.Book, now func() time.Time, log *slog.Logger, reg prometheus.Registerer) (engine.Engine, error) {
 	ec := engine.Config{
-		Stream: c.Stream, Subject: c.Subject, JetStream: c.JetStream, Windows: c.Windows, MaxSkew: c.MaxSkew,
+		Stream: c.Stream, Subject: c.Subject, SourceStream: c.SourceStream, Input: c.Input, JetStream: c.JetStream, Windows: c.Windows, MaxSkew: c.MaxSkew,
 		Policies: policies, Book: book, Replicas: c.Replicas, Instance: c.Instance, SnapshotInterval: c.SnapshotInterval,
 		Now: now, Log: log,
 	}
@@ -201,7 +201,7 @@ func (m *Main) attach(ctx context.Context) (net.Listener, error) {
 	}
 	if err := m.engine.Attach(ctx, m.bus, m.HTTPURL()); err != nil {
 		ln.Close()
-		if errors.Is(err, group.ErrConfig) {
+		if errors.Is(err, group.ErrConfig) || errors.Is(err, bus.ErrNotSourced) {
 			return nil, &UsageError{err}
 		}
 		return nil, err
@@ -233,11 +233,14 @@ func (m *Main) open(ln net.Listener) error {
 	}
 	m.running = true
 
-	m.Log.Info("chatpulse is running",
-		"dashboard", m.HTTPURL()+"/",
-		"nats", m.PublishURL(),
-		"subject", c.Subject,
-		"publish_example", fmt.Sprintf(`nats --server %s pub chat.lobby.alice '{"room":"lobby","user":"alice","text":"hi"}'`, m.PublishURL()))
+	running := []any{"dashboard", m.HTTPURL() + "/", "nats", m.PublishURL(), "subject", c.Subject, "input", c.Input.Name()}
+	if c.SourceStream != "" {
+		running = append(running, "source_stream", c.SourceStream)
+	}
+	if c.Input == nil || c.Input.Native() {
+		running = append(running, "publish_example", fmt.Sprintf(`nats --server %s pub chat.lobby.alice '{"room":"lobby","user":"alice","text":"hi"}'`, m.PublishURL()))
+	}
+	m.Log.Info("chatpulse is running", running...)
 	if c.Demo {
 		m.goRun(m.demo)
 	}
