@@ -73,7 +73,7 @@ func (a *Aggregator) load(r *snapshot.Reader) error {
 		if r.Err() != nil {
 			return r.Err()
 		}
-		if err := chat.CheckName("room", name); err != nil {
+		if err := chat.CheckNameLen("room", name, chat.MaxForeignNameLen); err != nil {
 			return err
 		}
 		if n == 0 || uint64(listed)+n > uint64(r.Len())/3 {
@@ -115,7 +115,7 @@ func (a *Aggregator) load(r *snapshot.Reader) error {
 		if r.Err() != nil {
 			return r.Err()
 		}
-		if err := chat.CheckName("user", name); err != nil {
+		if err := chat.CheckNameLen("user", name, chat.MaxForeignNameLen); err != nil {
 			return err
 		}
 		if n == 0 || n > nrooms {

@@ -85,8 +85,14 @@ func (f *Format) Native() bool { return f.plan == nil }
 // MaxPayload is the largest payload f reads; longer ones are too_large.
 func (f *Format) MaxPayload() int { return f.maxPayload }
 
-// MaxName is the longest room or user name f accepts, in bytes.
-func (f *Format) MaxName() int { return f.maxName }
+// MaxName is the longest room or user name f accepts, in bytes; nil is
+// chatpulse's own.
+func (f *Format) MaxName() int {
+	if f == nil {
+		return native.maxName
+	}
+	return f.maxName
+}
 
 // WithMaxPayload is f reading payloads of up to n bytes
 // (--max-event-bytes). Chatpulse's own events are at most 64 KiB by

@@ -90,7 +90,7 @@ func (a *Action) InForce(now int64) bool { return a.Until == nil || int64(*a.Unt
 func (a *Action) Validate() error {
 	switch a.Kind {
 	case Slowmode:
-		if err := chat.CheckName("room", a.Room); err != nil {
+		if err := chat.CheckNameLen("room", a.Room, chat.MaxForeignNameLen); err != nil {
 			return err
 		}
 		if a.User != "" {
@@ -100,11 +100,11 @@ func (a *Action) Validate() error {
 			return fmt.Errorf("interval: must be 1ms..%s, got %s", rolling.FormatDuration(MaxInterval), rolling.FormatDuration(time.Duration(a.Interval)*time.Millisecond))
 		}
 	case Timeout:
-		if err := chat.CheckName("user", a.User); err != nil {
+		if err := chat.CheckNameLen("user", a.User, chat.MaxForeignNameLen); err != nil {
 			return err
 		}
 		if a.Room != "" {
-			if err := chat.CheckName("room", a.Room); err != nil {
+			if err := chat.CheckNameLen("room", a.Room, chat.MaxForeignNameLen); err != nil {
 				return err
 			}
 		}

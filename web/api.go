@@ -82,7 +82,7 @@ func (s *Server) room(p params) (any, error) {
 		return nil, err
 	}
 	room := p.Get("room")
-	if err := checkName("room", room); err != nil {
+	if err := checkName("room", room, s.opts.MaxName); err != nil {
 		return nil, err
 	}
 	win, err := s.window(p.Get("window"))
@@ -95,7 +95,7 @@ func (s *Server) room(p params) (any, error) {
 // user is GET /api/v1/users/{user}.
 func (s *Server) user(p params) (any, error) {
 	user := p.Get("user")
-	if err := checkName("user", user); err != nil {
+	if err := checkName("user", user, s.opts.MaxName); err != nil {
 		return nil, err
 	}
 	win, err := s.window(p.Get("window"))
@@ -191,8 +191,8 @@ func intParam(name, v string, def, most int) (int, error) {
 }
 
 // checkName is chat.CheckName, refusing a bad name as a bad request.
-func checkName(what, name string) error {
-	if err := chat.CheckName(what, name); err != nil {
+func checkName(what, name string, maxLen int) error {
+	if err := chat.CheckNameLen(what, name, maxLen); err != nil {
 		return &badRequest{err.Error()}
 	}
 	return nil

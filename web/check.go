@@ -17,7 +17,7 @@ import (
 // BadRequest. A JSON array of requests is answered by an array of answers,
 // in order.
 func (s *Server) CheckRequest(body []byte) (any, error) {
-	reqs, batch, err := decodeChecks(body)
+	reqs, batch, err := decodeChecks(body, s.opts.MaxName)
 	if err != nil {
 		return nil, err
 	}
@@ -39,12 +39,12 @@ const maxIDLen = 128
 
 // decodeChecks parses one check request, or a JSON array of them (batch),
 // each validated; one bad request refuses them all, naming its index.
-func decodeChecks(data []byte) (reqs []checkRequest, batch bool, err error) {
+func decodeChecks(data []byte, maxName int) (reqs []checkRequest, batch bool, err error) {
 	if len(data) > maxCheckBody {
 		return nil, false, badf("request body over %d bytes", maxCheckBody)
 	}
 	if i := skipSpace(data, 0); i == len(data) || data[i] != '[' {
-		req, err := decodeCheck(data)
+		req, err := decodeCheck(data, maxName)
 		return []checkRequest{req}, false, err
 	}
 	var items []json.RawMessage
@@ -56,7 +56,7 @@ func decodeChecks(data []byte) (reqs []checkRequest, batch bool, err error) {
 	}
 	reqs = make([]checkRequest, len(items))
 	for i, item := range items {
-		if reqs[i], err = decodeCheck(item); err != nil {
+		if reqs[i], err = decodeCheck(item, maxName); err != nil {
 			return nil, true, badf("[%d]: %v", i, err)
 		}
 	}
@@ -90,7 +90,7 @@ const maxRoles = 16
 // decodeObject), and text is read as an event's text is: it may hold
 // invalid UTF-8 or unpaired surrogates, read as U+FFFD (as the events
 // that the repeat policies counted were).
-func decodeCheck(data []byte) (checkRequest, error) {
+func decodeCheck(data []byte, maxName int) (checkRequest, error) {
 	if len(data) > maxCheckBody {
 		return checkRequest{}, badf("request body over %d bytes", maxCheckBody)
 	}
@@ -103,7 +103,7 @@ func decodeCheck(data []byte) (checkRequest, error) {
 		if !ok {
 			return checkRequest{}, badf("%s: missing", field)
 		}
-		if err := checkName(field, v); err != nil {
+		if err := checkName(field, v, maxName); err != nil {
 			return checkRequest{}, err
 		}
 	}

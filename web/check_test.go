@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/ingest"
 )
 
@@ -21,7 +22,7 @@ func TestDecodeCheck(t *testing.T) {
 		"{\"room\":\"r\",\"user\":\"u\",\"text\":\"\xff\\udc00\"}": {Room: "r", User: "u", Text: ptr("\uFFFD\uFFFD")}, // text as an event's
 	}
 	for body, want := range good {
-		got, err := decodeCheck([]byte(body))
+		got, err := decodeCheck([]byte(body), chat.MaxNameLen)
 		if err != nil || got.Room != want.Room || got.User != want.User || (got.Text == nil) != (want.Text == nil) || (got.Text != nil && *got.Text != *want.Text) {
 			t.Errorf("%s: %+v %v", body, got, err)
 		}
@@ -59,7 +60,7 @@ func TestDecodeCheck(t *testing.T) {
 		`{"room":"` + strings.Repeat("é", 65) + `","user":"u"}`:                      "room: must be 1..128 bytes, got 130",
 		`{"room":"r","user":"u","text":"` + strings.Repeat("x", maxCheckBody) + `"}`: "request body over 65536 bytes",
 	} {
-		_, err := decodeCheck([]byte(body))
+		_, err := decodeCheck([]byte(body), chat.MaxNameLen)
 		var bad *badRequest
 		if !errors.As(err, &bad) || !strings.Contains(bad.msg, want) {
 			t.Errorf("%s: %v, want a bad request saying %q", body, err, want)
@@ -81,7 +82,7 @@ func FuzzDecodeCheck(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		req, err := decodeCheck(body)
+		req, err := decodeCheck(body, chat.MaxNameLen)
 		if err != nil {
 			var bad *badRequest
 			if !errors.As(err, &bad) {

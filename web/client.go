@@ -94,7 +94,7 @@ func (c *client) readLoop() {
 
 // handle hands the hub what a frame from the browser asks for.
 func (c *client) handle(data []byte) error {
-	op, k, err := parseFrame(data, c.hub.windows())
+	op, k, err := parseFrame(data, c.hub.windows(), c.hub.maxName)
 	if err != nil {
 		return err
 	}
@@ -106,7 +106,7 @@ func (c *client) handle(data []byte) error {
 // an unsubscription of a valid view. A frame is read as strictly as any
 // request (decodeObject): exact field names, and a room that says exactly
 // what it unescapes to.
-func parseFrame(data []byte, windows []string) (requestOp, viewKey, error) {
+func parseFrame(data []byte, windows []string, maxName int) (requestOp, viewKey, error) {
 	f, err := decodeObject(data, frameShape, frameFields)
 	if err != nil {
 		return 0, viewKey{}, err
@@ -121,7 +121,7 @@ func parseFrame(data []byte, windows []string) (requestOp, viewKey, error) {
 	default:
 		return 0, viewKey{}, fmt.Errorf("type must be subscribe or unsubscribe, got %q", m.Type)
 	}
-	k, err := m.key(windows)
+	k, err := m.key(windows, maxName)
 	return op, k, err
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/moderation"
 	"github.com/chatpulse/chatpulse/throttle"
 )
@@ -28,6 +29,10 @@ type Options struct {
 	Log            *slog.Logger
 	PushInterval   time.Duration // websocket pushes
 	AllowedOrigins []string      // besides the same origin, for /ws
+	// MaxName is the longest room or user name a request may name: that
+	// of the events read (docs/contract.md sections 1 and 13); 0:
+	// chat.MaxNameLen.
+	MaxName int
 	// Moderation keeps the moderators' actions; nil: the moderation
 	// routes answer 404.
 	Moderation Moderator
@@ -105,10 +110,14 @@ func New(views Views, thr Throttle, opts Options) *Server {
 	if opts.PushInterval <= 0 {
 		opts.PushInterval = time.Second
 	}
+	if opts.MaxName <= 0 {
+		opts.MaxName = chat.MaxNameLen
+	}
 	s := &Server{views: views, thr: thr, opts: opts, mux: http.NewServeMux(), api: http.NewServeMux()}
 	s.hub = newHub(hubConfig{
 		render:       s.render,
 		windows:      views.WindowNames,
+		maxName:      opts.MaxName,
 		pushInterval: opts.PushInterval,
 		checkOrigin:  s.checkOrigin,
 	})

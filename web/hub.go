@@ -68,6 +68,7 @@ type hub struct {
 type hubConfig struct {
 	render       renderFunc
 	windows      func() []string // the configured windows, the default first
+	maxName      int             // the longest room name a subscription may name
 	pushInterval time.Duration
 	checkOrigin  func(*http.Request) bool // may this request open a websocket?
 }

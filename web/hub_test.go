@@ -361,7 +361,7 @@ func FuzzParseFrame(f *testing.F) {
 	}
 	windows := []string{"1m", "5m", "1h"}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		op, k, err := parseFrame(data, windows)
+		op, k, err := parseFrame(data, windows, chat.MaxNameLen)
 		if err != nil {
 			return
 		}

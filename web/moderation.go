@@ -129,7 +129,7 @@ func (s *Server) put(r *http.Request, a moderation.Action) (any, error) {
 // putSlowmode is PUT /api/v1/rooms/{room}/slowmode.
 func (s *Server) putSlowmode(r *http.Request) (any, error) {
 	room := r.PathValue("room")
-	if err := checkName("room", room); err != nil {
+	if err := checkName("room", room, s.opts.MaxName); err != nil {
 		return nil, err
 	}
 	return s.put(r, moderation.Action{Kind: moderation.Slowmode, Room: room})
@@ -138,7 +138,7 @@ func (s *Server) putSlowmode(r *http.Request) (any, error) {
 // putTimeout is PUT /api/v1/users/{user}/timeout.
 func (s *Server) putTimeout(r *http.Request) (any, error) {
 	user := r.PathValue("user")
-	if err := checkName("user", user); err != nil {
+	if err := checkName("user", user, s.opts.MaxName); err != nil {
 		return nil, err
 	}
 	return s.put(r, moderation.Action{Kind: moderation.Timeout, User: user})
@@ -155,16 +155,16 @@ func (s *Server) lift(kind moderation.Kind) func(*http.Request) (any, error) {
 		v := liftedView{Lifted: kind}
 		if kind == moderation.Slowmode {
 			v.Room = r.PathValue("room")
-			if err := checkName("room", v.Room); err != nil {
+			if err := checkName("room", v.Room, s.opts.MaxName); err != nil {
 				return nil, err
 			}
 		} else {
 			v.User, v.Room = r.PathValue("user"), q.Get("room")
-			if err := checkName("user", v.User); err != nil {
+			if err := checkName("user", v.User, s.opts.MaxName); err != nil {
 				return nil, err
 			}
 			if q.Has("room") {
-				if err := checkName("room", v.Room); err != nil {
+				if err := checkName("room", v.Room, s.opts.MaxName); err != nil {
 					return nil, err
 				}
 			}

@@ -38,7 +38,7 @@ type clientMsg struct {
 
 // key validates a subscription against the configured windows and names it
 // canonically.
-func (m clientMsg) key(windows []string) (viewKey, error) {
+func (m clientMsg) key(windows []string, maxName int) (viewKey, error) {
 	if m.View == viewAlerts {
 		if m.Window != "" || m.Room != "" {
 			return viewKey{}, fmt.Errorf("view alerts takes no window and no room")
@@ -56,7 +56,7 @@ func (m clientMsg) key(windows []string) (viewKey, error) {
 			return k, fmt.Errorf("view %s takes no room", m.View)
 		}
 	case viewRoom:
-		if err := checkName("room", m.Room); err != nil {
+		if err := checkName("room", m.Room, maxName); err != nil {
 			return k, err
 		}
 		k.room = m.Room

@@ -138,6 +138,7 @@ func (m *Main) build() error {
 		Ready:          m.engine.Ready,
 		Group:          m.engine.Status,
 		Moderation:     m.moderation,
+		MaxName:        c.Input.MaxName(),
 	})
 	reg.MustRegister(newStatsCollector(m.engine, names(c.Windows), m.policies.decisionLabels, func() uint64 { return m.bus.Dropped() }))
 	reg.MustRegister(readyGauge(m.engine.Ready))
