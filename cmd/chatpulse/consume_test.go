@@ -152,3 +152,32 @@ func TestConsumingBurstGroup(t *testing.T) {
 		}
 	})
 }
+
+// Consumed hits survive a restart, with the snapshot of a clean stop and
+// with a full replay, and each consumed message whose event came is
+// counted once after it, as before it.
+func TestConsumedSurviveRestart(t *testing.T) {
+	url := natsServer(t)
+	for _, snapshots := range []string{"30s", "0"} {
+		dir, instance := t.TempDir(), "consume-"+snapshots
+		args := []string{"--nats-url", url, "--data-dir", dir, "--instance", instance, "--snapshot-interval", snapshots, "--stream", "CHAT_" + map[string]string{"30s": "SNAP", "0": "REPLAY"}[snapshots], "--subject", "chat" + snapshots + ".>"}
+		tm := startMain(t, args...)
+		subject := "chat" + snapshots + ".lobby.bot"
+		ids := burst(t, []*testMain{tm}, "lobby", "bot", 30)
+		if len(ids) != 10 {
+			t.Fatalf("snapshots %s: %d allowed, want 10", snapshots, len(ids))
+		}
+		for _, id := range ids {
+			if _, err := tm.nc.Request(subject, fmt.Appendf(nil, `{"id":%q,"room":"lobby","user":"bot"}`, id), 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tm.waitReceived(10)
+		before := floodCounts(tm, "lobby", "bot")
+		tm.Close()
+		tm = startMain(t, args...)
+		if after := floodCounts(tm, "lobby", "bot"); after["user_room_flood"] != 10 || after["user_flood"] != before["user_flood"] {
+			t.Errorf("snapshots %s: after a restart the policies count %v, before %v; want 10 each", snapshots, after, before)
+		}
+	}
+}
