@@ -15,7 +15,10 @@ type algorithm struct {
 	burst      bool // a policy may set a burst
 	// text: a key includes the message's normalized text, so only messages
 	// with text count, and the store keeps hashes, not names (Repeat).
-	text   bool
+	text bool
+	// joins: the policy counts a room's joins, not its messages, and
+	// decides no message (join_wave).
+	joins  bool
 	kernel kernelMaker
 }
 

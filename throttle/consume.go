@@ -148,10 +148,12 @@ func (s *Set) Consume(now int64, q Query, id string) (res Result, recorded bool,
 	m.id = st.hk.idHash(id)
 	sel := make([]int, 0, len(st.policies))
 	for pi, p := range st.policies {
-		if p.sees(q.Room) && (!p.text || hasText) {
+		if p.sees(q.Room) && (!p.text || hasText) && s.applies(st, p, &q, m, now) {
 			sel = append(sel, pi)
-			st.stores[pi].lock()
 		}
+	}
+	for _, pi := range sel { // the join waves' locks, which applies takes, are not held here
+		st.stores[pi].lock()
 	}
 	defer func() {
 		for _, pi := range sel {
@@ -200,9 +202,7 @@ func (s *Set) Consume(now int64, q Query, id string) (res Result, recorded bool,
 		res.Decisions = append(res.Decisions, d)
 	}
 	if res.Allowed && !again {
-		if book := s.book.Load(); book != nil && !book.Empty() {
-			s.slowPost(book, q.Room, q.User, now)
-		}
+		s.posted(st, &chat.Event{Room: q.Room, User: q.User, TS: now})
 	}
 	consumed := res.Allowed
 	res.Consumed = &consumed
@@ -233,7 +233,7 @@ func (s *Set) Unconsume(q Query, id string) bool {
 	m.id = st.hk.idHash(id)
 	taken := false
 	for pi, p := range st.policies {
-		if p.sees(q.Room) && (!p.text || hasText) {
+		if !p.joins && p.sees(q.Room) && (!p.text || hasText) {
 			taken = st.stores[pi].untake(m) || taken
 		}
 	}

@@ -25,7 +25,7 @@ const maxNameLen = 64
 
 // algorithms is the table of algorithms, one row from each algorithm's
 // file, in the order in which errors list them.
-var algorithms = []*algorithm{&slidingAlg, &counterAlg, &fixedAlg, &bucketAlg, &gcraAlg, &repeatAlg}
+var algorithms = []*algorithm{&slidingAlg, &counterAlg, &fixedAlg, &bucketAlg, &gcraAlg, &repeatAlg, &joinWaveAlg}
 
 // algorithmNamed returns the row of the algorithm called name, or nil.
 func algorithmNamed(name Algorithm) *algorithm {
@@ -79,6 +79,12 @@ type Policy struct {
 	// roles, is allowed by it and says so (docs/contract.md section 11).
 	ExemptUsers []string `json:",omitempty"`
 	ExemptRoles []string `json:",omitempty"`
+	// NewMembers, if set, makes the policy apply only to the users whose
+	// first event in the room (a join or a message) is younger than it,
+	// and only while a join wave (a join_wave policy over its limit) holds
+	// in the room: how a raid is slowed without touching regular members
+	// (docs/contract.md section 12). Room and user_in_room scopes only.
+	NewMembers time.Duration `json:",omitempty"`
 }
 
 // DefaultStrikesWithin is how long a crossing counts toward an escalating
@@ -181,7 +187,25 @@ func (p Policy) validate() *FieldError {
 			return fieldErr(fmt.Sprintf("exempt_roles[%d]", i), "%v", err)
 		}
 	}
+	if err := p.validateJoins(alg); err != nil {
+		return err
+	}
 	return p.validatePenalty()
+}
+
+// validateJoins checks what join waves and new members need.
+func (p Policy) validateJoins(alg *algorithm) *FieldError {
+	switch {
+	case alg.joins && p.Scope != ScopeRoom:
+		return fieldErr("scope", "a join_wave counts a room's joins: scope room, got %s", p.Scope)
+	case p.NewMembers == 0:
+		return nil
+	case alg.joins:
+		return fieldErr("new_members", "a join_wave decides no message")
+	case p.Scope != ScopeRoom && p.Scope != ScopeUserInRoom:
+		return fieldErr("new_members", "only with scope room or user_in_room (the room's owner knows who is new), got %s", p.Scope)
+	}
+	return validDuration("new_members", p.NewMembers, MaxWindow)
 }
 
 // validatePenalty checks Penalty, Escalate and StrikesWithin.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/chatpulse/chatpulse/chat"
 )
@@ -16,6 +17,9 @@ type rules struct {
 	// Some policy's key includes the user, or the room: msg carries its
 	// hash.
 	byUser, byRoom bool
+	// newMembers is the longest NewMembers: how long first sightings are
+	// kept (0: none are).
+	newMembers time.Duration
 }
 
 type policy struct {
@@ -24,6 +28,7 @@ type policy struct {
 	exempts []chat.Glob // ExemptUsers, compiled
 	enforce bool
 	text    bool // the key includes the text: only messages with text count
+	joins   bool // counts joins (join_wave), decides no message
 	// The decisions of Check, shared by every version of the policy of
 	// this name (Reconfigure).
 	decisions *decisions
@@ -59,7 +64,7 @@ func newRules(policies []Policy) (rules, error) {
 		p = p.withDefaults()
 		p.Rooms = slices.Clone(p.Rooms)
 		alg := algorithmNamed(p.Algorithm)
-		pol := &policy{Policy: p, enforce: p.Mode == ModeEnforce, text: alg.text, decisions: new(decisions)}
+		pol := &policy{Policy: p, enforce: p.Mode == ModeEnforce, text: alg.text, joins: alg.joins, decisions: new(decisions)}
 		for _, g := range p.Rooms {
 			cg, _ := chat.CompileGlob(g)
 			pol.rooms = append(pol.rooms, cg)
@@ -70,6 +75,7 @@ func newRules(policies []Policy) (rules, error) {
 		}
 		r.policies = append(r.policies, pol)
 		r.text = r.text || alg.text
+		r.newMembers = max(r.newMembers, p.NewMembers)
 		r.byUser = r.byUser || p.Scope == ScopeUser || p.Scope == ScopeUserInRoom
 		r.byRoom = r.byRoom || p.Scope == ScopeRoom || p.Scope == ScopeUserInRoom
 	}

@@ -73,8 +73,9 @@ type Set struct {
 	consumed  atomic.Uint64 // consuming checks recorded
 	// book: the moderators' actions it decides with (Moderate); slow,
 	// the last posts in rooms under slow mode.
-	book atomic.Pointer[moderation.Book]
-	slow slowPosts
+	book  atomic.Pointer[moderation.Book]
+	slow  slowPosts
+	first firstPosts // for the policies with NewMembers
 }
 
 // A state is what a Set decides with: its policies, the key of its hashes
@@ -161,17 +162,38 @@ func (s *Set) Observe(e chat.Event) []Alert {
 	}
 	var alerts []Alert
 	for pi, p := range st.policies {
-		if !p.sees(e.Room) || p.text && !hasText {
+		if !p.counts(&e, hasText) {
 			continue
 		}
 		if c := st.stores[pi].observe(m, p.enforce); c.j >= 0 {
 			alerts = append(alerts, p.alert(e.TS, e.Room, e.User, c))
 		}
 	}
-	if book := s.book.Load(); book != nil && !book.Empty() {
-		s.slowPost(book, e.Room, e.User, e.TS)
-	}
+	s.posted(st, &e)
 	return alerts
+}
+
+// counts reports whether policy p counts event e: a join wave its joins,
+// every other policy its messages (with text, for a repeat policy), in the
+// rooms it sees. A leave counts in none.
+func (p *policy) counts(e *chat.Event, hasText bool) bool {
+	if p.joins {
+		return e.Kind == chat.KindJoin && p.sees(e.Room)
+	}
+	return e.Kind == chat.KindMessage && p.sees(e.Room) && (!p.text || hasText)
+}
+
+// posted notes what e tells beside the policies' counts: a post in a room
+// under slow mode, a user seen in a room.
+func (s *Set) posted(st *state, e *chat.Event) {
+	if e.Kind == chat.KindMessage {
+		if book := s.book.Load(); book != nil && !book.Empty() {
+			s.slowPost(book, e.Room, e.User, e.TS)
+		}
+	}
+	if st.newMembers > 0 && e.Kind != chat.KindLeave {
+		s.seen(e.Room, e.User, e.TS)
+	}
 }
 
 // A batch is ObserveBatch's scratch, pooled.
@@ -196,10 +218,8 @@ func (s *Set) ObserveBatch(evs []chat.Event, fn func(i int, a Alert)) {
 	b := batches.Get().(*batch)
 	b.cross = b.cross[:0]
 	st := s.observeAll(evs, b)
-	if book := s.book.Load(); book != nil && !book.Empty() {
-		for i := range evs {
-			s.slowPost(book, evs[i].Room, evs[i].User, evs[i].TS)
-		}
+	for i := range evs {
+		s.posted(st, &evs[i])
 	}
 	if fn != nil {
 		for _, c := range b.cross {
@@ -231,7 +251,7 @@ func (s *Set) observeAll(evs []chat.Event, b *batch) *state {
 		for pi, p := range st.policies {
 			sel := b.sel[:0]
 			for j := range chunk {
-				if p.sees(chunk[j].Room) && (!p.text || b.hasText[j]) {
+				if p.counts(&chunk[j], b.hasText[j]) {
 					sel = append(sel, int32(j))
 				}
 			}
@@ -308,7 +328,7 @@ func (s *Set) Decide(now int64, q Query) Result {
 		res.Allowed = res.Allowed && d.Allowed
 	}
 	for pi, p := range st.policies {
-		if !p.sees(q.Room) || p.text && !hasText {
+		if !p.sees(q.Room) || p.text && !hasText || !s.applies(st, p, &q, m, now) {
 			continue
 		}
 		v := st.stores[pi].check(m)
@@ -372,10 +392,13 @@ func (s *Set) Active(now int64) []Active {
 func (s *Set) Sweep(now int64) int {
 	s.swap.RLock()
 	defer s.swap.RUnlock()
+	st := s.state.Load()
 	n := 0
-	for _, store := range s.state.Load().stores {
+	for _, store := range st.stores {
 		n += store.sweep(now)
 	}
+	s.sweepSlow(now)
+	s.sweepFirst(now, st.newMembers)
 	return n
 }
 

@@ -85,7 +85,7 @@ func ParsePolicies(file string, data []byte) ([]Policy, error) {
 	return policies, nil
 }
 
-var policyFields = []string{"name", "scope", "algorithm", "limit", "window", "resolution", "burst", "mode", "rooms", "penalty", "escalate", "strikes_within", "exempt_users", "exempt_roles"}
+var policyFields = []string{"name", "scope", "algorithm", "limit", "window", "resolution", "burst", "mode", "rooms", "penalty", "escalate", "strikes_within", "exempt_users", "exempt_roles", "new_members"}
 
 // parsePolicy parses policies[i] and returns it with the line of each field
 // it has.
@@ -184,7 +184,7 @@ func parsePolicy(file string, i int, n *yaml.Node) (Policy, map[string]int, erro
 			} else {
 				p.Burst = int(x)
 			}
-		case "window", "resolution", "penalty", "strikes_within":
+		case "window", "resolution", "penalty", "strikes_within", "new_members":
 			d, err := rolling.ParseDuration(s)
 			if err != nil {
 				return fail(v.Line, field, "%v", err)
@@ -199,6 +199,8 @@ func parsePolicy(file string, i int, n *yaml.Node) (Policy, map[string]int, erro
 				p.Resolution = d
 			case "penalty":
 				p.Penalty = d
+			case "new_members":
+				p.NewMembers = d
 			default:
 				p.StrikesWithin = d
 			}

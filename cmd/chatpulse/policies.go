@@ -150,18 +150,21 @@ type inForceAnswer struct {
 // policyAnswer is a policy as the policies file writes it, defaults
 // filled in.
 type policyAnswer struct {
-	Name       string             `json:"name"`
-	Scope      throttle.Scope     `json:"scope"`
-	Algorithm  throttle.Algorithm `json:"algorithm"`
-	Limit      int                `json:"limit"`
-	Window     string             `json:"window"`
-	Resolution string             `json:"resolution,omitempty"`
-	Burst      int                `json:"burst,omitempty"`
-	Mode       throttle.Mode      `json:"mode"`
-	Rooms      []string           `json:"rooms"`
-	Penalty    string             `json:"penalty,omitempty"`
-	Escalate   []string           `json:"escalate,omitempty"`
-	Within     string             `json:"strikes_within,omitempty"`
+	Name        string             `json:"name"`
+	Scope       throttle.Scope     `json:"scope"`
+	Algorithm   throttle.Algorithm `json:"algorithm"`
+	Limit       int                `json:"limit"`
+	Window      string             `json:"window"`
+	Resolution  string             `json:"resolution,omitempty"`
+	Burst       int                `json:"burst,omitempty"`
+	Mode        throttle.Mode      `json:"mode"`
+	Rooms       []string           `json:"rooms"`
+	Penalty     string             `json:"penalty,omitempty"`
+	Escalate    []string           `json:"escalate,omitempty"`
+	Within      string             `json:"strikes_within,omitempty"`
+	NewMembers  string             `json:"new_members,omitempty"`
+	ExemptUsers []string           `json:"exempt_users,omitempty"`
+	ExemptRoles []string           `json:"exempt_roles,omitempty"`
 }
 
 // answer is what is in force, and since when.
@@ -184,6 +187,10 @@ func (p *policies) answer() any {
 		if ps.StrikesWithin > 0 {
 			pa.Within = rolling.FormatDuration(ps.StrikesWithin)
 		}
+		if ps.NewMembers > 0 {
+			pa.NewMembers = rolling.FormatDuration(ps.NewMembers)
+		}
+		pa.ExemptUsers, pa.ExemptRoles = ps.ExemptUsers, ps.ExemptRoles
 		a.Policies = append(a.Policies, pa)
 	}
 	return a
