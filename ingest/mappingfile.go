@@ -2,13 +2,13 @@ package ingest
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/internal/yamlnode"
 )
 
 var mappingFields = []string{"room", "user", "ts", "id", "text", "type", "message", "join", "leave"}
@@ -49,12 +49,12 @@ func ParseMapping(file string, data []byte) (*Format, error) {
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, yamlError(file, err)
+		return nil, yamlnode.Error(file, err)
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		return nil, fmt.Errorf("%s: empty file: want a mapping of room, user, ts, id, text, type...", file)
 	}
-	root := deref(doc.Content[0])
+	root := yamlnode.Deref(doc.Content[0])
 	if root.Kind != yaml.MappingNode {
 		return nil, fmt.Errorf("%s:%d: want a mapping of room, user, ts, id, text, type...", file, root.Line)
 	}
@@ -62,7 +62,7 @@ func ParseMapping(file string, data []byte) (*Format, error) {
 	lines := map[string]int{}
 	fieldOf := map[string]int{"room": mRoom, "user": mUser, "ts": mTS, "id": mID, "text": mText, "type": mType}
 	for i := 0; i+1 < len(root.Content); i += 2 {
-		k, v := deref(root.Content[i]), deref(root.Content[i+1])
+		k, v := yamlnode.Deref(root.Content[i]), yamlnode.Deref(root.Content[i+1])
 		field := k.Value
 		if k.Kind != yaml.ScalarNode || !slices.Contains(mappingFields, field) {
 			return fail(k.Line, field, "unknown field (valid: %s)", strings.Join(mappingFields, ", "))
@@ -79,7 +79,7 @@ func ParseMapping(file string, data []byte) (*Format, error) {
 				items = v.Content
 			}
 			for _, item := range items {
-				item = deref(item)
+				item = yamlnode.Deref(item)
 				if item.Kind != yaml.ScalarNode {
 					return fail(item.Line, field, "want type values: strings, numbers or null")
 				}
@@ -100,7 +100,7 @@ func ParseMapping(file string, data []byte) (*Format, error) {
 			if v.Kind == yaml.MappingNode {
 				ptrs = nil
 				for j := 0; j+1 < len(v.Content); j += 2 {
-					kk, vv := deref(v.Content[j]), deref(v.Content[j+1])
+					kk, vv := yamlnode.Deref(v.Content[j]), yamlnode.Deref(v.Content[j+1])
 					switch {
 					case kk.Value == "pointer" && ptrs == nil:
 						ptrs = vv
@@ -165,7 +165,7 @@ func pointers(n *yaml.Node, ptrs *[]string) string {
 		}
 	}
 	for _, item := range items {
-		item = deref(item)
+		item = yamlnode.Deref(item)
 		if item.Kind != yaml.ScalarNode || item.ShortTag() != "!!str" {
 			return "want a JSON pointer (a string such as /room) or a list of them"
 		}
@@ -175,26 +175,4 @@ func pointers(n *yaml.Node, ptrs *[]string) string {
 		*ptrs = append(*ptrs, item.Value)
 	}
 	return ""
-}
-
-// deref follows aliases (*anchor) to the node they stand for.
-func deref(n *yaml.Node) *yaml.Node {
-	for range 100 {
-		if n.Kind != yaml.AliasNode || n.Alias == nil {
-			break
-		}
-		n = n.Alias
-	}
-	return n
-}
-
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
-// yamlError puts the file name in front of a YAML syntax error, with its
-// line in the file:line form of the other errors.
-func yamlError(file string, err error) error {
-	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
-		return fmt.Errorf("%s:%s: %s", file, m[1], m[2])
-	}
-	return fmt.Errorf("%s: %v", file, err)
 }

@@ -3,12 +3,12 @@ package throttle
 import (
 	"fmt"
 	"os"
-	"regexp"
 	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/chatpulse/chatpulse/internal/yamlnode"
 	"github.com/chatpulse/chatpulse/rolling"
 )
 
@@ -44,18 +44,18 @@ func LoadPolicies(path string) ([]Policy, error) {
 func ParsePolicies(file string, data []byte) ([]Policy, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, yamlError(file, err)
+		return nil, yamlnode.Error(file, err)
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		return nil, fmt.Errorf("%s: empty file: want a policies: list", file)
 	}
-	root := deref(doc.Content[0])
+	root := yamlnode.Deref(doc.Content[0])
 	if root.Kind != yaml.MappingNode {
 		return nil, fmt.Errorf("%s:%d: want a mapping with a policies: list", file, root.Line)
 	}
 	var list *yaml.Node
 	for i := 0; i+1 < len(root.Content); i += 2 {
-		k, v := deref(root.Content[i]), deref(root.Content[i+1])
+		k, v := yamlnode.Deref(root.Content[i]), yamlnode.Deref(root.Content[i+1])
 		switch {
 		case k.Value != "policies":
 			return nil, fmt.Errorf("%s:%d: %s: unknown field (valid: policies)", file, k.Line, k.Value)
@@ -72,7 +72,7 @@ func ParsePolicies(file string, data []byte) ([]Policy, error) {
 	policies := []Policy{}
 	names := make(map[string]bool)
 	for i, item := range list.Content {
-		p, lines, err := parsePolicy(file, i, deref(item))
+		p, lines, err := parsePolicy(file, i, yamlnode.Deref(item))
 		if err != nil {
 			return nil, err
 		}
@@ -103,7 +103,7 @@ func parsePolicy(file string, i int, n *yaml.Node) (Policy, map[string]int, erro
 		return fail(n.Line, "", "want a mapping of name, scope, algorithm, limit, window...")
 	}
 	for j := 0; j+1 < len(n.Content); j += 2 {
-		k, v := deref(n.Content[j]), deref(n.Content[j+1])
+		k, v := yamlnode.Deref(n.Content[j]), yamlnode.Deref(n.Content[j+1])
 		field := k.Value
 		if k.Kind != yaml.ScalarNode || !slices.Contains(policyFields, field) {
 			return fail(k.Line, field, "unknown field (valid: %s)", strings.Join(policyFields, ", "))
@@ -117,7 +117,7 @@ func parsePolicy(file string, i int, n *yaml.Node) (Policy, map[string]int, erro
 				return fail(v.Line, field, "want a list of durations, like [1m, 10m, 1h]")
 			}
 			for r, g := range v.Content {
-				g = deref(g)
+				g = yamlnode.Deref(g)
 				f := fmt.Sprintf("escalate[%d]", r)
 				lines[f] = g.Line
 				d, err := rolling.ParseDuration(g.Value)
@@ -134,7 +134,7 @@ func parsePolicy(file string, i int, n *yaml.Node) (Policy, map[string]int, erro
 			}
 			list := []string{}
 			for r, g := range v.Content {
-				g = deref(g)
+				g = yamlnode.Deref(g)
 				f := fmt.Sprintf("%s[%d]", field, r)
 				lines[f] = g.Line
 				if g.Kind != yaml.ScalarNode || g.ShortTag() == "!!null" {
@@ -219,27 +219,4 @@ func parsePolicy(file string, i int, n *yaml.Node) (Policy, map[string]int, erro
 		return fail(line, err.Field, "%s", err.Msg)
 	}
 	return p.withDefaults(), lines, nil
-}
-
-// deref follows aliases (*anchor) to the node they stand for.
-func deref(n *yaml.Node) *yaml.Node {
-	for range 100 {
-		if n.Kind != yaml.AliasNode || n.Alias == nil {
-			break
-		}
-		n = n.Alias
-	}
-	return n
-}
-
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
-// yamlError puts the file name in front of a YAML syntax error, with its line
-// in the file:line form of the other errors.
-func yamlError(file string, err error) error {
-	msg := err.Error()
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		return fmt.Errorf("%s:%s: %s", file, m[1], m[2])
-	}
-	return fmt.Errorf("%s: %s", file, strings.TrimPrefix(msg, "yaml: "))
 }
