@@ -3,6 +3,7 @@ package ingest
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
@@ -192,4 +193,22 @@ func unhex(c byte) int {
 		return int(c - 'A' + 10)
 	}
 	return -1
+}
+
+// String reads lit, one JSON string literal with its quotes, as an
+// event's fields are read: its value, unescaped, invalid UTF-8 and
+// unpaired surrogate escapes read as U+FFFD (as a text is), a copy of lit;
+// and whether it says exactly what it unescapes to, as a room or user name
+// must (no such byte or escape). ok is false when lit is not one string.
+// It is how a request that names rooms and users (a throttle check, a
+// websocket frame) reads them by the rules of the events they are checked
+// against.
+func String(lit []byte) (v string, exact, ok bool) {
+	sc := scanner{data: lit}
+	s, next, err := sc.str(0)
+	if err != nil || next != len(lit) {
+		return "", false, false
+	}
+	v, bad := sc.value(s)
+	return strings.Clone(v), !bad, true
 }

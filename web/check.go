@@ -1,12 +1,10 @@
 package web
 
 import (
-	"bytes"
 	"encoding/json"
 	"slices"
-	"unicode/utf16"
-	"unicode/utf8"
 
+	"github.com/chatpulse/chatpulse/ingest"
 	"github.com/chatpulse/chatpulse/moderation"
 	"github.com/chatpulse/chatpulse/throttle"
 )
@@ -267,62 +265,17 @@ func literal(data []byte, i int) (lit []byte, next int) {
 	return data[i : j+1], j + 1
 }
 
-// unquote is the string a literal stands for, as encoding/json reads it:
-// invalid UTF-8 and unpaired surrogate escapes become U+FFFD.
+// unquote is the string a literal stands for, as an event's text is read
+// (ingest.String): invalid UTF-8 and unpaired surrogate escapes become
+// U+FFFD.
 func unquote(lit []byte) string {
-	if bytes.IndexByte(lit, '\\') < 0 && utf8.Valid(lit) {
-		return string(lit[1 : len(lit)-1])
-	}
-	var s string
-	json.Unmarshal(lit, &s)
-	return s
+	v, _, _ := ingest.String(lit)
+	return v
 }
 
 // exactString reports whether a valid JSON string literal unescapes to
-// what it says: its bytes are UTF-8 and every \u escape of a surrogate is
-// half of a pair.
+// what it says, as an event's room and user must (ingest.String).
 func exactString(lit []byte) bool {
-	if !utf8.Valid(lit) {
-		return false
-	}
-	for i := 1; i < len(lit)-1; i++ {
-		if lit[i] != '\\' {
-			continue
-		}
-		i++ // the escaped character; a valid literal has one
-		if lit[i] != 'u' {
-			continue
-		}
-		r := hex4(lit[i+1:])
-		i += 4
-		if !utf16.IsSurrogate(r) {
-			continue
-		}
-		// A high surrogate followed by the escape of a low one is a pair.
-		if r >= 0xDC00 || i+6 >= len(lit) || lit[i+1] != '\\' || lit[i+2] != 'u' {
-			return false
-		}
-		if lo := hex4(lit[i+3:]); lo < 0xDC00 || lo > 0xDFFF {
-			return false
-		}
-		i += 6
-	}
-	return true
-}
-
-// hex4 reads the four hex digits that follow \u in a valid JSON string.
-func hex4(b []byte) rune {
-	var r rune
-	for _, c := range b[:4] {
-		switch {
-		case c <= '9':
-			c -= '0'
-		case c >= 'a':
-			c -= 'a' - 10
-		default:
-			c -= 'A' - 10
-		}
-		r = r<<4 | rune(c)
-	}
-	return r
+	_, exact, _ := ingest.String(lit)
+	return exact
 }
