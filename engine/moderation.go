@@ -103,7 +103,7 @@ func (m *Moderation) watch(ctx context.Context, w <-chan *bus.Entry, synced chan
 		case e.Revision <= m.revs[e.Key]: // written here first
 		case e.Deleted:
 			m.Book.Delete(e.Key, e.Revision)
-			m.revs[e.Key] = e.Revision
+			delete(m.revs, e.Key)
 		case err != nil:
 			m.log.Warn("moderation: an action in the bucket is not valid; ignored", "err", err)
 		default:
@@ -182,6 +182,7 @@ func (m *Moderation) Lift(ctx context.Context, key, actor string) (bool, error) 
 		}
 	}
 	m.Book.Delete(key, 0)
+	delete(m.revs, key)
 	m.audit(ctx, "lifted", a, actor, 0)
 	return true, nil
 }
@@ -205,6 +206,7 @@ func (m *Moderation) Sweep(ctx context.Context, now int64) {
 			}
 		}
 		m.Book.Delete(a.Key(), 0)
+		delete(m.revs, a.Key())
 		m.mu.Unlock()
 		m.audit(ctx, "expired", a, "", rev)
 	}
