@@ -154,7 +154,8 @@ func TestBrowserModeration(t *testing.T) {
 }
 
 // TestBrowserModerationToken acts from the dashboard of a chatpulse that
-// needs a token: acting carries the token the page was given for reading;
+// needs a token: acting (a slow mode with the form's defaults, a timeout
+// everywhere) carries the token the page was given for reading;
 // a request without it is refused (401), and when the prompt it brings up
 // is dismissed the panel says that the action was not done and why; given
 // the token, the same click acts.
@@ -163,7 +164,8 @@ func TestBrowserModerationToken(t *testing.T) {
 	const token = "mod-t0ken"
 	tm := startMain(t, "--auth-token", token)
 	publishN(tm, "lobby", "alice", 3)
-	tm.waitReceived(3)
+	publishN(tm, "lobby", "troll", 5)
+	tm.waitReceived(8)
 	req, _ := http.NewRequest(http.MethodPut, tm.url+"/api/v1/users/troll/timeout", strings.NewReader(`{"for":"1h"}`))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -184,9 +186,15 @@ func TestBrowserModerationToken(t *testing.T) {
 	b.waitText("#room-title", "lobby")
 	b.wait("the list of actions, read with the token", `!document.querySelector('#act-actions-empty').hidden && document.querySelector('#act-actions-note').textContent === ''`)
 
-	// Acting with the token the page holds: a timeout everywhere, typed.
-	b.typeInto("#timeout-user", "troll")
+	// Acting with the token the page holds: the slow mode as the form
+	// offers it, and a timeout everywhere of a top talker.
+	b.typeInto("#act-actor", "mod-bob")
+	b.click("#slowmode-set")
+	b.wait("the slow mode in force", modRow("act-actions", "slowmode", "lobby", "")+` !== undefined && !document.querySelector('#room-slowmode').hidden`)
+	b.do(chromedp.Click(chromedp.JSPath(topTalker("troll", "user"))))
+	b.wait("troll picked", `document.querySelector('#timeout-user').value === 'troll'`)
 	b.click("#timeout-everywhere")
+	b.typeInto("#timeout-reason", "spam")
 	b.click("#timeout-set")
 	everywhere := modRow("act-actions", "timeout", "", "troll")
 	b.wait("the timeout in force", everywhere+` !== undefined`)
@@ -196,6 +204,11 @@ func TestBrowserModerationToken(t *testing.T) {
 	if ok, policy, _, _ := tm.firstDecision("anywhere", "troll", ""); ok || policy != "timeout" {
 		t.Fatalf("timed out everywhere: allowed %v, %s", ok, policy)
 	}
+	if acts := tm.actions(); len(acts) != 2 || acts[0].Actor != "mod-bob" || acts[1].Actor != "mod-bob" || slowInterval(acts) != 30_000 {
+		t.Fatalf("the actions in the API: %+v", acts)
+	}
+	b.do(chromedp.Evaluate[chromedp.Void](`document.activeElement.blur(); window.scrollTo(0, 0)`))
+	b.screenshot(artifactsDir(t), "moderation-lobby.png")
 
 	// Without the token: refused, and the panel says so.
 	b.do(chromedp.Evaluate[chromedp.Void](`sessionStorage.removeItem('chatpulse.token')`))
