@@ -16,6 +16,7 @@
 import { authFetch, wsProtocols } from './auth.js';
 import { Chart, fmtSpan } from './chart.js';
 import { noteView, showPartial, startGroup } from './group.js';
+import { isAction, setModerationRoom } from './moderation.js';
 import { Rows } from './rows.js';
 
 const MAX_ALERTS = 50;
@@ -455,6 +456,7 @@ function onRoute() {
     document.title = 'chatpulse';
     requestAnimationFrame(() => window.scrollTo(0, dashboardScroll));
   }
+  setModerationRoom(next.name === 'room' ? next.room : null);
   reconcile();
   updatePolling();
   invalidate('overview', 'rooms', 'room');
@@ -762,8 +764,9 @@ function renderActive() {
   $('active').classList.toggle('stale', state.activeError);
   if (!v) return;
   const now = Date.parse(v.as_of);
-  activeRows.update(v.active.map((a) => ({ ...a, age: now - Date.parse(a.since) })));
-  $('active-empty').hidden = v.active.length > 0;
+  const over = v.active.filter((a) => !isAction(a)); // the actions have their own list (moderation.js)
+  activeRows.update(over.map((a) => ({ ...a, age: now - Date.parse(a.since) })));
+  $('active-empty').hidden = over.length > 0;
 }
 
 let activeTimer = 0;

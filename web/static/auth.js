@@ -14,14 +14,17 @@ const KEY = 'chatpulse.token';
 const token = () => sessionStorage.getItem(KEY) || '';
 
 // authFetch is fetch with the token. On 401 it forgets the token it sent,
-// asks for one and tries again; it throws if the user cancels.
-export async function authFetch(path, opts = {}) {
+// asks for one and tries again; it throws an error with status 401 if the
+// user cancels. With ask false it never asks: a 401 is returned, for a
+// request made in the background that must not pop a prompt up (it can
+// listen for TOKEN_EVENT instead).
+export async function authFetch(path, opts = {}, { ask: asks = true } = {}) {
   for (;;) {
     const sent = token();
     const headers = new Headers(opts.headers);
     if (sent) headers.set('Authorization', `Bearer ${sent}`);
     const resp = await fetch(path, { ...opts, headers });
-    if (resp.status !== 401) return resp;
+    if (resp.status !== 401 || !asks) return resp;
     if (token() === sent) {
       // Not answered meanwhile by a prompt for another request.
       sessionStorage.removeItem(KEY);
@@ -37,6 +40,9 @@ export function wsProtocols() {
   const b64 = btoa(t).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
   return ['chatpulse', `chatpulse.bearer.${b64}`];
 }
+
+// TOKEN_EVENT is dispatched on window when the prompt has stored a token.
+export const TOKEN_EVENT = 'chatpulse-token';
 
 let asking = null; // the open prompt: requests refused together share it
 
@@ -66,12 +72,13 @@ function ask(message) {
       asking = null;
       dialog.remove();
       if (ok) resolve();
-      else reject(new Error('no token'));
+      else reject(Object.assign(new Error('no token'), { status: 401 }));
     };
     form.addEventListener('submit', (e) => {
       e.preventDefault();
       sessionStorage.setItem(KEY, input.value.trim());
       done(true);
+      window.dispatchEvent(new Event(TOKEN_EVENT));
     });
     dialog.addEventListener('cancel', () => done(false));
     document.body.append(dialog);
