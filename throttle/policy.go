@@ -252,6 +252,9 @@ func validName(name string) *FieldError {
 	if name == "" {
 		return fieldErr("name", "is empty")
 	}
+	if name == ActionSlowmode || name == ActionTimeout {
+		return fieldErr("name", "%q names a moderator's action in decisions and Active: choose another", name)
+	}
 	if len(name) > maxNameLen {
 		return fieldErr("name", "%q is longer than %d characters", name, maxNameLen)
 	}

@@ -194,12 +194,32 @@ func describe(room, user string) string {
 	return "user " + user + " in room " + room
 }
 
-// listActions is GET /api/v1/moderation.
+// listActions is GET /api/v1/moderation: every action in force, or with
+// ?room= those that hold in the room (its slow mode, the timeouts in it or
+// everywhere), with ?user= those of the user.
 func (s *Server) listActions(r *http.Request) (any, error) {
+	q := r.URL.Query()
+	for _, f := range []string{"room", "user"} {
+		if q.Has(f) {
+			if err := checkName(f, q.Get(f), s.opts.MaxName); err != nil {
+				return nil, err
+			}
+		}
+	}
 	now := s.nowMs()
 	v := actionsView{AsOf: chat.Time(now), Actions: []moderation.Action{}}
-	if s.opts.Moderation != nil {
-		v.Actions = append(v.Actions, s.opts.Moderation.List(now)...)
+	if s.opts.Moderation == nil {
+		return v, nil
+	}
+	for _, a := range s.opts.Moderation.List(now) {
+		inRoom := a.Room == q.Get("room") || a.Kind == moderation.Timeout && a.Room == ""
+		if q.Has("room") && !inRoom {
+			continue
+		}
+		if q.Has("user") && a.User != q.Get("user") {
+			continue
+		}
+		v.Actions = append(v.Actions, a)
 	}
 	return v, nil
 }

@@ -115,6 +115,13 @@ func TestModeratorActions(t *testing.T) {
 	if ok, policy, retry, _ := tm.firstDecision("anywhere", "troll", ""); ok || policy != "timeout" || retry <= 59*60_000 {
 		t.Fatalf("timed out: allowed %v, %s, retry %d", ok, policy, retry)
 	}
+	for q, want := range map[string]int{"?room=lobby": 2, "?room=elsewhere": 1, "?user=troll": 1, "?user=alice": 0} {
+		var v struct{ Actions []actionAnswer }
+		tm.get("/api/v1/moderation"+q, &v)
+		if len(v.Actions) != want {
+			t.Errorf("GET /api/v1/moderation%s: %+v, want %d", q, v.Actions, want)
+		}
+	}
 	var active struct {
 		Active []struct {
 			Policy string  `json:"policy"`

@@ -131,6 +131,8 @@ func TestOpenAPI(t *testing.T) {
 		{"PUT", "/api/v1/users/troll/timeout", `{"until":"2099-01-01T00:00:00Z","reason":"spam"}`, 200, ""},
 		{"PUT", "/api/v1/users/troll/timeout", `{"for":"1m","until":"2099-01-01T00:00:00Z"}`, 400, "the schema cannot say that for and until exclude each other"},
 		{"GET", "/api/v1/moderation", "", 200, ""},
+		{"GET", "/api/v1/moderation?room=lobby&user=troll", "", 200, ""},
+		{"GET", "/api/v1/moderation?room=bad%01", "", 400, ""},
 		{"POST", "/api/v1/throttle/check", `{"room":"lobby","user":"troll"}`, 200, ""},
 		{"GET", "/api/v1/throttle/active", "", 200, ""},
 		{"DELETE", "/api/v1/users/troll/timeout?actor=mod", "", 200, ""},
