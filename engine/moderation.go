@@ -73,8 +73,11 @@ func (m *Moderation) Attach(ctx context.Context, b *bus.Bus, jetStream bool, rep
 }
 
 // watch takes every change of the bucket into the book; a value that is
-// not a valid action of its key is logged and ignored.
+// not a valid action of its key is logged and ignored. The actions kept
+// when it starts go in at once, when the watch has delivered them all.
 func (m *Moderation) watch(ctx context.Context, w <-chan *bus.Entry, synced chan struct{}) {
+	var first []moderation.Action // until synced
+	var firstRev uint64
 	for {
 		e, ok := <-w
 		if !ok {
@@ -93,8 +96,23 @@ func (m *Moderation) watch(ctx context.Context, w <-chan *bus.Entry, synced chan
 		}
 		if e == nil {
 			if synced != nil {
+				m.mu.Lock()
+				m.Book.PutAll(first, firstRev)
+				m.mu.Unlock()
+				first = nil
 				close(synced)
 				synced = nil
+			}
+			continue
+		}
+		if synced != nil && !e.Deleted { // the keys there were: one step at the end
+			if a, err := moderation.Parse(e.Key, e.Data); err == nil {
+				first, firstRev = append(first, a), max(firstRev, e.Revision)
+				m.mu.Lock()
+				m.revs[e.Key] = e.Revision
+				m.mu.Unlock()
+			} else {
+				m.log.Warn("moderation: an action in the bucket is not valid; ignored", "err", err)
 			}
 			continue
 		}

@@ -248,6 +248,23 @@ func (b *Book) change(key string, a *Action, rev uint64) {
 	b.idx.Store(x)
 }
 
+// PutAll keeps every action of as in the book at once, as of revision rev:
+// how the actions kept in the bucket are read at start, in one step, not
+// one index a key.
+func (b *Book) PutAll(as []Action, rev uint64) {
+	old := b.idx.Load()
+	all := make(map[string]Action, len(old.all)+len(as))
+	for k, v := range old.all {
+		all[k] = v
+	}
+	for _, a := range as {
+		all[a.Key()] = a
+	}
+	x := buildIndex(all)
+	x.rev = max(old.rev, rev)
+	b.idx.Store(x)
+}
+
 // Rev is the newest revision of the bucket the book holds: a member that
 // asks another to decide with an action it just set says so.
 func (b *Book) Rev() uint64 { return b.idx.Load().rev }

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,6 +27,7 @@ func checkCmd(args []string) error {
 	events := fs.Float64("events", 2000, "chat events per second meanwhile")
 	d := fs.Duration("duration", 10*time.Second, "length of each run")
 	workers := fs.Int("workers", 64, "requests in flight at most")
+	actions := fs.Int("actions", 0, "then again with this many moderators' actions in force (slow modes and timeouts of other rooms and users), beside the run without")
 	fs.Parse(args)
 
 	nc, stop, err := chatter(*url, "chatbench-check", *events)
@@ -88,11 +90,37 @@ func checkCmd(args []string) error {
 		{"HTTP POST /api/v1/throttle/check", func(body []byte) error { return post(*base+"/api/v1/throttle/check", body) }},
 	}
 	fmt.Printf("throttle checks at %d/s for %v each, %.0f chat events/s flowing, %d in flight at most\n\n", *rate, *d, *events, *workers)
-	for _, tr := range transports {
-		lat, errs := steady(*rate, *d, *workers, func(i int) error { return tr.call(bodies[i%len(bodies)]) })
-		p := percentiles(lat, 0.5, 0.99, 0.999, 1)
-		fmt.Printf("%-34s %6d checks  p50 %s  p99 %s  p99.9 %s  max %s  errors %d\n", tr.name, len(lat), ms(p[0]), ms(p[1]), ms(p[2]), ms(p[3]), errs)
+	run := func() {
+		for _, tr := range transports {
+			lat, errs := steady(*rate, *d, *workers, func(i int) error { return tr.call(bodies[i%len(bodies)]) })
+			p := percentiles(lat, 0.5, 0.99, 0.999, 1)
+			fmt.Printf("%-34s %6d checks  p50 %s  p99 %s  p99.9 %s  max %s  errors %d\n", tr.name, len(lat), ms(p[0]), ms(p[1]), ms(p[2]), ms(p[3]), errs)
+		}
 	}
+	run()
+	if *actions == 0 {
+		return nil
+	}
+	// Other rooms' slow modes and other users' timeouts: every check looks
+	// them up, none is decided by them.
+	for i := range *actions {
+		path, body := fmt.Sprintf("/api/v1/rooms/mod-room-%d/slowmode", i), `{"interval":"30s","for":"1h"}`
+		if i%2 == 1 {
+			path, body = fmt.Sprintf("/api/v1/users/mod-user-%d/timeout", i), fmt.Sprintf(`{"for":"1h","room":"room-%d"}`, i%100)
+		}
+		req, _ := http.NewRequest(http.MethodPut, *base+path, strings.NewReader(body))
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("PUT %s: status %d", path, resp.StatusCode)
+		}
+	}
+	fmt.Printf("\nwith %d moderators' actions in force:\n", *actions)
+	run()
 	return nil
 }
 
