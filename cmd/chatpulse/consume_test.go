@@ -181,3 +181,66 @@ func TestConsumedSurviveRestart(t *testing.T) {
 		}
 	}
 }
+
+// A takeover keeps consumed hits as a restart does (docs/contract.md
+// section 10): each member of a group of two is closed in turn, so every
+// partition of the flooded keys moves at least once, and each consumed
+// message counts once after, whether its event came before the takeover
+// (key a) or after it (key b).
+func TestConsumedSurviveTakeover(t *testing.T) {
+	url := natsServer(t)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	publish := func(room string, ids []string) {
+		for _, id := range ids {
+			if _, err := nc.Request("chat."+room+".bot-"+room, fmt.Appendf(nil, `{"id":%q,"room":%q,"user":"bot-%s"}`, id, room, room), 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	args := []string{"--snapshot-interval", "200ms"}
+	ms := startGroup(t, url, "takeover", 2, nil, args...)
+	messages := func(tm *testMain, room string) error {
+		var v struct {
+			Messages int64 `json:"messages"`
+		}
+		tm.get("/api/v1/rooms/"+room+"?window=1m", &v)
+		if v.Messages != 10 {
+			return fmt.Errorf("room %s: the view counts %d of the 10 events", room, v.Messages)
+		}
+		return nil
+	}
+	ids := map[string][]string{}
+	for _, room := range []string{"a", "b"} {
+		if ids[room] = burst(t, ms, room, "bot-"+room, 30); len(ids[room]) != 10 {
+			t.Fatalf("room %s: %d allowed, want 10", room, len(ids[room]))
+		}
+	}
+	publish("a", ids["a"])
+	wait.For(t, 30*time.Second, func() error { return messages(ms[0], "a") })
+
+	for i, closed := range []int{0, 1} {
+		survivor := ms[1-closed]
+		ms[closed].Close()
+		waitComplete(t, survivor, 1)
+		if i == 0 {
+			publish("b", ids["b"]) // after the takeover: its check's hits moved, or the event counts them
+		}
+		for _, room := range []string{"a", "b"} {
+			wait.For(t, 30*time.Second, func() error { return messages(survivor, room) })
+			if c := floodCounts(survivor, room, "bot-"+room); c["user_room_flood"] != 10 || c["user_flood"] != 10 {
+				t.Fatalf("after member m%d closed, room %s: the policies count %v, want 10 each (each message once)", closed, room, c)
+			}
+		}
+		if i == 0 { // back, so that the other can be closed
+			ms[closed] = startMain(t, append([]string{"--nats-url", url, "--group", "takeover", "--instance", fmt.Sprint("m", closed), "--partitions", "8"}, args...)...)
+			waitComplete(t, ms[closed], 2)
+		}
+	}
+	if more := burst(t, ms[:1], "a", "bot-a", 5); len(more) != 0 {
+		t.Errorf("after two takeovers, %d more consuming checks of a full key allowed, want none", len(more))
+	}
+}
