@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -204,6 +205,10 @@ func startChatpulse(bin, dir string, args ...string) (*process, error) {
 	addr := l.Addr().String()
 	l.Close()
 	cmd := exec.Command(bin, append([]string{"--http", addr, "--data-dir", filepath.Join(dir, "unused")}, args...)...)
+	if d := os.Getenv("CHATBENCH_STDERR"); d != "" { // each chatpulse's log in a file of this directory: where its time went
+		f, _ := os.CreateTemp(d, "chatpulse-*.log")
+		cmd.Stderr = f
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}

@@ -10,6 +10,8 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -24,7 +26,11 @@ func restartCmd(args []string) error {
 	users := fs.Int("users", 50_000, "users (Zipf)")
 	windows := fs.String("windows", "1m,1h,7d:1h", "chatpulse's --windows")
 	bin := fs.String("bin", "", "the chatpulse binary (default: go build ./cmd/chatpulse)")
+	crash := fs.Bool("crash", false, "after a crash: chatpulse's embedded NATS server, snapshots every 2 s, and SIGKILL instead of a clean stop")
 	fs.Parse(args)
+	if *crash {
+		return crashCmd(*bin, *n, *rooms, *users, *windows)
+	}
 
 	dir, url, done, err := setUp("restart", bin)
 	if err != nil {
@@ -119,4 +125,73 @@ func publishSpread(url string, n, rooms, users int) error {
 	case <-time.After(5 * time.Minute):
 		return errors.New("publishes not acknowledged")
 	}
+}
+
+// crashCmd is restart after SIGKILL with the embedded NATS server, as a
+// single chatpulse runs by default: the server recovers its store (not
+// closed cleanly) before chatpulse loads the snapshot of at most 2 s ago
+// and replays the tail. Each start is killed in turn, so the replay's
+// start recovers the store as the snapshot's did.
+func crashCmd(bin string, n, rooms, users int, windows string) error {
+	dir, _, done, err := setUp("crash", &bin)
+	if err != nil {
+		return err
+	}
+	defer done()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	natsAddr := l.Addr().String()
+	l.Close()
+	start := func(interval string) (*process, time.Duration, error) {
+		begin := time.Now()
+		p, err := startChatpulse(bin, dir, "--nats-listen", natsAddr, "--data-dir", filepath.Join(dir, "data"),
+			"--windows", windows, "--instance", "bench", "--snapshot-interval", interval)
+		return p, time.Since(begin), err
+	}
+	kill := func(p *process) { p.cmd.Process.Signal(syscall.SIGKILL); p.cmd.Wait() }
+
+	p, _, err := start("2s")
+	if err != nil {
+		return err
+	}
+	if err := publishSpread("nats://"+natsAddr, n, rooms, users); err != nil {
+		kill(p)
+		return err
+	}
+	received := time.Time{}
+	for deadline := time.Now().Add(10 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		m, err := scrape(p.url + "/metrics")
+		if err == nil && received.IsZero() && m["chatpulse_events_received_total"] >= float64(n) {
+			received = time.Now()
+		}
+		// A snapshot saved after the last event: the crash loses none of it.
+		if age := m["chatpulse_snapshot_age_seconds"]; !received.IsZero() && age > 0 && age < time.Since(received).Seconds() {
+			break
+		}
+		if time.Now().After(deadline) {
+			kill(p)
+			return errors.New("chatpulse did not take every event in and save a snapshot of them")
+		}
+	}
+	kill(p)
+
+	withSnap, ready, err := start("2s")
+	if err != nil {
+		return err
+	}
+	m, _ := scrape(withSnap.url + "/metrics")
+	kill(withSnap)
+	full, fullReady, err := start("0")
+	if err != nil {
+		return err
+	}
+	kill(full)
+	fmt.Printf("%d events over 6 days (%d rooms, %d users), windows %s, embedded NATS, each start after a SIGKILL\n\n", n, rooms, users, windows)
+	fmt.Printf("start to /readyz, with the snapshot: %v (loading it: %.3f s; %.1f MB)\n",
+		ready.Round(time.Millisecond), m["chatpulse_restore_seconds"], m["chatpulse_snapshot_bytes"]/1e6)
+	fmt.Printf("start to /readyz, replaying the stream: %v\n", fullReady.Round(time.Millisecond))
+	fmt.Printf("ratio: %.3f\n", ready.Seconds()/fullReady.Seconds())
+	return nil
 }
