@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chatpulse/chatpulse/traffic"
 )
@@ -100,4 +103,64 @@ func setUp(name string, bin *string) (dir, url string, done func(), err error) {
 		return fail(fmt.Errorf("nats server did not start"))
 	}
 	return dir, ns.ClientURL(), func() { ns.Shutdown(); os.RemoveAll(dir) }, nil
+}
+
+// startCluster starts a 3-node JetStream cluster in this process, on
+// random ports under dir, and returns its nodes' client URLs once it has
+// a meta leader.
+func startCluster(dir string) ([]string, func(), error) {
+	var ports []int
+	for range 3 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, nil, err
+		}
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		l.Close()
+	}
+	routes := fmt.Sprintf("nats://127.0.0.1:%d,nats://127.0.0.1:%d,nats://127.0.0.1:%d", ports[0], ports[1], ports[2])
+	var nodes []*server.Server
+	stop := func() {
+		for _, ns := range nodes {
+			ns.Shutdown()
+		}
+	}
+	var urls []string
+	for i := range 3 {
+		ns, err := server.NewServer(&server.Options{
+			ServerName: fmt.Sprint("n", i), Host: "127.0.0.1", Port: server.RANDOM_PORT,
+			JetStream: true, StoreDir: filepath.Join(dir, fmt.Sprint("nats-n", i)),
+			Cluster: server.ClusterOpts{Name: "chatbench", Host: "127.0.0.1", Port: ports[i]},
+			Routes:  server.RoutesFromStr(routes), NoSigs: true, NoLog: true,
+		})
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		go ns.Start()
+		nodes = append(nodes, ns)
+	}
+	for _, ns := range nodes {
+		if !ns.ReadyForConnections(10 * time.Second) {
+			stop()
+			return nil, nil, errors.New("a nats node did not start")
+		}
+		urls = append(urls, ns.ClientURL())
+	}
+	nc, err := nats.Connect(strings.Join(urls, ","))
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := js.AccountInfo(context.Background()); err == nil {
+			return urls, stop, nil
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, nil, errors.New("the cluster elected no JetStream meta leader in 30 s")
+		}
+	}
 }

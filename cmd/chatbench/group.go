@@ -33,12 +33,13 @@ import (
 func groupCmd(args []string) error {
 	fs := flag.NewFlagSet("group", flag.ExitOnError)
 	n := fs.Int("n", 200_000, "events")
-	rate := fs.Float64("rate", 10_000, "events per second, paced in 1 ms ticks")
+	rate := fs.Float64("rate", 10_000, "events per second, paced in 1 ms ticks (0: as fast as the stream acknowledges)")
 	rooms := fs.Int("rooms", 1000, "rooms")
 	users := fs.Int("users", 50_000, "users (Zipf)")
 	members := fs.Int("members", 3, "members of the group")
 	partitions := fs.Int("partitions", 64, "partitions")
 	bin := fs.String("bin", "", "the chatpulse binary (default: go build ./cmd/chatpulse)")
+	cluster := fs.Bool("cluster", false, "a 3-node NATS cluster instead of one server, every stream and bucket at 3 replicas, each process on a node of its own")
 	fs.Parse(args)
 
 	dir, url, done, err := setUp("group", bin)
@@ -46,6 +47,18 @@ func groupCmd(args []string) error {
 		return err
 	}
 	defer done()
+	// node is the NATS server of the i'th process (the standalone one is
+	// -1), and replicas what they all create.
+	node, replicas := func(int) string { return url }, "1"
+	if *cluster {
+		urls, stop, err := startCluster(dir)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		url, replicas = urls[0], "3"
+		node = func(i int) string { return urls[(i+len(urls))%len(urls)] }
+	}
 
 	// The events, made before any clock starts: their payloads, rooms
 	// and users.
@@ -61,11 +74,19 @@ func groupCmd(args []string) error {
 		}
 		distinct[evs[i].user] = true
 	}
-	fmt.Printf("%d events, %d rooms, %d users (%d distinct in the trace), %.0f events/s in 1 ms ticks, %d partitions\n\n",
-		*n, *rooms, *users, len(distinct), *rate, *partitions)
+	pace := fmt.Sprintf("%.0f events/s in 1 ms ticks", *rate)
+	if *rate <= 0 {
+		pace = "as fast as the stream acknowledges"
+	}
+	where := "one NATS server"
+	if *cluster {
+		where = "a 3-node NATS cluster, 3 replicas"
+	}
+	fmt.Printf("%d events, %d rooms, %d users (%d distinct in the trace), %s, %d partitions, %s\n\n",
+		*n, *rooms, *users, len(distinct), pace, *partitions, where)
 
 	// Standalone.
-	solo, err := startChatpulse(*bin, dir, "--nats-url", url, "--stream", "SOLO", "--subject", "solo.>")
+	solo, err := startChatpulse(*bin, dir, "--nats-url", node(-1), "--replicas", replicas, "--stream", "SOLO", "--subject", "solo.>")
 	if err != nil {
 		return err
 	}
@@ -79,7 +100,7 @@ func groupCmd(args []string) error {
 	// The group.
 	var mem []*process
 	for i := range *members {
-		p, err := startChatpulse(*bin, dir, "--nats-url", url, "--stream", "GROUP", "--subject", "grp.>",
+		p, err := startChatpulse(*bin, dir, "--nats-url", node(i), "--replicas", replicas, "--stream", "GROUP", "--subject", "grp.>",
 			"--group", "bench", "--partitions", strconv.Itoa(*partitions), "--instance", fmt.Sprint("m", i))
 		if err != nil {
 			return err
@@ -248,8 +269,13 @@ func feed(url, prefix string, evs []benchEvent, rate float64, ps []*process, mes
 	perTick := max(1, int(rate/1000))
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
+	if rate <= 0 { // unpaced: the async publishes' limit is the pace
+		perTick = len(evs)
+	}
 	for i := 0; i < len(evs); {
-		<-tick.C
+		if rate > 0 {
+			<-tick.C
+		}
 		for end := min(len(evs), i+perTick); i < end; i++ {
 			e := &evs[i]
 			subject := prefix + "." + chat.Token(e.room) + "." + chat.Token(e.user)
