@@ -49,11 +49,11 @@ func BenchmarkCheck(b *testing.B) {
 			}
 		}
 	})
-	b.Run("http", func(b *testing.B) {
+	http := func(b *testing.B, body func(i int) string) {
 		b.ReportAllocs()
 		w := httptest.NewRecorder()
 		for i := range b.N {
-			r := httptest.NewRequest(http.MethodPost, "/api/v1/throttle/check", strings.NewReader(string(bodies[i%len(bodies)])))
+			r := httptest.NewRequest(http.MethodPost, "/api/v1/throttle/check", strings.NewReader(body(i)))
 			r.Host = "localhost"
 			w.Body.Reset()
 			s.ServeHTTP(w, r)
@@ -61,5 +61,13 @@ func BenchmarkCheck(b *testing.B) {
 				b.Fatal(w.Code, w.Body.String())
 			}
 		}
+	}
+	b.Run("http", func(b *testing.B) { http(b, func(i int) string { return string(bodies[i%len(bodies)]) }) })
+	// Consuming, each check a new message (an id never sent before).
+	b.Run("http-consume", func(b *testing.B) {
+		http(b, func(i int) string {
+			body := bodies[i%len(bodies)]
+			return fmt.Sprintf(`%s,"consume":true,"id":"m-%d"}`, body[:len(body)-1], i)
+		})
 	})
 }
