@@ -35,10 +35,10 @@ type Config struct {
 }
 
 // Demo is lively traffic for chatpulse --demo: a few busy rooms, a long
-// tail, and a flood every 20 seconds or so.
+// tail, a flood every 20 seconds or so, and a join now and then.
 func Demo() Config {
 	return Config{Rooms: 60, Users: 3000, Rate: 150, Prefix: "chat", Seed: uint64(time.Now().UnixNano()),
-		Flood: true, Friendly: true, Wave: true, Flatten: 40}
+		Flood: true, Friendly: true, Wave: true, Flatten: 40, JoinEvery: 40}
 }
 
 // Counts is what a generator sent.
