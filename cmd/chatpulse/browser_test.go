@@ -45,14 +45,12 @@ func TestBrowserDashboard(t *testing.T) {
 	chromium := chromiumPath(t)
 	// The default policies, and a join wave that holds for an hour once
 	// crossed, however slow the machine.
-	policies := filepath.Join(t.TempDir(), "policies.yaml")
-	os.WriteFile(policies, []byte(`policies:
+	tm := startMain(t, "--policies", policiesFile(t, `policies:
   - {name: user_room_flood, scope: user_in_room, algorithm: sliding_window, limit: 10, window: 10s}
   - {name: user_flood, scope: user, algorithm: sliding_window, limit: 30, window: 1m}
   - {name: repeated_text, scope: user, algorithm: repeat, limit: 1, window: 30s, mode: shadow}
   - {name: raid, scope: room, algorithm: join_wave, limit: 3, window: 1h}
-`), 0o644)
-	tm := startMain(t, "--policies", policies)
+`))
 	artifacts := artifactsDir(t)
 
 	// The page reaches chatpulse through a proxy that can cut the network.

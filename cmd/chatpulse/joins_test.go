@@ -16,6 +16,17 @@ import (
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
+// policiesFile writes a policies file of the given YAML and returns its
+// path.
+func policiesFile(t *testing.T, yaml string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "policies.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // Joins and leaves published on NATS are counted per room and window
 // beside the messages and apart from them (docs/contract.md section 12):
 // a room's view and the overview say how many, with series_joins, as the
@@ -23,12 +34,10 @@ import (
 // active; a late join is rejected as a late message is. A join_wave policy
 // alerts once when a room's joins cross it, and lists the room as active.
 func TestJoinsEndToEnd(t *testing.T) {
-	policies := filepath.Join(t.TempDir(), "policies.yaml")
-	os.WriteFile(policies, []byte(`policies:
-  - {name: raid, scope: room, algorithm: join_wave, limit: 3, window: 1h}
-`), 0o644)
 	clock := newFrozen()
-	tm := startMainAt(t, clock.Now, "--policies", policies)
+	tm := startMainAt(t, clock.Now, "--policies", policiesFile(t, `policies:
+  - {name: raid, scope: room, algorithm: join_wave, limit: 3, window: 1h}
+`))
 	alerts := make(chan *nats.Msg, 16)
 	if _, err := tm.nc.ChanSubscribe("chatpulse.alerts.throttle", alerts); err != nil {
 		t.Fatal(err)
