@@ -23,10 +23,12 @@ type Aggregator struct {
 	ws    []*window
 	rooms map[string]*room
 	users map[string]*user
-	clock int64 // as_of so far: the latest now or accepted event time seen
-	late  []uint64
-	pairs pairTable
-	peak  struct{ rooms, users int } // the maps' sizes, for shrunk
+	// Rooms with joins or leaves: crowds.go.
+	crowds map[string]*crowd
+	clock  int64 // as_of so far: the latest now or accepted event time seen
+	late   []uint64
+	pairs  pairTable
+	peak   struct{ rooms, users, crowds int } // the maps' sizes, for shrunk
 
 	buckets []int64 // scratch: an event's bucket in each window
 	found   []*pair // scratch: the pairs of a batch's events
@@ -50,6 +52,9 @@ type window struct {
 	users    int // users with messages in this window
 	topRooms topk.Heap
 	topUsers topk.Heap
+	// Joins and leaves (crowds.go): the totals, and per room.
+	joins, leaves         rolling.Counter
+	roomJoins, roomLeaves *rolling.Keyed[*crowdWin]
 }
 
 // New returns an aggregator over the given windows (see rolling.ParseWindows).
@@ -70,14 +75,18 @@ func New(windows []rolling.Window) (*Aggregator, error) {
 // init makes a empty, over valid windows (its lock aside: LoadState holds
 // it meanwhile).
 func (a *Aggregator) init(windows []rolling.Window) {
-	a.ws, a.found, a.peak, a.cow = nil, nil, struct{ rooms, users int }{}, nil
+	a.ws, a.found, a.peak, a.cow = nil, nil, struct{ rooms, users, crowds int }{}, nil
 	a.rooms, a.users, a.pairs = make(map[string]*room), make(map[string]*user), newPairTable()
+	a.crowds = make(map[string]*crowd)
 	a.clock, a.late, a.buckets = chat.Never, make([]uint64, len(windows)), make([]int64, len(windows))
 	for i, spec := range windows {
 		n := spec.Buckets()
 		w := &window{Window: spec, i: i, n: int64(n), res: spec.Res.Milliseconds(), head: chat.Never, next: chat.Never, total: rolling.NewCounter(n)}
 		w.pairs = rolling.NewKeyed(n, func(p *pairWin) *rolling.Tally { return &p.tally }, a.pairFell(w))
 		w.rooms = rolling.NewKeyed(n, func(r *roomWin) *rolling.Tally { return &r.tally }, a.roomFell(w))
+		w.joins, w.leaves = rolling.NewCounter(n), rolling.NewCounter(n)
+		w.roomJoins = rolling.NewKeyed(n, joinsOf, a.crowdFell(joinsOf))
+		w.roomLeaves = rolling.NewKeyed(n, leavesOf, a.crowdFell(leavesOf))
 		a.ws = append(a.ws, w)
 	}
 }
@@ -147,12 +156,17 @@ func (w *window) advance(b int64) {
 	w.total.Count(b)
 	w.pairs.Advance(b)
 	w.rooms.Advance(b)
+	w.joins.Count(b)
+	w.leaves.Count(b)
+	w.roomJoins.Advance(b)
+	w.roomLeaves.Advance(b)
 }
 
-// Observe counts a batch of messages, received at wall-clock time now. An
-// event older than a window is skipped by that window; the indexes of events
+// Observe counts a batch of events, received at wall-clock time now:
+// messages, and joins and leaves apart from them (crowds.go). An event
+// older than a window is skipped by that window; the indexes of events
 // older than every window are appended to late and not counted. Only Room,
-// User and TS of an event are read.
+// User, TS and Kind of an event are read.
 func (a *Aggregator) Observe(now int64, evs []chat.Event, late []int) []int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -162,12 +176,20 @@ func (a *Aggregator) Observe(now int64, evs []chat.Event, late []int) []int {
 	// of one event and the next they would wait their turn.
 	found := a.found[:0]
 	for i := range evs {
-		p, _ := a.pairs.get(evs[i].Room, evs[i].User)
+		var p *pair
+		if evs[i].Kind == chat.KindMessage {
+			p, _ = a.pairs.get(evs[i].Room, evs[i].User)
+		}
 		found = append(found, p)
 	}
 	for i := range evs {
-		if !a.observe(&evs[i], found[i]) {
+		ev := &evs[i]
+		if !a.place(ev.TS) {
 			late = append(late, i)
+		} else if ev.Kind == chat.KindMessage {
+			a.observe(ev, found[i])
+		} else {
+			a.observeCrowd(ev)
 		}
 	}
 	clear(found) // keep no forgotten pair reachable
@@ -175,20 +197,9 @@ func (a *Aggregator) Observe(now int64, evs []chat.Event, late []int) []int {
 	return late
 }
 
-// observe counts one event, whose pair was p (or none) when the batch began.
-func (a *Aggregator) observe(ev *chat.Event, p *pair) bool {
-	if ev.TS > a.clock {
-		// Move every window first, so that what this event's time expires
-		// is gone (and maybe forgotten) before the event is counted, in
-		// every window's newest bucket.
-		a.advance(ev.TS)
-		for _, w := range a.ws {
-			a.buckets[w.i] = w.head
-		}
-	} else if !a.place(ev.TS) {
-		return false
-	}
-
+// observe counts one message, whose buckets place found, and whose pair
+// was p (or none) when the batch began.
+func (a *Aggregator) observe(ev *chat.Event, p *pair) {
 	if p == nil || p.live == 0 { // new, or forgotten since the batch began
 		var h uint64
 		if p, h = a.pairs.get(ev.Room, ev.User); p == nil {
@@ -227,14 +238,22 @@ func (a *Aggregator) observe(ev *chat.Event, p *pair) bool {
 		uw.count++
 		w.topUsers.Push(&uw.item)
 	}
-	return true
 }
 
-// place finds the bucket in every window of an event no newer than the
-// clock, marking the windows it is too old for, and reports whether any
-// window counts it. Most events land in the head bucket, which takes no
-// division to see.
+// place finds the bucket in every window of an event at ts, marking the
+// windows it is too old for, and reports whether any window counts it.
+// Most events land in the head bucket, which takes no division to see.
 func (a *Aggregator) place(ts int64) bool {
+	if ts > a.clock {
+		// Move every window first, so that what this event's time expires
+		// is gone (and maybe forgotten) before the event is counted, in
+		// every window's newest bucket.
+		a.advance(ts)
+		for _, w := range a.ws {
+			a.buckets[w.i] = w.head
+		}
+		return true
+	}
 	counted := false
 	for _, w := range a.ws { // Observe moved every head to now: none is Never
 		b := w.head

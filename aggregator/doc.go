@@ -1,8 +1,10 @@
 // Package aggregator keeps the live views of chat traffic: per window, the
 // overall count and series, the messages of every active room and user,
-// distinct users per room and overall, and the top talkers and rooms. It
-// owns all of that state behind one lock and answers the contract's views
-// (section 3) at any as_of.
+// distinct users per room and overall, the top talkers and rooms, and
+// the joins and leaves of every room (docs/contract.md section 12,
+// crowds.go: counted apart from the messages). It owns all of that state
+// behind one lock and answers the contract's views (section 3) at any
+// as_of.
 //
 // Every window holds two sparse keyed counters (rolling.Keyed), one for
 // (room, user) pairs and one for rooms (whose cells are also the room's

@@ -19,15 +19,15 @@ const goldenWindows = "1m,5m,1h"
 
 // goldenStates are the aggregators whose states testdata/ keeps, as this
 // code saved them: an empty one, and one that a random trace (with late
-// events, gaps and a clock that steps back) left with rooms, users and
-// cells in every window.
+// events, gaps, a clock that steps back, joins and leaves) left with
+// rooms, users, joins and cells in every window.
 func goldenStates(t *testing.T) map[string]*aggregator.Aggregator {
 	empty, _ := aggregator.New(mustWindows(t, goldenWindows))
 	s := newSim(t, 5, goldenWindows)
 	for i := range 600 {
 		s.step(i)
 	}
-	if st := s.agg.Stats(); st.Pairs < 50 || st.Late[0] == 0 {
+	if st := s.agg.Stats(); st.Pairs < 50 || st.Crowds < 3 || st.Late[0] == 0 {
 		t.Fatalf("the trace leaves %+v: too little to test", st)
 	}
 	return map[string]*aggregator.Aggregator{"state-empty": empty, "state": s.agg}
@@ -80,10 +80,48 @@ func TestGoldenStates(t *testing.T) {
 	}
 }
 
-// canonicalState is a state's bytes with its users sorted: what comes
-// before the rooms as it is, each room's record (name, pairs), and each
-// user's record with its pairs' room numbers replaced by the rooms' names.
-// It reads with encoding/binary alone, apart from the readers it checks.
+// A state of format 2, saved before joins and leaves were counted, still
+// loads: as a state without any, answering as the aggregator it was saved
+// from (the same trace of messages alone), and saving again as that one
+// saves today.
+func TestGoldenStateFormat2(t *testing.T) {
+	s := newSim(t, 5, goldenWindows)
+	s.kinds = false
+	for i := range 600 {
+		s.step(i)
+	}
+	golden, err := os.ReadFile(filepath.Join("testdata", "state-v2.golden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if golden[0] != 2 {
+		t.Fatalf("testdata/state-v2.golden is of format %d", golden[0])
+	}
+	fresh, _ := aggregator.New(mustWindows(t, goldenWindows))
+	if err := fresh.LoadState(golden); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := canonicalState(t, fresh.AppendState(nil)), canonicalState(t, s.agg.AppendState(nil)); !reflect.DeepEqual(got, want) {
+		t.Errorf("loaded, saves as\n%q\nnot as the trace's aggregator\n%q", got, want)
+	}
+	if !reflect.DeepEqual(fresh.Stats(), s.agg.Stats()) {
+		t.Errorf("loaded, holds %+v, not %+v", fresh.Stats(), s.agg.Stats())
+	}
+	for _, w := range s.agg.WindowNames() {
+		got, err := fresh.Overview(w, 100, 0)
+		want, _ := s.agg.Overview(w, 100, 0)
+		if err != nil || !reflect.DeepEqual(got, want) || got.Joins != 0 || got.Leaves != 0 {
+			t.Errorf("overview %s: %v\n%+v\n%+v", w, err, got, want)
+		}
+	}
+}
+
+// canonicalState is a state's bytes with its users and crowds sorted: what
+// comes before the crowds as it is, each crowd's record (name, cells),
+// each room's record (name, pairs), and each user's record with its pairs'
+// room numbers replaced by the rooms' names. It reads with encoding/binary
+// alone, apart from the readers it checks; a state of format 2 has no
+// crowds.
 func canonicalState(t *testing.T, b []byte) []string {
 	t.Helper()
 	fail := func(what string) {
@@ -111,7 +149,8 @@ func canonicalState(t *testing.T, b []byte) []string {
 	if len(b) == 0 {
 		fail("empty")
 	}
-	b = b[1:] // the version
+	version := b[0]
+	b = b[1:]
 	windows := uvarint()
 	for range windows {
 		str()
@@ -126,7 +165,38 @@ func canonicalState(t *testing.T, b []byte) []string {
 	for range windows {
 		uvarint()
 	}
+	tally := func() string { // one tally's cells in one window
+		n := uvarint()
+		s := fmt.Sprintf(" %d:", n)
+		for range n {
+			s += fmt.Sprintf(" %d,%d", uvarint(), uvarint())
+		}
+		return s
+	}
+	cells := func() string { // a pair's cells in every window
+		var s string
+		for range windows {
+			s += tally()
+		}
+		return s
+	}
 	out := []string{fmt.Sprintf("head %x", all[:len(all)-len(b)])}
+	if version >= 3 {
+		ncrowds := uvarint()
+		var crowds []string
+		for range ncrowds {
+			c := fmt.Sprintf("crowd %q", str())
+			for range windows {
+				c += " joins" + tally()
+				c += " leaves" + tally()
+			}
+			crowds = append(crowds, c)
+		}
+		slices.Sort(crowds)
+		out = append(out, fmt.Sprintf("crowds %d", ncrowds))
+		out = append(out, crowds...)
+	}
+	head := len(out)
 	var rooms []string
 	nrooms := uvarint()
 	for range nrooms {
@@ -143,19 +213,11 @@ func canonicalState(t *testing.T, b []byte) []string {
 			if ri >= uint64(len(rooms)) {
 				fail("room number")
 			}
-			u += fmt.Sprintf(" (%q", rooms[ri])
-			for range windows {
-				cells := uvarint()
-				u += fmt.Sprintf(" %d:", cells)
-				for range cells {
-					u += fmt.Sprintf(" %d,%d", uvarint(), uvarint())
-				}
-			}
-			u += ")"
+			u += fmt.Sprintf(" (%q%s)", rooms[ri], cells())
 		}
 		users = append(users, u)
 	}
-	slices.Sort(out[1 : 1+nrooms])
+	slices.Sort(out[head : head+int(nrooms)])
 	slices.Sort(users)
 	return append(out, users...)
 }

@@ -46,8 +46,9 @@ func (a *Aggregator) reset() {
 const maxStateCount = 1 << 40
 
 func (a *Aggregator) load(r *snapshot.Reader) error {
-	if v := r.Byte(); r.Err() == nil && v != stateVersion {
-		return fmt.Errorf("format version %d, not %d", v, stateVersion)
+	v := r.Byte()
+	if r.Err() == nil && v != stateVersion && v != stateVersionOld {
+		return fmt.Errorf("format version %d, not %d (or %d)", v, stateVersion, stateVersionOld)
 	}
 	if n := r.Uvarint(); r.Err() == nil && n != uint64(len(a.ws)) {
 		return fmt.Errorf("%d windows, not %d", n, len(a.ws))
@@ -61,6 +62,17 @@ func (a *Aggregator) load(r *snapshot.Reader) error {
 	clock := r.Varint()
 	for i := range a.late {
 		a.late[i] = r.Uvarint()
+	}
+	if clock != chat.Never {
+		if clock < -1<<60 || clock > 1<<60 {
+			return fmt.Errorf("clock %d out of range", clock)
+		}
+		a.advance(clock)
+	}
+	if v == stateVersion {
+		if err := a.loadCrowds(r); err != nil {
+			return err
+		}
 	}
 	// Every room takes at least two bytes, every user two, every pair
 	// three: no count below is believed past what b could hold.
@@ -96,12 +108,7 @@ func (a *Aggregator) load(r *snapshot.Reader) error {
 	if npairs != uint64(listed) || nusers > npairs || (nusers == 0) != (npairs == 0) {
 		return fmt.Errorf("%d users and %d pairs, %d listed by the rooms", nusers, npairs, listed)
 	}
-	if clock != chat.Never {
-		if clock < -1<<60 || clock > 1<<60 {
-			return fmt.Errorf("clock %d out of range", clock)
-		}
-		a.advance(clock)
-	} else if npairs > 0 {
+	if clock == chat.Never && npairs > 0 {
 		return errors.New("pairs with no clock")
 	}
 	a.pairs.reserve(int(npairs))
@@ -151,21 +158,8 @@ func (a *Aggregator) load(r *snapshot.Reader) error {
 				made++
 			}
 			for i, w := range a.ws {
-				cells := r.Uvarint()
-				if r.Err() == nil && cells > uint64(w.n) {
-					return fmt.Errorf("%d cells in a window of %d buckets", cells, w.n)
-				}
-				prev := int64(math.MaxInt64)
-				for range cells {
-					back, n := r.Uvarint(), r.Uvarint()
-					if r.Err() != nil {
-						return r.Err()
-					}
-					if back >= uint64(w.n) || int64(back) >= prev || n == 0 || n > maxStateCount {
-						return fmt.Errorf("window %s: cell %d back, %d events", w.Name, back, n)
-					}
-					prev = int64(back)
-					a.restoreCell(p, i, w.head-int64(back), int64(n))
+				if err := loadCells(r, w, func(b, n int64) { a.restoreCell(p, i, b, n) }); err != nil {
+					return err
 				}
 			}
 			if p.live == 0 {
@@ -181,6 +175,62 @@ func (a *Aggregator) load(r *snapshot.Reader) error {
 		return fmt.Errorf("%d pairs listed, %d found", npairs, a.pairs.n)
 	}
 	return nil
+}
+
+// loadCells reads a tally's cells in window w, handing each bucket and
+// count to add, oldest first.
+func loadCells(r *snapshot.Reader, w *window, add func(b, n int64)) error {
+	cells := r.Uvarint()
+	if r.Err() == nil && cells > uint64(w.n) {
+		return fmt.Errorf("%d cells in a window of %d buckets", cells, w.n)
+	}
+	prev := int64(math.MaxInt64)
+	for range cells {
+		back, n := r.Uvarint(), r.Uvarint()
+		if r.Err() != nil {
+			return r.Err()
+		}
+		if back >= uint64(w.n) || int64(back) >= prev || n == 0 || n > maxStateCount {
+			return fmt.Errorf("window %s: cell %d back, %d events", w.Name, back, n)
+		}
+		prev = int64(back)
+		add(w.head-int64(back), int64(n))
+	}
+	return r.Err()
+}
+
+// loadCrowds reads the rooms' joins and leaves (format 3), with the clock
+// already set.
+func (a *Aggregator) loadCrowds(r *snapshot.Reader) error {
+	// A crowd takes at least two bytes of name and two of cells per window.
+	n := r.Count(2+2*len(a.ws), "crowds")
+	if n > 0 && a.clock == chat.Never {
+		return errors.New("joins or leaves with no clock")
+	}
+	for range n {
+		name := alias(r)
+		if r.Err() != nil {
+			return r.Err()
+		}
+		if err := chat.CheckNameLen("room", name, chat.MaxForeignNameLen); err != nil {
+			return err
+		}
+		if a.crowds[name] != nil {
+			return fmt.Errorf("joins of room %q twice", name)
+		}
+		c := a.newCrowd(name)
+		for _, w := range a.ws {
+			for _, join := range []bool{true, false} {
+				if err := loadCells(r, w, func(b, n int64) { a.addCrowd(w, c, join, b, n) }); err != nil {
+					return err
+				}
+			}
+		}
+		if c.live == 0 {
+			return fmt.Errorf("room %q with no joins or leaves", name)
+		}
+	}
+	return r.Err()
 }
 
 // restoreCell adds n events of pair p in bucket b of window i, as n

@@ -118,6 +118,9 @@ func (a *Aggregator) Overview(win string, k int, now int64) (Overview, error) {
 		ActiveRooms:   w.rooms.Keys(),
 		TopUsers:      talkers(w.topUsers.Top(k, items[:0], a.userItems(w.i))),
 		Series:        w.total.Series(b, make([]int64, 0, w.n)),
+		Joins:         w.joins.Count(b),
+		Leaves:        w.leaves.Count(b),
+		SeriesJoins:   w.joins.Series(b, make([]int64, 0, w.n)),
 	}
 	v.Rate = w.rate(v.Messages)
 	v.TopTalker = topTalker(v.TopUsers)
@@ -153,7 +156,8 @@ func (a *Aggregator) Rooms(win string, limit int, now int64) (Rooms, error) {
 }
 
 // Room is one room's view of a window; a room without messages in it
-// answers zeros.
+// answers zeros for them, and one without joins and leaves zeros for
+// those.
 func (a *Aggregator) Room(name, win string, k int, now int64) (Room, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -163,19 +167,26 @@ func (a *Aggregator) Room(name, win string, k int, now int64) (Room, error) {
 	}
 	v := Room{Room: name, Window: w.Name, AsOf: chat.Time(t), TopUsers: []Talker{}}
 	series := make([]int64, 0, w.n)
-	r := a.rooms[name]
-	if r == nil || r.w[w.i].tally.Count == 0 {
+	if r := a.rooms[name]; r == nil || r.w[w.i].tally.Count == 0 {
 		v.Series = append(series, make([]int64, w.n)...)
-		return v, nil
+	} else {
+		rw := &r.w[w.i]
+		var items [MaxK]*topk.Item
+		v.Messages = rw.tally.Count
+		v.Rate = w.rate(v.Messages)
+		v.DistinctUsers = rw.distinct
+		v.TopUsers = talkers(rw.talkers.Top(k, items[:0], r.talkerItems(w.i)))
+		v.TopTalker = topTalker(v.TopUsers)
+		v.Series = w.rooms.Series(rw, series)
 	}
-	rw := &r.w[w.i]
-	var items [MaxK]*topk.Item
-	v.Messages = rw.tally.Count
-	v.Rate = w.rate(v.Messages)
-	v.DistinctUsers = rw.distinct
-	v.TopUsers = talkers(rw.talkers.Top(k, items[:0], r.talkerItems(w.i)))
-	v.TopTalker = topTalker(v.TopUsers)
-	v.Series = w.rooms.Series(rw, series)
+	series = make([]int64, 0, w.n)
+	if c := a.crowds[name]; c == nil {
+		v.SeriesJoins = append(series, make([]int64, w.n)...)
+	} else {
+		cw := &c.w[w.i]
+		v.Joins, v.Leaves = cw.joins.Count, cw.leaves.Count
+		v.SeriesJoins = w.roomJoins.Series(cw, series)
+	}
 	return v, nil
 }
 
@@ -212,6 +223,7 @@ func (a *Aggregator) User(name, win string, now int64) (User, error) {
 type Stats struct {
 	Rooms, Users int      // tracked: with messages in some window
 	Pairs        int      // tracked (room, user) pairs
+	Crowds       int      // tracked rooms with joins or leaves in some window
 	Late         []uint64 // per window, events it skipped as too old
 }
 
@@ -219,15 +231,16 @@ type Stats struct {
 func (a *Aggregator) Stats() Stats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return Stats{Rooms: len(a.rooms), Users: len(a.users), Pairs: a.pairs.n, Late: slices.Clone(a.late)}
+	return Stats{Rooms: len(a.rooms), Users: len(a.users), Pairs: a.pairs.n, Crowds: len(a.crowds), Late: slices.Clone(a.late)}
 }
 
-// RoomActive reports whether room has messages in some window: a room
-// that has none answers the empty view of its window until it does (and
-// never the other way round: a room with messages answers true).
+// RoomActive reports whether room has messages, joins or leaves in some
+// window: a room that has none answers the empty view of its window until
+// it does (and never the other way round: a room with any answers true).
 func (a *Aggregator) RoomActive(room string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	_, ok := a.rooms[room]
-	return ok
+	_, crowd := a.crowds[room]
+	return ok || crowd
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/rolling"
 	"github.com/chatpulse/chatpulse/snapshot"
 )
 
@@ -27,8 +28,17 @@ import (
 // brings the clock at least as far as it had come, which expires them
 // again (and a pair left with no cells is not written, as one that had
 // been forgotten).
+//
+// Joins and leaves (crowds.go) are kept per room, not per pair, and rooms
+// are few: StartState writes them all at once, under the lock.
 
-const stateVersion = 2
+// stateVersion is the format written; LoadState also reads format 2, of
+// before joins and leaves were counted (docs/contract.md section 12), as a
+// state without any.
+const (
+	stateVersion    = 3
+	stateVersionOld = 2
+)
 
 // The layout of a state:
 //
@@ -36,6 +46,8 @@ const stateVersion = 2
 //	uvarint windows; per window: name, resolution ms, buckets (a check)
 //	varint clock (Never: nothing seen)
 //	uvarint late events, per window
+//	uvarint crowds (format 3 on); per crowd: name, then per window: the
+//	  joins' cells, the leaves' cells, each as a pair's below
 //	uvarint rooms; per room: name, uvarint pairs
 //	uvarint users, uvarint pairs
 //	per user: name, uvarint pairs; per pair: uvarint room's number, then
@@ -63,7 +75,8 @@ type StateWriter struct {
 }
 
 // StartState starts writing the aggregator's state as it is now, and
-// returns at once (it takes time in the rooms, not the users); Finish
+// returns at once (it takes time in the rooms, with their joins and
+// leaves, not the users); Finish
 // writes it. Between the two the aggregator goes on as usual, and a
 // caller that must take the state of one instant (the stream sequence a
 // snapshot covers) stops feeding it only until StartState returns. One
@@ -88,6 +101,14 @@ func (a *Aggregator) StartState() *StateWriter {
 	b = snapshot.AppendVarint(b, a.clock)
 	for _, n := range a.late {
 		b = snapshot.AppendUvarint(b, n)
+	}
+	b = snapshot.AppendUvarint(b, uint64(len(a.crowds)))
+	for _, c := range a.crowds {
+		b = snapshot.AppendString(b, c.name)
+		for i, head := range sw.heads {
+			b = appendCells(b, head, &c.w[i].joins)
+			b = appendCells(b, head, &c.w[i].leaves)
+		}
 	}
 	sw.head = b
 	sw.body = make([]byte, 0, a.pairs.n*(2+6*len(a.ws))+len(a.users)*16) // about what it takes
@@ -193,14 +214,19 @@ func (sw *StateWriter) appendPair(b []byte, p *pair) []byte {
 	sw.counts[r.snap]++
 	b = snapshot.AppendUvarint(b, uint64(r.snap))
 	for i, head := range sw.heads {
-		t := &p.w[i].tally
-		n := t.NumCells()
-		b = snapshot.AppendUvarint(b, uint64(n))
-		for j := range n {
-			bucket, count := t.CellAt(j)
-			b = snapshot.AppendUvarint(b, uint64(head-bucket))
-			b = snapshot.AppendUvarint(b, uint64(count))
-		}
+		b = appendCells(b, head, &p.w[i].tally)
+	}
+	return b
+}
+
+// appendCells writes a tally's cells in a window whose head is head.
+func appendCells(b []byte, head int64, t *rolling.Tally) []byte {
+	n := t.NumCells()
+	b = snapshot.AppendUvarint(b, uint64(n))
+	for j := range n {
+		bucket, count := t.CellAt(j)
+		b = snapshot.AppendUvarint(b, uint64(head-bucket))
+		b = snapshot.AppendUvarint(b, uint64(count))
 	}
 	return b
 }

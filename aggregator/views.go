@@ -56,6 +56,9 @@ type Overview struct {
 	TopUsers       []Talker    `json:"top_users"`
 	TopRooms       []RoomCount `json:"top_rooms"`
 	Series         []int64     `json:"series"`
+	Joins          int64       `json:"joins"`        // docs/contract.md section 12
+	Leaves         int64       `json:"leaves"`       // docs/contract.md section 12
+	SeriesJoins    []int64     `json:"series_joins"` // per bucket, as Series
 	*chat.Coverage             // only views merged from a group carry it
 }
 
@@ -87,6 +90,9 @@ type Room struct {
 	TopTalker      *Talker   `json:"top_talker"`
 	TopUsers       []Talker  `json:"top_users"`
 	Series         []int64   `json:"series"`
+	Joins          int64     `json:"joins"`        // docs/contract.md section 12
+	Leaves         int64     `json:"leaves"`       // docs/contract.md section 12
+	SeriesJoins    []int64   `json:"series_joins"` // per bucket, as Series
 	*chat.Coverage           // only views merged from a group carry it
 }
 

@@ -15,7 +15,8 @@ import (
 // across user stages, so:
 //
 //   - what is about rooms (messages, series, active rooms, top rooms, the
-//     rooms list, one room's view) is read from the room stages: sums, and
+//     rooms list, one room's view, and the joins and leaves with their
+//     series of docs/contract.md section 12) is read from the room stages: sums, and
 //     the top of the union of each one's top (exact: a room's whole count
 //     lives in one partition);
 //   - what is about users (distinct users, top users, one user's view) is
@@ -36,14 +37,15 @@ func mergeOverview(rooms, users []aggregator.Overview, k int, seconds float64) a
 	var v aggregator.Overview
 	for i, o := range rooms {
 		if i == 0 {
-			v.Window, v.Series = o.Window, make([]int64, len(o.Series))
+			v.Window, v.Series, v.SeriesJoins = o.Window, make([]int64, len(o.Series)), make([]int64, len(o.SeriesJoins))
 		}
 		v.AsOf = max(v.AsOf, o.AsOf)
 		v.Messages += o.Messages
 		v.ActiveRooms += o.ActiveRooms
-		for b, n := range o.Series {
-			v.Series[b] += n
-		}
+		v.Joins += o.Joins
+		v.Leaves += o.Leaves
+		addSeries(v.Series, o.Series)
+		addSeries(v.SeriesJoins, o.SeriesJoins)
 		v.TopRooms = append(v.TopRooms, o.TopRooms...)
 	}
 	for _, o := range users {
@@ -81,6 +83,13 @@ func mergeRooms(parts []aggregator.Rooms, limit int) aggregator.Rooms {
 		v.Rooms = []aggregator.RoomSummary{}
 	}
 	return v
+}
+
+// addSeries adds a partial's series to the sum's, bucket by bucket.
+func addSeries(sum, part []int64) {
+	for b, n := range part {
+		sum[b] += n
+	}
 }
 
 func talkerKey(t aggregator.Talker) (int64, string) { return t.Messages, t.User }

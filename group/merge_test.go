@@ -84,7 +84,8 @@ func jsonOf(t *testing.T, v any) string {
 
 // Every view merged from the partitions equals the one aggregator fed
 // everything, on random traces with late events, events ahead of the
-// clock, gaps longer than every window, ties and names that need escaping.
+// clock, gaps longer than every window, ties, names that need escaping,
+// and joins and leaves among the messages.
 func TestMergeEqualsOneAggregator(t *testing.T) {
 	for seed := range uint64(12) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
@@ -120,7 +121,7 @@ func TestMergeEqualsOneAggregator(t *testing.T) {
 					if r.IntN(8) == 0 {
 						ts = now + r.Int64N(4000) // ahead of the clock
 					}
-					evs[i] = chat.Event{Room: pick(rooms), User: pick(users), TS: ts}
+					evs[i] = chat.Event{Room: pick(rooms), User: pick(users), TS: ts, Kind: []chat.Kind{chat.KindMessage, chat.KindJoin, chat.KindLeave}[max(0, r.IntN(8)-5)]}
 				}
 				one.Observe(now, evs, nil)
 				s.observe(now, evs)

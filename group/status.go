@@ -140,6 +140,7 @@ func (m *Member) Stats() aggregator.Stats {
 		u := pt.stage(stageUser).Agg.Stats()
 		st.Rooms += r.Rooms
 		st.Pairs += r.Pairs
+		st.Crowds += r.Crowds
 		st.Users += u.Users
 		for i, n := range r.Late {
 			st.Late[i] += n

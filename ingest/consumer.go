@@ -245,10 +245,10 @@ func (c *Consumer) handleRun(msgs []Msg, s Sink, nowMs int64, j *job) {
 		switch {
 		case err != nil:
 			c.reject(m, s, err.(*Error))
-		// Joins and leaves are decoded, and ignored until the counters
-		// take them (issue 21, docs/contract.md section 12): then drop the Kind
-		// test here.
-		case !ev.Counted || ev.Kind != chat.KindMessage:
+		// Messages, joins and leaves all go to the sink: its counters and
+		// policies each take the kinds they count (docs/contract.md
+		// section 12).
+		case !ev.Counted:
 			if !quiet {
 				j.ignored++
 			}

@@ -290,8 +290,9 @@ func TestLateTakenOut(t *testing.T) {
 }
 
 // A consumer reads payloads in its Format: Matrix events here. Joins and
-// leaves are read and, until the counters take them, ignored; an event
-// that does not map is rejected unmapped.
+// leaves are counted as such, not as messages (docs/contract.md section
+// 12); an edit is ignored, and an event that does not map is rejected
+// unmapped.
 func TestConsumerFormat(t *testing.T) {
 	now := time.UnixMilli(1796155490000) // just after the samples' messages: the sink's window is a minute
 	s := newSink(t, false)
@@ -308,13 +309,13 @@ func TestConsumerFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	v, _ := s.Agg.Overview("", 1, now.UnixMilli())
-	if v.Messages != 2 {
-		t.Errorf("%d messages counted, want 2", v.Messages)
+	if v.Messages != 2 || v.Joins != 1 || v.Leaves != 1 {
+		t.Errorf("%d messages, %d joins, %d leaves counted, want 2, 1, 1", v.Messages, v.Joins, v.Leaves)
 	}
 	var ignored dto.Metric
 	c.m.ignored.Write(&ignored)
-	if got := ignored.GetCounter().GetValue(); got != 3 {
-		t.Errorf("ignored %v, want 3 (a join, a leave, an edit)", got)
+	if got := ignored.GetCounter().GetValue(); got != 1 {
+		t.Errorf("ignored %v, want 1 (an edit)", got)
 	}
 	if fmt.Sprint(rejected) != "[unmapped: user: no value at /new_room_event/event/sender]" {
 		t.Errorf("rejected %v", rejected)

@@ -1,6 +1,7 @@
 // Package traffic makes synthetic chat traffic: rooms and users with skewed
 // (Zipf) activity, events shaped as the contract's section 1 says, a share
-// of bad ones on request, and, for the demo, a user who floods now and then.
+// of bad ones and of joins (section 12) on request, and, for the demo, a
+// user who floods now and then.
 // cmd/chatgen and chatpulse --demo both use it, so the demo exercises the
 // same path as real traffic: it only publishes, through a function given to
 // it, and knows nothing of chatpulse's internals.
@@ -29,23 +30,25 @@ type Config struct {
 	Friendly     bool    // names like lobby and alice for the busiest rooms and users
 	Wave         bool    // the rate swings by half over a minute, as real traffic does
 	Flatten      float64 // the Zipf v of users (1 if unset): larger gives the busiest users less
+	JoinEvery    int     // > 0: one join (docs/contract.md section 12) after every JoinEvery other events
 	Now          func() time.Time
 }
 
 // Demo is lively traffic for chatpulse --demo: a few busy rooms, a long
-// tail, and a flood every 20 seconds or so.
+// tail, a flood every 20 seconds or so, and a join now and then.
 func Demo() Config {
 	return Config{Rooms: 60, Users: 3000, Rate: 150, Prefix: "chat", Seed: uint64(time.Now().UnixNano()),
-		Flood: true, Friendly: true, Wave: true, Flatten: 40}
+		Flood: true, Friendly: true, Wave: true, Flatten: 40, JoinEvery: 40}
 }
 
 // Counts is what a generator sent.
 type Counts struct {
 	Sent  int            `json:"sent"`
-	Good  int            `json:"good"` // events chatpulse should count
+	Good  int            `json:"good"` // events chatpulse should count, joins included
 	Bad   int            `json:"bad"`
-	Rooms map[string]int `json:"rooms"` // good events per room
-	Users map[string]int `json:"users"` // good events per user
+	Joins int            `json:"joins,omitempty"`
+	Rooms map[string]int `json:"rooms"` // good messages per room
+	Users map[string]int `json:"users"` // good messages per user
 }
 
 // Generator makes events.
@@ -121,10 +124,18 @@ func (g *Generator) Next(now time.Time) (subject string, payload []byte, room, u
 	}
 	room, user = g.rooms[ri], g.users[u]
 	subject = g.cfg.Prefix + "." + chat.Token(room) + "." + chat.Token(user) // the subject rule of group mode
+	if g.joining() {
+		return subject, g.join(now.UnixMilli(), room, user), room, user, true
+	}
 	if g.cfg.BadRatio > 0 && g.r.Float64() < g.cfg.BadRatio {
 		return subject, g.bad(now, room, user), "", "", false
 	}
 	return subject, g.event(now.UnixMilli(), room, user, g.text(u == g.flooder)), room, user, true
+}
+
+// joining reports whether the event being made is a join.
+func (g *Generator) joining() bool {
+	return g.cfg.JoinEvery > 0 && g.seq%(g.cfg.JoinEvery+1) == 0
 }
 
 // flood starts a flood every 20 s or so and, while one runs, makes every
@@ -178,6 +189,22 @@ func (g *Generator) event(ts int64, room, user, text string) []byte {
 	return append([]byte(nil), b...)
 }
 
+// join is a join's JSON.
+func (g *Generator) join(ts int64, room, user string) []byte {
+	b := g.buf[:0]
+	b = append(b, `{"id":"j-`...)
+	b = strconv.AppendInt(b, int64(g.seq), 10)
+	b = append(b, `","type":"join","room":"`...)
+	b = append(b, room...)
+	b = append(b, `","user":"`...)
+	b = append(b, user...)
+	b = append(b, `","ts":"`...)
+	b = chat.Time(ts).AppendFormat(b)
+	b = append(b, `"}`...)
+	g.buf = b
+	return append([]byte(nil), b...)
+}
+
 // bad makes an event chatpulse must reject, of one of several kinds.
 func (g *Generator) bad(now time.Time, room, user string) []byte {
 	switch g.r.IntN(4) {
@@ -223,11 +250,15 @@ func (g *Generator) Run(ctx context.Context, publish func(subject string, data [
 				return c, err
 			}
 			c.Sent++
-			if good {
+			switch {
+			case good && g.joining():
+				c.Good++
+				c.Joins++
+			case good:
 				c.Good++
 				c.Rooms[room]++
 				c.Users[user]++
-			} else {
+			default:
 				c.Bad++
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/ingest"
 )
 
@@ -60,5 +61,41 @@ func TestRunCounts(t *testing.T) {
 		if total != c.Good {
 			t.Fatalf("rooms add up to %d of %d", total, c.Good)
 		}
+	}
+}
+
+// With JoinEvery n, one event in n+1 is a join that decodes as one, of
+// the room and user reported, and Run counts the joins apart from the
+// rooms' and users' messages.
+func TestJoinEvery(t *testing.T) {
+	g := New(Config{Rooms: 20, Users: 200, Seed: 3, JoinEvery: 20})
+	now := time.Now()
+	joins := 0
+	for i := range 2100 {
+		_, data, room, user, ok := g.Next(now)
+		ev, err := ingest.Decode(data, now.UnixMilli(), 5000)
+		if !ok || err != nil || ev.Room != room || ev.User != user || !ev.Counted {
+			t.Fatalf("event %d: %s: %+v %v", i, data, ev, err)
+		}
+		if ev.Kind == chat.KindJoin {
+			joins++
+			if (i+1)%21 != 0 {
+				t.Fatalf("event %d is a join: %s", i, data)
+			}
+		}
+	}
+	if joins != 100 {
+		t.Fatalf("%d joins in 2100 events, want 100", joins)
+	}
+	clock := time.Unix(1_800_000_000, 0)
+	g = New(Config{Rooms: 5, Users: 50, Rate: 1000, Duration: 21 * time.Second, Seed: 1, JoinEvery: 20,
+		Now: func() time.Time { clock = clock.Add(100 * time.Millisecond); return clock }})
+	c, err := g.Run(context.Background(), func(string, []byte) error { return nil })
+	messages := 0
+	for _, n := range c.Rooms {
+		messages += n
+	}
+	if err != nil || c.Joins != c.Sent/21 || c.Good != c.Sent || messages != c.Sent-c.Joins {
+		t.Fatalf("%+v (%v): want a join in 21, the rest messages", c, err)
 	}
 }

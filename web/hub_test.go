@@ -48,7 +48,7 @@ type activeViews struct{ *countingViews }
 
 func (v activeViews) RoomActive(room string) bool {
 	for _, w := range v.WindowNames() {
-		if r, _ := v.agg.Room(room, w, 1, testNow.UnixMilli()); r.Messages > 0 {
+		if r, _ := v.agg.Room(room, w, 1, testNow.UnixMilli()); r.Messages > 0 || r.Joins > 0 || r.Leaves > 0 {
 			return true
 		}
 	}
@@ -144,7 +144,8 @@ func waitFrame(t *testing.T, frames <-chan testFrame, what string, match func(te
 
 // A room view with no messages is computed once, not every push, when the
 // Views can tell that the room is still without messages; without that it
-// is computed every push. Either way its first message is pushed.
+// is computed every push. Either way its first message is pushed, and a
+// quiet room's first join (docs/contract.md section 12).
 func TestHubSkipsQuietRooms(t *testing.T) {
 	const rooms = 30
 	for _, withActivity := range []bool{true, false} {
@@ -185,6 +186,13 @@ func TestHubSkipsQuietRooms(t *testing.T) {
 			json.Unmarshal(f.Data, &v)
 			if v.Messages != 1 || v.TopTalker == nil || v.TopTalker.User != "alice" {
 				t.Fatalf("q-7 after its first message: %s", f.Data)
+			}
+			agg.Observe(testNow.UnixMilli(), []chat.Event{{Room: "q-9", User: "bob", TS: testNow.UnixMilli(), Kind: chat.KindJoin}}, nil)
+			f = waitFrame(t, frames, "q-9's first join", func(f testFrame) bool { return f.Room == "q-9" })
+			v = aggregator.Room{}
+			json.Unmarshal(f.Data, &v)
+			if v.Messages != 0 || v.Joins != 1 || v.TopTalker != nil {
+				t.Fatalf("q-9 after its first join: %s", f.Data)
 			}
 		})
 	}

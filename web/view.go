@@ -67,15 +67,16 @@ func (m clientMsg) key(windows []string, maxName int) (viewKey, error) {
 }
 
 // RoomActivity is optional for Views. A Views that has it lets the hub
-// skip the room views that cannot have changed: a room without messages
-// (one nobody talks in, or that does not exist) answers the empty view of
-// docs/contract.md section 3, zeros and nulls, until a message comes, so once the
+// skip the room views that cannot have changed: a room without messages,
+// joins or leaves (one nobody talks in or joins, or that does not exist)
+// answers the empty view of docs/contract.md section 3, zeros and nulls,
+// until one comes, so once the
 // hub has pushed that view it need not compute it again while the room
 // stays inactive. Without it, every watched view is computed every push.
 type RoomActivity interface {
-	// RoomActive reports whether room may have messages in some window.
-	// It must never answer false for a room with messages; answering
-	// true for one whose last messages just left is fine.
+	// RoomActive reports whether room may have messages, joins or leaves
+	// in some window. It must never answer false for a room with any;
+	// answering true for one whose last ones just left is fine.
 	RoomActive(room string) bool
 }
 
@@ -99,7 +100,7 @@ func (s *Server) render(k viewKey, last rendering) (rendering, error) {
 		}
 		var r aggregator.Room
 		r, err = s.views.Room(k.room, k.window, defaultK, now)
-		v, quiet = r, ok && r.Messages == 0
+		v, quiet = r, ok && r.Messages == 0 && r.Joins == 0 && r.Leaves == 0
 	case viewRooms:
 		v, err = s.views.Rooms(k.window, maxLimit, now)
 	}

@@ -1,6 +1,7 @@
 // Package oracle is the brute-force reference the aggregator is tested
-// against: it keeps every event in a plain list and answers each view by
-// scanning and sorting. It is slow on purpose and has no other use.
+// against: it keeps every event (messages, joins and leaves) in a plain
+// list and answers each view by scanning and sorting. It is slow on
+// purpose and has no other use.
 package oracle
 
 import (
@@ -81,16 +82,33 @@ func (o *Oracle) window(name string) rolling.Window {
 	panic("oracle: unknown window " + name)
 }
 
-// in lists the events inside window w at as_of t, and the first bucket.
+// in lists the messages inside window w at as_of t, and the first bucket.
 func (o *Oracle) in(w rolling.Window, t int64) (evs []chat.Event, first int64) {
+	return o.inOf(chat.KindMessage, w, t)
+}
+
+// inOf lists the events of a kind inside window w at as_of t, and the
+// first bucket.
+func (o *Oracle) inOf(kind chat.Kind, w rolling.Window, t int64) (evs []chat.Event, first int64) {
 	first = w.Bucket(t) - int64(w.Buckets()) + 1
 	for _, e := range o.evs {
-		if b := w.Bucket(e.TS); b >= first && b <= w.Bucket(t) {
+		if b := w.Bucket(e.TS); e.Kind == kind && b >= first && b <= w.Bucket(t) {
 			evs = append(evs, e)
 		}
 	}
 	return evs, first
 }
+
+// crowd counts the joins and leaves inside window w at as_of t of the
+// rooms room says, with the joins' series (docs/contract.md section 12).
+func (o *Oracle) crowd(w rolling.Window, t int64, room func(string) bool) (joins, leaves int64, seriesJoins []int64) {
+	js, from := o.inOf(chat.KindJoin, w, t)
+	ls, _ := o.inOf(chat.KindLeave, w, t)
+	js, ls = slices.DeleteFunc(js, func(e chat.Event) bool { return !room(e.Room) }), slices.DeleteFunc(ls, func(e chat.Event) bool { return !room(e.Room) })
+	return int64(len(js)), int64(len(ls)), series(w, js, from)
+}
+
+func anyRoom(string) bool { return true }
 
 func (o *Oracle) at(now int64) int64 {
 	o.clock = max(o.clock, now)
@@ -161,6 +179,7 @@ func (o *Oracle) Overview(window string, k int, now int64) aggregator.Overview {
 		TopUsers: talkers(users, k), TopRooms: []aggregator.RoomCount{},
 		Series: series(w, evs, from),
 	}
+	v.Joins, v.Leaves, v.SeriesJoins = o.crowd(w, t, anyRoom)
 	v.TopTalker = first(v.TopUsers)
 	for _, c := range rooms[:min(k, len(rooms))] {
 		v.TopRooms = append(v.TopRooms, aggregator.RoomCount{Room: c.name, Messages: c.n})
@@ -207,6 +226,7 @@ func (o *Oracle) Room(name, window string, k int, now int64) aggregator.Room {
 		DistinctUsers: len(users), TopUsers: talkers(users, k),
 		Series: series(w, evs, from),
 	}
+	v.Joins, v.Leaves, v.SeriesJoins = o.crowd(w, t, func(r string) bool { return r == name })
 	v.TopTalker = first(v.TopUsers)
 	return v
 }
@@ -229,15 +249,22 @@ func (o *Oracle) User(name, window string, now int64) aggregator.User {
 }
 
 // Tracked is the number of rooms and users with messages in some window at
-// as_of now: what the aggregator should still hold.
-func (o *Oracle) Tracked(now int64) (rooms, users int) {
+// as_of now, and of rooms with joins or leaves: what the aggregator should
+// still hold.
+func (o *Oracle) Tracked(now int64) (rooms, users, crowds int) {
 	t := o.at(now)
-	rs, us := map[string]bool{}, map[string]bool{}
+	rs, us, cs := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, w := range o.windows {
 		evs, _ := o.in(w, t)
 		for _, e := range evs {
 			rs[e.Room], us[e.User] = true, true
 		}
+		for _, kind := range []chat.Kind{chat.KindJoin, chat.KindLeave} {
+			evs, _ := o.inOf(kind, w, t)
+			for _, e := range evs {
+				cs[e.Room] = true
+			}
+		}
 	}
-	return len(rs), len(us)
+	return len(rs), len(us), len(cs)
 }

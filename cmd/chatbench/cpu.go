@@ -38,6 +38,7 @@ func cpuCmd(args []string) error {
 	rounds := fs.Int("rounds", 2, "rounds over all the paces, alternating")
 	rooms := fs.Int("rooms", 500, "rooms")
 	users := fs.Int("users", 50_000, "users (Zipf)")
+	joinEvery := fs.Int("join-every", 0, "one join (docs/contract.md section 12) after every N messages; 0: messages only")
 	bin := fs.String("bin", "", "the chatpulse binary (default: go build ./cmd/chatpulse)")
 	baseline := fs.String("baseline", "", "another chatpulse binary (an older build) to run beside it on the same events")
 	fs.Parse(args)
@@ -89,15 +90,19 @@ func cpuCmd(args []string) error {
 	for _, p := range procs {
 		names = append(names, p.name)
 	}
-	fmt.Printf("%s: chatpulse in core NATS, default windows and policies, beside a bare nats.go subscriber; %d rooms, %d users (Zipf), %v per pace after %v of warm-up; each round starts the processes afresh, in an order rotated by one\n\n",
-		strings.Join(names, ", "), *rooms, *users, *seconds, *warm)
+	joins := "messages only"
+	if *joinEvery > 0 {
+		joins = fmt.Sprintf("a join after every %d messages", *joinEvery)
+	}
+	fmt.Printf("%s: chatpulse in core NATS, default windows and policies, beside a bare nats.go subscriber; %d rooms, %d users (Zipf), %s, %v per pace after %v of warm-up; each round starts the processes afresh, in an order rotated by one\n\n",
+		strings.Join(names, ", "), *rooms, *users, joins, *seconds, *warm)
 
 	pub, err := nats.Connect(url, nats.Name("chatbench-publisher"))
 	if err != nil {
 		return err
 	}
 	defer pub.Close()
-	g := traffic.New(traffic.Config{Rooms: *rooms, Users: *users, Seed: 13})
+	g := traffic.New(traffic.Config{Rooms: *rooms, Users: *users, Seed: 13, JoinEvery: *joinEvery})
 	results := make([][]paceResult, len(rates))
 	for round := range max(*rounds, 1) {
 		order := rotated(len(procs), round)

@@ -35,13 +35,22 @@ const deliveryWait = 20 * time.Second
 // chat events over NATS after the page is open, and checks that the page
 // shows them live: the overview and its top-talker strip, the rooms table,
 // a room's detail and the way back, a throttle alert and the key over its
-// limit, a busier load compared row by row with the HTTP API, and a phone
+// limit, joins beside the messages and a room marked under a raid (a
+// join_wave policy over its limit), a busier load compared row by row
+// with the HTTP API, and a phone
 // layout without horizontal scrolling. The page must throw nothing, log no
 // error and fetch nothing from anywhere but chatpulse. Screenshots go to
 // $CHATPULSE_ARTIFACTS (or a temporary directory).
 func TestBrowserDashboard(t *testing.T) {
 	chromium := chromiumPath(t)
-	tm := startMain(t)
+	// The default policies, and a join wave that holds for an hour once
+	// crossed, however slow the machine.
+	tm := startMain(t, "--policies", policiesFile(t, `policies:
+  - {name: user_room_flood, scope: user_in_room, algorithm: sliding_window, limit: 10, window: 10s}
+  - {name: user_flood, scope: user, algorithm: sliding_window, limit: 30, window: 1m}
+  - {name: repeated_text, scope: user, algorithm: repeat, limit: 1, window: 30s, mode: shadow}
+  - {name: raid, scope: room, algorithm: join_wave, limit: 3, window: 1h}
+`))
 	artifacts := artifactsDir(t)
 
 	// The page reaches chatpulse through a proxy that can cut the network.
@@ -123,6 +132,24 @@ func TestBrowserDashboard(t *testing.T) {
 	b.waitText("#alert-count", "1 alert")
 	b.wait("mallory over the limit now", `document.querySelector('#active tr[data-user="mallory"][data-room="lobby"][data-policy="user_room_flood"]') !== null`)
 	b.waitText("#top-talker", "mallory")
+
+	// Joins are counted beside the messages, not as them; four of them
+	// cross the raid policy, and the room is marked under a raid on the
+	// overview and on its page (docs/contract.md section 12).
+	publishJoins(tm, "lobby", 4)
+	b.waitText("#joins", "4")
+	b.waitText("#joins-sub", "1 leave in the last 1m")
+	raid := `#raids a[data-testid="raid-room"][data-room="lobby"]`
+	b.wait("lobby marked under a raid", fmt.Sprintf(`document.querySelector(%s) !== null && !document.querySelector('#raids').hidden`, jsString(raid)))
+	b.waitText("#messages", "22")
+	b.click(raid)
+	b.waitText("#room-title", "lobby")
+	b.waitText("#room-joins", "4")
+	b.waitText("#room-messages", "18")
+	b.wait("the raid badge beside the title", `!document.querySelector('#room-raid').hidden`)
+	b.screenshot(artifacts, "room-raid.png")
+	b.click("#back")
+	b.wait("the dashboard after the raid", `!document.querySelector('#dashboard').hidden && document.querySelector('#room-raid').hidden`)
 
 	// A busier load: hundreds of events over ~50 rooms and ~200 users,
 	// spread over the last minute so the chart has a shape. The rooms table
@@ -225,6 +252,18 @@ func publishN(tm *testMain, room, user string, n int) {
 		payload, _ := json.Marshal(map[string]string{"room": room, "user": user, "text": fmt.Sprintf("hi %d", i)})
 		tm.publish(subject, string(payload))
 	}
+	if err := tm.nc.Flush(); err != nil {
+		tm.t.Fatal(err)
+	}
+}
+
+// publishJoins publishes n joins of new users to room, and one leave.
+func publishJoins(tm *testMain, room string, n int) {
+	tm.t.Helper()
+	for i := range n {
+		tm.publish(fmt.Sprintf("chat.%s.newcomer%d", room, i), fmt.Sprintf(`{"room":%q,"user":"newcomer%d","type":"join"}`, room, i))
+	}
+	tm.publish("chat."+room+".newcomer0", fmt.Sprintf(`{"room":%q,"user":"newcomer0","type":"leave"}`, room))
 	if err := tm.nc.Flush(); err != nil {
 		tm.t.Fatal(err)
 	}

@@ -64,15 +64,33 @@ func randomTrace(r *rand.Rand, now int64, n int) []chat.Event {
 	return evs
 }
 
+// withJoins makes about one event in eight a join and one in sixteen a
+// leave (docs/contract.md section 12), late ones and all.
+func withJoins(r *rand.Rand, evs []chat.Event) []chat.Event {
+	for i := range evs {
+		switch r.IntN(16) {
+		case 0, 1:
+			evs[i].Kind = chat.KindJoin
+		case 2:
+			evs[i].Kind = chat.KindLeave
+		}
+	}
+	return evs
+}
+
 func eventJSON(e chat.Event, id int) string {
 	text := e.Text
 	if text == "" {
 		text = "hello there"
 	}
-	b, _ := json.Marshal(map[string]any{
+	m := map[string]any{
 		"id": fmt.Sprint("m-", id), "room": e.Room, "user": e.User,
 		"ts": time.UnixMilli(e.TS).UTC().Format(time.RFC3339Nano), "text": text,
-	})
+	}
+	if e.Kind != chat.KindMessage {
+		m["type"] = e.Kind.String()
+	}
+	b, _ := json.Marshal(m)
 	return string(b)
 }
 
@@ -124,11 +142,14 @@ func (tm *testMain) compareAll(o *oracle.Oracle, now int64, evs []chat.Event) {
 	}
 }
 
+// Every view of every window, fed messages, joins and leaves (late ones
+// too), is the oracle's.
 func TestEndToEndOracle(t *testing.T) {
 	clock := newFrozen()
 	tm := startMainAt(t, clock.Now)
 	now := clock.ms.Load()
-	evs := randomTrace(rand.New(rand.NewPCG(1, 2)), now, 3000)
+	r := rand.New(rand.NewPCG(1, 2))
+	evs := withJoins(r, randomTrace(r, now, 3000))
 	o, late := tm.publishTrace(now, evs)
 	if len(late) == 0 {
 		t.Fatal("the trace should hold late events")

@@ -147,9 +147,11 @@ func (tm *testMain) compareGroup(o *oracle.Oracle, evs []chat.Event) {
 	}
 }
 
-// groupTrace is a random trace with names that need escaping in subjects.
+// groupTrace is a random trace with names that need escaping in
+// subjects, and joins and leaves.
 func groupTrace(seed uint64, now int64, n int) []chat.Event {
-	evs := randomTrace(rand.New(rand.NewPCG(seed, 3)), now, n)
+	r := rand.New(rand.NewPCG(seed, 3))
+	evs := withJoins(r, randomTrace(r, now, n))
 	odd := []string{"dot.room", "space room", "pct%room", "a.b", "star*", "gt>"}
 	for i := range evs {
 		if i%7 == 0 {

@@ -326,9 +326,13 @@ func startMatrix(t *testing.T, now func() time.Time) (*homeserver, *testMain, je
 // window (overview, rooms, each room, each user: messages, distinct
 // users, top talkers, series) equals the oracle fed the messages sent,
 // with the ts Dendrite gave them, and Matrix ids show as they are through
-// the HTTP API, however their path segment is escaped. Joins and leaves
-// are sent but not compared: chatpulse does not count them yet (issue
-// 21), so the test checks only that they are read and ignored.
+// the HTTP API, however their path segment is escaped. The joins and
+// leaves are in the oracle too (docs/contract.md section 12), each with
+// the ts Dendrite gave its member event: every room's joins, leaves and
+// series_joins are compared. A display name change is a member event of
+// a user already joined, which the envelope cannot tell from a join
+// (ingest/matrix.go): it counts as one in every room of the user, and the
+// test says so.
 func TestDendrite(t *testing.T) {
 	clock := &following{}
 	hs, tm, _ := startMatrix(t, clock.Now)
@@ -337,22 +341,34 @@ func TestDendrite(t *testing.T) {
 		users[name] = hs.register(name)
 	}
 	alice, bob, carol, dave := users["alice"], users["bob.smith"], users["carol"], users["dave_99"]
+	var evs []chat.Event
+	// membership notes a member event of u in room, read with reader's
+	// token once the room's state has it.
+	membership := func(reader, u matrixUser, room string, kind chat.Kind, content func(map[string]any) bool) {
+		ts := hs.memberTS(reader, room, u.id, content)
+		evs = append(evs, chat.Event{Room: room, User: u.id, TS: ts, Kind: kind})
+	}
+	joined := func(c map[string]any) bool { return c["membership"] == "join" }
 	general, random, side := hs.createRoom(alice, "general"), hs.createRoom(alice, "random"), hs.createRoom(bob, "side")
 	members := map[string][]matrixUser{general: {alice, bob, carol, dave}, random: {alice, carol}, side: {bob, alice}}
 	for room, us := range members {
+		membership(us[0], us[0], room, chat.KindJoin, joined) // the creator's
 		for _, u := range us[1:] {
 			hs.join(u, room)
+			membership(u, u, room, chat.KindJoin, joined)
 		}
 	}
-	type sent struct{ room, event string }
+	type sent struct {
+		room, event string
+		at          int // in evs
+	}
 	var msgs []sent
-	var evs []chat.Event
 	by := map[string]matrixUser{}
 	r := rand.New(rand.NewPCG(23, 24))
 	rooms := []string{general, random, side}
 	message := func(u matrixUser, room string, i int) {
 		event := hs.send(u, room, "m.room.message", map[string]any{"msgtype": "m.text", "body": fmt.Sprintf("message %d <b>&amp;</b> é", i)})
-		msgs = append(msgs, sent{room, event})
+		msgs = append(msgs, sent{room, event, len(evs)})
 		evs = append(evs, chat.Event{Room: room, User: u.id})
 		by[event] = u
 	}
@@ -372,11 +388,17 @@ func TestDendrite(t *testing.T) {
 	hs.send(carol, msgs[5].room, "m.reaction", map[string]any{"m.relates_to": map[string]any{"rel_type": "m.annotation", "event_id": msgs[5].event, "key": "👍"}})
 	hs.redact(by[msgs[4].event], msgs[4].room, msgs[4].event)
 	hs.call("PUT", "/_matrix/client/v3/profile/"+url.PathEscape(alice.id)+"/displayname", alice.token, map[string]any{"displayname": "Alice A."}, nil)
+	for _, room := range rooms { // alice is in every room: a "join" in each
+		membership(alice, alice, room, chat.KindJoin, func(c map[string]any) bool { return c["displayname"] == "Alice A." })
+	}
+	left := func(c map[string]any) bool { return c["membership"] == "leave" }
 	hs.leave(dave, general)
+	membership(alice, dave, general, chat.KindLeave, left)
 	hs.leave(carol, random)
+	membership(alice, carol, random, chat.KindLeave, left)
 	message(bob, side, 60) // the last message: once it shows, everything before it has been read
-	for i, m := range msgs {
-		evs[i].TS = hs.ts(by[m.event], m.room, m.event)
+	for _, m := range msgs {
+		evs[m.at].TS = hs.ts(by[m.event], m.room, m.event)
 	}
 
 	var last aggregator.Room
@@ -412,8 +434,7 @@ func TestDendrite(t *testing.T) {
 		t.Errorf("a throttle check with Matrix ids: status %d, %+v", status, check)
 	}
 
-	// What was read and not counted: the joins and leaves (the
-	// displayname change among them), the edits, the reaction, the
+	// What was read and not counted: the edits, the reaction, the
 	// redaction, the rooms' state. Nothing was rejected.
 	for _, reason := range []string{"malformed", "invalid", "unmapped", "too_large", "late", "future"} {
 		if got := tm.metric(`chatpulse_events_rejected_total{reason="` + reason + `"}`); got != 0 {
@@ -424,17 +445,44 @@ func TestDendrite(t *testing.T) {
 	if accepted := tm.metric("chatpulse_events_accepted_total"); accepted != float64(len(evs)) || received != accepted+ignored {
 		t.Errorf("received %v, accepted %v (want %d), ignored %v", received, accepted, len(evs), ignored)
 	}
-	t.Logf("%d room events read: %d messages counted, %v ignored", int(received), len(evs), ignored)
+	t.Logf("%d room events read: %d messages, joins and leaves counted, %v ignored", int(received), len(evs), ignored)
 }
 
+// count is the messages of room in evs.
 func count(evs []chat.Event, room string) int64 {
 	n := int64(0)
 	for _, e := range evs {
-		if e.Room == room {
+		if e.Room == room && e.Kind == chat.KindMessage {
 			n++
 		}
 	}
 	return n
+}
+
+// memberTS waits until room's state, as reader sees it, holds a member
+// event of user whose content satisfies want, and returns its
+// origin_server_ts.
+func (hs *homeserver) memberTS(reader matrixUser, room, user string, want func(map[string]any) bool) int64 {
+	hs.t.Helper()
+	var ts int64
+	wait.For(hs.t, 30*time.Second, func() error {
+		var out struct {
+			Chunk []struct {
+				StateKey string         `json:"state_key"`
+				TS       int64          `json:"origin_server_ts"`
+				Content  map[string]any `json:"content"`
+			} `json:"chunk"`
+		}
+		hs.call("GET", roomPath(room)+"/members", reader.token, nil, &out)
+		for _, e := range out.Chunk {
+			if e.StateKey == user && want(e.Content) {
+				ts = e.TS
+				return nil
+			}
+		}
+		return fmt.Errorf("%s has no such member event of %s yet", room, user)
+	})
+	return ts
 }
 
 // TestDendriteLatency measures, against a real Dendrite, the time from a

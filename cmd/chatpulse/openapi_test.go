@@ -59,17 +59,19 @@ func TestOpenAPI(t *testing.T) {
 	}
 	tm.publish("chat.lobby.bob", `{"room":"lobby","user":"bob","text":"hi"}`)
 	tm.publish("chat.a%2Fb.bob", `{"room":"a/b","user":"bob","text":"hi"}`)
+	tm.publish("chat.lobby.newcomer", `{"room":"lobby","user":"newcomer","type":"join"}`) // joins and leaves, for their fields
+	tm.publish("chat.lobby.newcomer", `{"room":"lobby","user":"newcomer","type":"leave"}`)
 	tm.publish("chat.x", `not json`)
 	tm.publish("chat.x", `{"user":"nobody"}`)
-	tm.waitReceived(9)
+	tm.waitReceived(11)
 	// Wait for the counts and the throttle, fed on goroutines of their own,
 	// so that the answers below have rows, talkers and an active key for
 	// the document's item schemas to check.
 	wait.For(t, 30*time.Second, func() error {
 		var active struct{ Active []any }
 		tm.get("/api/v1/throttle/active", &active)
-		if accepted := tm.metric("chatpulse_events_accepted_total"); accepted != 7 || len(active.Active) != 1 {
-			return fmt.Errorf("%v of 7 events accepted and %d keys active, want the flood key", accepted, len(active.Active))
+		if accepted := tm.metric("chatpulse_events_accepted_total"); accepted != 9 || len(active.Active) != 1 {
+			return fmt.Errorf("%v of 9 events accepted and %d keys active, want the flood key", accepted, len(active.Active))
 		}
 		return nil
 	})

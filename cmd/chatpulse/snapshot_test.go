@@ -66,10 +66,11 @@ func TestSnapshotEqualsFullReplay(t *testing.T) {
 	clock := newFrozen()
 	dir := t.TempDir()
 	now := clock.ms.Load()
-	evs := randomTrace(rand.New(rand.NewPCG(3, 4)), now, 4000)
+	r := rand.New(rand.NewPCG(3, 4))
+	evs := withJoins(r, randomTrace(r, now, 4000)) // the joins in the snapshot and after it
 	for i := range evs {
 		if i%5 == 0 { // enough of them to cross the default policies
-			evs[i].Room, evs[i].User, evs[i].TS = "lobby", "alice", now-int64(i%50)
+			evs[i].Room, evs[i].User, evs[i].TS, evs[i].Kind = "lobby", "alice", now-int64(i%50), chat.KindMessage
 		}
 	}
 	first, second := evs[:2500], evs[2500:]

@@ -17,6 +17,7 @@ import { authFetch, wsProtocols } from './auth.js';
 import { Chart, fmtSpan } from './chart.js';
 import { noteView, showPartial, startGroup } from './group.js';
 import { isAction, setModerationRoom } from './moderation.js';
+import { startRaids } from './raids.js';
 import { Rows } from './rows.js';
 
 const MAX_ALERTS = 50;
@@ -84,6 +85,7 @@ const state = {
   alertTotal: 0, // alerts since the page opened, shown or left out
   active: null, // the last /api/v1/throttle/active answer
   activeError: false,
+  raids: new Set(), // rooms under a raid (raids.js)
 };
 
 const dirty = new Set();
@@ -459,7 +461,7 @@ function onRoute() {
   setModerationRoom(next.name === 'room' ? next.room : null);
   reconcile();
   updatePolling();
-  invalidate('overview', 'rooms', 'room');
+  invalidate('overview', 'rooms', 'room', 'raids');
 }
 
 window.addEventListener('hashchange', onRoute);
@@ -469,8 +471,8 @@ window.addEventListener('hashchange', onRoute);
 function clearRoom() {
   state.room.clear();
   roomTopUsers.clear();
-  for (const id of ['room-messages', 'room-rate', 'room-users', 'room-top-talker']) $(id).textContent = '–';
-  for (const id of ['room-share', 'room-rate-sub', 'room-top-talker-count']) $(id).textContent = '\u00a0';
+  for (const id of ['room-messages', 'room-rate', 'room-users', 'room-joins', 'room-top-talker']) $(id).textContent = '–';
+  for (const id of ['room-share', 'room-rate-sub', 'room-joins-sub', 'room-top-talker-count']) $(id).textContent = '\u00a0';
   if (roomChart) roomChart.set([], 1, 0);
 }
 
@@ -488,6 +490,7 @@ function render() {
     renderRoom();
   }
   if (parts.has('overview') || parts.has('rooms') || parts.has('room')) renderPartial();
+  if (parts.has('raids')) renderRaids();
 }
 
 // renderPartial warns, next to the view on screen, when a group's view
@@ -529,6 +532,8 @@ function renderOverview() {
   setText($('rate-sub'), `average over ${w.name}`);
   setText($('distinct-users'), fmtInt(o.distinct_users));
   setText($('active-rooms'), fmtInt(o.active_rooms));
+  setText($('joins'), fmtInt(o.joins));
+  setText($('joins-sub'), `${plural(o.leaves, 'leave', 'leaves')} ${span}`);
   const t = o.top_talker;
   setText($('top-talker'), t ? t.user : '–');
   $('top-talker').title = t ? t.user : '';
@@ -677,6 +682,8 @@ function renderRoom() {
   setText($('room-rate'), fmtRate(r.rate));
   setText($('room-rate-sub'), `average over ${w.name}`);
   setText($('room-users'), fmtInt(r.distinct_users));
+  setText($('room-joins'), fmtInt(r.joins));
+  setText($('room-joins-sub'), `${plural(r.leaves, 'leave', 'leaves')} ${span}`);
   const t = r.top_talker;
   setText($('room-top-talker'), t ? t.user : '–');
   setText($('room-top-talker-count'), t ? `${plural(t.messages, 'message', 'messages')} ${span}` : `nobody ${span}`);
@@ -688,6 +695,23 @@ function renderRoom() {
   roomTopUsers.update(r.top_users.map((u) => ({ ...u, top })));
   $('room-top-users-empty').hidden = r.top_users.length > 0;
 }
+
+// ---- raids (docs/contract.md section 12) ----
+
+// renderRaids marks the rooms under a raid: the room in view beside its
+// title, and every one in the overview's joins card, each a link to it.
+function renderRaids() {
+  $('room-raid').hidden = !(state.route.name === 'room' && state.raids.has(state.route.room));
+  const list = $('raids');
+  list.replaceChildren(...[...state.raids].sort().map((room) =>
+    el('li', {}, el('a', { href: roomHref(room), text: `raid: ${room}`, title: room, data: { testid: 'raid-room', room } }))));
+  list.hidden = state.raids.size === 0;
+}
+
+startRaids((rooms) => {
+  state.raids = rooms;
+  invalidate('raids');
+});
 
 // ---- moderation ----
 
