@@ -155,6 +155,11 @@ func matchSubject(subject string) func(*ingest.Msg, *chat.Event) bool {
 // from one largest window back; what the previous holder had handled
 // (its progress) is marked Replay: no alerts or dead letters again.
 func (m *Member) start(p int, rev uint64) {
+	if p == m.cfg.Partitions {
+		m.startFiling()
+		m.leases.ready(p, rev) // it has nothing to catch up
+		return
+	}
 	m.mu.Lock()
 	pt := m.newPartition(p, rev)
 	m.parts[p] = pt
@@ -204,6 +209,10 @@ func (m *Member) caughtUp(pt *partition) {
 // answered any more (what its feeds delivered and the pipeline has not
 // handled yet goes to sinks nobody reads).
 func (m *Member) stop(p int) {
+	if p == m.cfg.Partitions {
+		m.stopFiling()
+		return
+	}
 	m.mu.Lock()
 	pt := m.parts[p]
 	delete(m.parts, p)

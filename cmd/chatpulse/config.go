@@ -172,7 +172,8 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 
 // parseInput reads --input, --max-event-bytes and --source-stream
 // (docs/contract.md section 13). With --source-stream, --subject filters what is
-// taken of that stream, all of it unless given.
+// taken of that stream, all of it unless given; in a group, it is where
+// the events are filed, and all of the stream is taken.
 func (c *Config) parseInput(fs *flag.FlagSet, input string, maxEventBytes int) error {
 	f, err := ingest.ParseInput(input)
 	if err != nil {
@@ -192,14 +193,14 @@ func (c *Config) parseInput(fs *flag.FlagSet, input string, maxEventBytes int) e
 		return usagef("--source-stream %s: sourcing needs JetStream; drop --jetstream=false", c.SourceStream)
 	case c.SourceStream == c.Stream:
 		return usagef("--source-stream %s: the stream chatpulse reads (--stream) cannot source itself", c.SourceStream)
+	case c.Group != "":
+		// A group files the events of the stream on --subject's
+		// chat.<room>.<user>, and takes all of it.
 	case !subjectGiven:
 		c.Subject = ">"
 	}
-	switch {
-	case c.Group != "" && c.SourceStream != "":
-		return usagef("--source-stream with --group: a group cannot read a chat system's own stream yet; run one instance without --group")
-	case c.Group != "" && !f.Native():
-		return usagef("--input %s with --group: a group reads only chatpulse's own events yet; run one instance without --group", f.Name())
+	if c.Group != "" && !f.Native() && c.SourceStream == "" {
+		return usagef("--input %s with --group: a group reads a chat system's events from its stream; name it with --source-stream", f.Name())
 	}
 	return nil
 }

@@ -44,6 +44,14 @@ func TestInputFlags(t *testing.T) {
 	if c := m.Config; c.Subject != "D.>" || c.Input.MaxPayload() != 1<<20 {
 		t.Fatalf("a subject given with --source-stream: %q, %d bytes", c.Subject, c.Input.MaxPayload())
 	}
+	// A group files what it takes of the stream on --subject.
+	m = NewMain()
+	if err := m.ParseFlags([]string{"--input", "matrix", "--source-stream", "D", "--group", "g"}, func(string) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	if c := m.Config; c.Subject != "chat.>" {
+		t.Fatalf("a group with --source-stream: subject %q, want chat.>", c.Subject)
+	}
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(bad, []byte("room: /r\nuser: /u\nts: {pointer: /t, unit: hours}\n"), 0o644)
 	for name, tc := range map[string]struct {
@@ -57,8 +65,7 @@ func TestInputFlags(t *testing.T) {
 		"limit range":      {[]string{"--input", "matrix", "--max-event-bytes", "-1"}, "--max-event-bytes: -1 is out of range"},
 		"core NATS":        {[]string{"--source-stream", "D", "--jetstream=false"}, "--source-stream D: sourcing needs JetStream"},
 		"itself":           {[]string{"--source-stream", "CHAT"}, "--source-stream CHAT: the stream chatpulse reads (--stream) cannot source itself"},
-		"group sourcing":   {[]string{"--source-stream", "D", "--group", "g"}, "--source-stream with --group: a group cannot read a chat system's own stream yet"},
-		"group input":      {[]string{"--input", "matrix", "--group", "g"}, "--input matrix with --group: a group reads only chatpulse's own events yet"},
+		"group input":      {[]string{"--input", "matrix", "--group", "g"}, "--input matrix with --group: a group reads a chat system's events from its stream; name it with --source-stream"},
 	} {
 		err := NewMain().ParseFlags(tc.args, func(string) string { return "" })
 		var usage *UsageError
