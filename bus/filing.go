@@ -71,28 +71,31 @@ func (b *Bus) Read(ctx context.Context, stream string, from uint64) (*Source, er
 }
 
 // File publishes msgs to JetStream, all at once, and returns once every
-// one is acknowledged (a duplicate, dropped by the stream, is), or with
-// the first error: then the caller files them all again, and those that
-// were stored are dropped as duplicates.
-func (b *Bus) File(ctx context.Context, msgs []*nats.Msg) error {
+// one is acknowledged, with how many of them the stream had already and
+// dropped as duplicates; or with the first error: then the caller files
+// them all again, and those that were stored are dropped as duplicates.
+func (b *Bus) File(ctx context.Context, msgs []*nats.Msg) (duplicates int, err error) {
 	acks := make([]jetstream.PubAckFuture, 0, len(msgs))
 	for _, m := range msgs {
 		f, err := b.js.PublishMsgAsync(m)
 		if err != nil {
-			return fmt.Errorf("file on %s: %w", m.Subject, err)
+			return 0, fmt.Errorf("file on %s: %w", m.Subject, err)
 		}
 		acks = append(acks, f)
 	}
 	for _, f := range acks {
 		select {
-		case <-f.Ok():
+		case ack := <-f.Ok():
+			if ack.Duplicate {
+				duplicates++
+			}
 		case err := <-f.Err():
-			return fmt.Errorf("file on %s: %w", f.Msg().Subject, err)
+			return 0, fmt.Errorf("file on %s: %w", f.Msg().Subject, err)
 		case <-ctx.Done():
-			return ctx.Err()
+			return 0, ctx.Err()
 		}
 	}
-	return nil
+	return duplicates, nil
 }
 
 // MaxPayload is the largest message the server takes.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chatpulse/chatpulse/bus"
 	"github.com/chatpulse/chatpulse/chat"
@@ -52,12 +53,30 @@ type filer struct {
 	progress *progress
 	consumer *ingest.Consumer // counts what is not filed
 	log      *slog.Logger
+	// Events filed, and those of them the chat stream already had.
+	filed, again prometheus.Counter
 }
 
 // filing is the filer's run on this member, while it holds the lease.
 type filing struct {
 	cancel context.CancelFunc
 	done   chan struct{}
+}
+
+// newFiler is the filer of a member with --source-stream; Attach gives it
+// its bus and the copy it reads.
+func newFiler(cfg Config, consumer *ingest.Consumer, reg prometheus.Registerer) *filer {
+	f := &filer{format: cfg.Input, prefix: strings.TrimSuffix(cfg.Subject, ">"), skew: cfg.MaxSkew, consumer: consumer, log: cfg.Log,
+		filed: prometheus.NewCounter(prometheus.CounterOpts{Name: "chatpulse_events_filed_total",
+			Help: "Events of a foreign stream this member filed on chat.<room>.<user>, in a group with --source-stream."}),
+		again: prometheus.NewCounter(prometheus.CounterOpts{Name: "chatpulse_events_filed_again_total",
+			Help: "Events this member filed that the chat stream already had (a takeover of the filing), dropped as duplicates."}),
+	}
+	if f.format == nil {
+		f.format = ingest.Native()
+	}
+	reg.MustRegister(f.filed, f.again)
+	return f
 }
 
 // attachFiler makes the copy of the foreign stream, which the filer
@@ -71,11 +90,7 @@ func (m *Member) attachFiler(ctx context.Context, stream bus.StreamConfig) error
 		}
 		return err
 	}
-	m.filer = &filer{bus: m.bus, format: m.cfg.Input, copy: copy.Stream, prefix: strings.TrimSuffix(stream.Subject, ">"),
-		skew: m.cfg.MaxSkew, consumer: m.consumer, log: m.log}
-	if m.filer.format == nil {
-		m.filer.format = ingest.Native()
-	}
+	m.filer.bus, m.filer.copy = m.bus, copy.Stream
 	return nil
 }
 
@@ -142,35 +157,55 @@ func (f *filer) file(ctx context.Context) error {
 	for {
 		var more bool
 		batch, more = src.Next(batch[:0])
+		if err := ctx.Err(); err != nil {
+			return err // stopped: no new batch
+		}
 		if len(batch) > 0 {
 			out = f.encode(batch, out[:0])
-			for {
-				err := f.bus.File(ctx, out)
-				if err == nil {
-					break
-				}
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				f.log.Warn("group: events not filed; filing them again", "events", len(out), "err", err)
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-time.After(time.Second):
-				}
-			}
-			if err := f.progress.putFiled(ctx, filed{Copy: f.copy, Seq: batch[len(batch)-1].Seq}); err != nil {
-				f.log.Warn("group: filing progress not recorded", "err", err)
+			if err := f.fileBatch(ctx, out, batch[len(batch)-1].Seq); err != nil {
+				return err
 			}
 		}
 		if !more {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
 			return errors.New("the copy's consumer stopped")
 		}
 	}
 }
+
+// fileBatch files out, the events of the copy up to sequence last, again
+// until the chat stream has them all, and records that it has. A batch
+// under way when the filing stops is finished (its acknowledgements take
+// a round trip) and recorded, so that whoever files next files none of it
+// again.
+func (f *filer) fileBatch(ctx context.Context, out []*nats.Msg, last uint64) error {
+	for {
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fileWait)
+		dups, err := f.bus.File(bctx, out)
+		if err == nil {
+			f.filed.Add(float64(len(out) - dups))
+			f.again.Add(float64(dups))
+			err = f.progress.putFiled(bctx, filed{Copy: f.copy, Seq: last})
+			cancel()
+			if err != nil {
+				f.log.Warn("group: filing progress not recorded", "err", err)
+			}
+			return nil
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		f.log.Warn("group: events not filed; filing them again", "events", len(out), "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// fileWait is how long a batch's acknowledgements may take.
+const fileWait = 5 * time.Second
 
 // resume is the copy's first sequence not filed yet (0: the copy's
 // first), from the progress the last filer recorded.

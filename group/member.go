@@ -123,6 +123,9 @@ func New(cfg Config, reg prometheus.Registerer) (*Member, error) {
 		OnReject: func(msg *ingest.Msg, err *ingest.Error) { m.bus.DeadLetter(msg, err) },
 		OnAlert:  func(a throttle.Alert) { m.bus.Alert(a) }, // every member's dashboards hear it back from NATS
 	})
+	if cfg.SourceStream != "" {
+		m.filer = newFiler(cfg, m.consumer, reg)
+	}
 	m.metrics = newMetrics(m, reg)
 	m.reg = reg
 	return m, nil
