@@ -186,6 +186,18 @@ func TestGroupForeignBus(t *testing.T) {
 	midway(600, func() { m1.Close() })
 	waitFiler(m0, 1, "m0")
 	publish(100)
+	// One that does not map is dead-lettered by the filer, and not filed.
+	bad := nats.NewMsg("Foreign")
+	bad.Data = []byte(strings.Replace(foreignEvent("message", "!r:localhost", "@u:localhost", now, 9999), `"room_id"`, `"room"`, 1))
+	if _, err := js.PublishMsg(ctx, bad); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 10*time.Second, func() error {
+		if got := m0.metric(`chatpulse_events_rejected_total{reason="unmapped"}`); got != 1 {
+			return fmt.Errorf("m0 rejected %v events as unmapped, want 1", got)
+		}
+		return nil
+	})
 	t.Logf("%d envelopes published, %d to be filed, %d of them messages", traffic.n, toFile, len(evs))
 
 	wait.For(t, 30*time.Second, func() error {
