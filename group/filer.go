@@ -240,7 +240,8 @@ func (f *filer) encode(batch []ingest.Msg, out []*nats.Msg) []*nats.Msg {
 			f.consumer.Unfiled("")
 			continue
 		}
-		data := ingest.AppendNative(nil, ev) // its own: it is kept until acknowledged
+		// Its own buffer: it is kept until acknowledged.
+		data := ingest.AppendNative(make([]byte, 0, 64+len(ev.Room)+len(ev.User)+len(ev.ID)+len(ev.Text)), ev)
 		if len(data) > limit {
 			f.reject(m, &ingest.Error{Reason: ingest.ReasonTooLarge, Msg: fmt.Sprintf("filed, the event is %d bytes, more than the limit of %d", len(data), limit)})
 			continue
