@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chatpulse/chatpulse/bus"
 	"github.com/chatpulse/chatpulse/ingest"
 	"github.com/chatpulse/chatpulse/rolling"
 )
@@ -193,6 +194,8 @@ func (c *Config) parseInput(fs *flag.FlagSet, input string, maxEventBytes int) e
 		return usagef("--source-stream %s: sourcing needs JetStream; drop --jetstream=false", c.SourceStream)
 	case c.SourceStream == c.Stream:
 		return usagef("--source-stream %s: the stream chatpulse reads (--stream) cannot source itself", c.SourceStream)
+	case c.Group != "" && c.SourceStream == bus.SourceCopy(c.Stream):
+		return usagef("--source-stream %s: in a group, that is the stream that sources it (--stream and _SOURCE); name another --stream", c.SourceStream)
 	case c.Group != "":
 		// A group files the events of the stream on --subject's
 		// chat.<room>.<user>, and takes all of it.

@@ -65,6 +65,7 @@ func TestInputFlags(t *testing.T) {
 		"limit range":      {[]string{"--input", "matrix", "--max-event-bytes", "-1"}, "--max-event-bytes: -1 is out of range"},
 		"core NATS":        {[]string{"--source-stream", "D", "--jetstream=false"}, "--source-stream D: sourcing needs JetStream"},
 		"itself":           {[]string{"--source-stream", "CHAT"}, "--source-stream CHAT: the stream chatpulse reads (--stream) cannot source itself"},
+		"group copy":       {[]string{"--source-stream", "CHAT_SOURCE", "--group", "g"}, "--source-stream CHAT_SOURCE: in a group, that is the stream that sources it"},
 		"group input":      {[]string{"--input", "matrix", "--group", "g"}, "--input matrix with --group: a group reads a chat system's events from its stream; name it with --source-stream"},
 	} {
 		err := NewMain().ParseFlags(tc.args, func(string) string { return "" })
