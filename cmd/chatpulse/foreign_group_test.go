@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -75,28 +74,8 @@ func (mt *matrixTraffic) next() []byte {
 // filed once (none dropped, none doubled), and the group's views equal
 // the standalone instance's, and the oracle's.
 func TestGroupForeignBus(t *testing.T) {
-	url := startNATS(t, &server.Options{})
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	url, js := chatSystem(t)
 	ctx := context.Background()
-	foreign, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "Foreign", Subjects: []string{"Foreign"}, Retention: jetstream.InterestPolicy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	app, err := foreign.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "app", AckPolicy: jetstream.AckExplicitPolicy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	acks, err := app.Consume(func(m jetstream.Msg) { m.Ack() })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer acks.Stop()
-
 	clock := newFrozen()
 	alone := startMainAt(t, clock.Now, "--nats-url", url, "--input", "matrix", "--source-stream", "Foreign", "--stream", "CHAT_ALONE")
 	// With m0, m1 and m2 live, rendezvous gives the filing (owner.8)
@@ -120,13 +99,7 @@ func TestGroupForeignBus(t *testing.T) {
 		})
 	}
 	waitFiler(m0, 3, "m2")
-	wait.For(t, 10*time.Second, func() error {
-		if n := foreign.CachedInfo().State.Consumers; n != 3 {
-			foreign, _ = js.Stream(ctx, "Foreign")
-			return fmt.Errorf("the foreign stream has %d consumers, want the app's and the two sources'", n)
-		}
-		return nil
-	})
+	waitSources(t, js, 2)
 
 	now := clock.ms.Load()
 	traffic := newMatrixTraffic(t, 11, now)
