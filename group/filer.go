@@ -50,6 +50,7 @@ type filer struct {
 	copy     string // the stream that sources the foreign one
 	prefix   string // chat.: where events are filed
 	skew     time.Duration
+	grace    time.Duration // how long a batch under way may take once the filing stops: a lease tick
 	progress *progress
 	consumer *ingest.Consumer // counts what is not filed
 	log      *slog.Logger
@@ -66,7 +67,8 @@ type filing struct {
 // newFiler is the filer of a member with --source-stream; Attach gives it
 // its bus and the copy it reads.
 func newFiler(cfg Config, consumer *ingest.Consumer, reg prometheus.Registerer) *filer {
-	f := &filer{format: cfg.Input, prefix: strings.TrimSuffix(cfg.Subject, ">"), skew: cfg.MaxSkew, consumer: consumer, log: cfg.Log,
+	f := &filer{format: cfg.Input, prefix: strings.TrimSuffix(cfg.Subject, ">"), skew: cfg.MaxSkew, grace: cfg.Lease / 4,
+		consumer: consumer, log: cfg.Log,
 		filed: prometheus.NewCounter(prometheus.CounterOpts{Name: "chatpulse_events_filed_total",
 			Help: "Events of a foreign stream this member filed on chat.<room>.<user>, in a group with --source-stream."}),
 		again: prometheus.NewCounter(prometheus.CounterOpts{Name: "chatpulse_events_filed_again_total",
@@ -174,26 +176,15 @@ func (f *filer) file(ctx context.Context) error {
 
 // fileBatch files out, the events of the copy up to sequence last, again
 // until the chat stream has them all, and records that it has. A batch
-// under way when the filing stops is finished (its acknowledgements take
-// a round trip) and recorded, so that whoever files next files none of it
-// again.
+// under way when the filing stops is given f.grace to finish (its
+// acknowledgements take a round trip) and be recorded, so that whoever
+// files next files none of it again; the lease loop waits for a stop,
+// so no longer than one of its ticks.
 func (f *filer) fileBatch(ctx context.Context, out []*nats.Msg, last uint64) error {
 	for {
-		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fileWait)
-		dups, err := f.bus.File(bctx, out)
-		if err == nil {
-			f.filed.Add(float64(len(out) - dups))
-			f.again.Add(float64(dups))
-			err = f.progress.putFiled(bctx, filed{Copy: f.copy, Seq: last})
-			cancel()
-			if err != nil {
-				f.log.Warn("group: filing progress not recorded", "err", err)
-			}
-			return nil
-		}
-		cancel()
-		if ctx.Err() != nil {
-			return ctx.Err()
+		err := f.fileOnce(ctx, out, last)
+		if err == nil || ctx.Err() != nil {
+			return err
 		}
 		f.log.Warn("group: events not filed; filing them again", "events", len(out), "err", err)
 		select {
@@ -202,6 +193,23 @@ func (f *filer) fileBatch(ctx context.Context, out []*nats.Msg, last uint64) err
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+func (f *filer) fileOnce(ctx context.Context, out []*nats.Msg, last uint64) error {
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fileWait)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(f.grace, cancel) })
+	defer stop()
+	dups, err := f.bus.File(bctx, out)
+	if err != nil {
+		return err
+	}
+	f.filed.Add(float64(len(out) - dups))
+	f.again.Add(float64(dups))
+	if err := f.progress.putFiled(bctx, filed{Copy: f.copy, Seq: last}); err != nil {
+		f.log.Warn("group: filing progress not recorded", "err", err)
+	}
+	return nil
 }
 
 // fileWait is how long a batch's acknowledgements may take.

@@ -44,7 +44,7 @@ func newFilerRig(tb testing.TB) *filerRig {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "Foreign", Subjects: []string{"Foreign"}}); err != nil {
 		tb.Fatal(err)
 	}
-	cfg := Config{Config: engine.Config{Stream: "CHAT", Subject: "chat.>", Input: ingest.Matrix(), SourceStream: "Foreign", MaxSkew: 5 * time.Second}}
+	cfg := Config{Config: engine.Config{Stream: "CHAT", Subject: "chat.>", Input: ingest.Matrix(), SourceStream: "Foreign", MaxSkew: 5 * time.Second}, Lease: DefaultLease}
 	cfg.Defaults()
 	m := &Member{cfg: cfg, bus: b, log: cfg.Log}
 	reg := prometheus.NewRegistry()
