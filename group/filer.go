@@ -84,15 +84,15 @@ func newFiler(cfg Config, consumer *ingest.Consumer, reg prometheus.Registerer) 
 // attachFiler makes the copy of the foreign stream, which the filer
 // reads, beside the chat stream.
 func (m *Member) attachFiler(ctx context.Context, stream bus.StreamConfig) error {
-	copy := stream
-	copy.Stream, copy.Subject, copy.Source = bus.SourceCopy(stream.Stream), ">", m.cfg.SourceStream
-	if err := m.bus.EnsureStreams(ctx, copy, 0); err != nil {
+	sourcing := stream
+	sourcing.Stream, sourcing.Subject, sourcing.Source = bus.SourceCopy(stream.Stream), ">", m.cfg.SourceStream
+	if err := m.bus.EnsureStreams(ctx, sourcing, 0); err != nil {
 		if errors.Is(err, bus.ErrNotSourced) {
 			return fmt.Errorf("%w: %v", ErrConfig, err)
 		}
 		return err
 	}
-	m.filer.bus, m.filer.copy = m.bus, copy.Stream
+	m.filer.bus, m.filer.copy = m.bus, sourcing.Stream
 	return nil
 }
 
