@@ -40,7 +40,9 @@ func (b *Bus) EnsureStreams(ctx context.Context, c StreamConfig, partitions int)
 	}
 	replicas := max(c.Replicas, 1)
 	if c.Source != "" && partitions > 0 {
-		return fmt.Errorf("stream %s: a group cannot read a sourced stream yet", c.Stream)
+		// The events of a foreign stream are filed by partition by a
+		// group's filer, from a copy of their own (filing.go).
+		return fmt.Errorf("stream %s: a partitioned stream cannot source %s", c.Stream, c.Source)
 	}
 	s, err := js.Stream(ctx, c.Stream)
 	switch {
@@ -74,6 +76,10 @@ func (b *Bus) EnsureStreams(ctx context.Context, c StreamConfig, partitions int)
 				"stream", c.Stream, "max_age", age, "needed", c.MaxAge)
 		}
 		if transform != nil {
+			if len(cfg.Sources) > 0 {
+				return fmt.Errorf("%w: stream %s sources %s: a group files a foreign stream's events in a stream of chatpulse's own events; name another --stream",
+					ErrPartitioned, c.Stream, cfg.Sources[0].Name)
+			}
 			if err := b.partition(ctx, cfg, transform); err != nil {
 				return err
 			}

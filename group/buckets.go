@@ -93,3 +93,33 @@ func (pr *progress) put(ctx context.Context, p int, seqs map[string]uint64) erro
 	_, err := pr.kv.Put(ctx, progressKey(p), value)
 	return err
 }
+
+// filerKey is where the filer keeps how far it has filed
+// (docs/contract.md section 13).
+const filerKey = "filer"
+
+// filed is the filer's progress: every message of the stream Copy up to
+// Seq has been filed, and acknowledged by the chat stream.
+type filed struct {
+	Copy string `json:"copy"`
+	Seq  uint64 `json:"seq"`
+}
+
+// filed is the filer's progress, if any was recorded.
+func (pr *progress) filed(ctx context.Context) (filed, bool) {
+	e, err := pr.kv.Get(ctx, filerKey)
+	if err != nil {
+		return filed{}, false
+	}
+	var f filed
+	if json.Unmarshal(e.Data, &f) != nil {
+		return filed{}, false
+	}
+	return f, true
+}
+
+func (pr *progress) putFiled(ctx context.Context, f filed) error {
+	value, _ := json.Marshal(f)
+	_, err := pr.kv.Put(ctx, filerKey, value)
+	return err
+}

@@ -20,7 +20,7 @@ import (
 
 const testTTL = time.Second
 
-func startServer(t *testing.T) *server.Server {
+func startServer(t testing.TB) *server.Server {
 	t.Helper()
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
 	if err != nil {
@@ -35,7 +35,7 @@ func startServer(t *testing.T) *server.Server {
 }
 
 // openBus connects to ns as a member does.
-func openBus(t *testing.T, ns *server.Server) *bus.Bus {
+func openBus(t testing.TB, ns *server.Server) *bus.Bus {
 	t.Helper()
 	b, err := bus.Open(bus.Options{URL: ns.ClientURL(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

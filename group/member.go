@@ -66,15 +66,17 @@ type Member struct {
 	progress *progress
 	consumer *ingest.Consumer
 	feeds    *bus.Feeds     // every partition's stages, into the one pipeline
+	filer    *filer         // nil: the group reads chatpulse's own events only
 	keeper   *engine.Keeper // nil: no snapshots
 	reg      prometheus.Registerer
 	query    *nats.Subscription
 	alerts   *nats.Subscription
 	metrics  *metrics
 
-	mu      sync.RWMutex // guards parts, retired and running
+	mu      sync.RWMutex // guards parts, filing, retired and running
 	running bool         // Run was called
 	parts   map[int]*partition
+	filing  *filing // this member holds the filer's lease
 	// Counters of partitions this member no longer holds, so that what it
 	// exports never goes down.
 	retired map[string]throttle.PolicyStats
@@ -112,11 +114,18 @@ func New(cfg Config, reg prometheus.Registerer) (*Member, error) {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	m.rules.Store(r)
+	format := ingest.Native()
+	if cfg.SourceStream != "" {
+		format = cfg.Input.Filed() // what the filer files (docs/contract.md section 13)
+	}
 	m.consumer = ingest.New(reg, ingest.Config{
-		Own: bus.OwnPrefix, MaxSkew: cfg.MaxSkew, Now: cfg.Now, Log: cfg.Log,
+		Format: format, Own: bus.OwnPrefix, MaxSkew: cfg.MaxSkew, Now: cfg.Now, Log: cfg.Log,
 		OnReject: func(msg *ingest.Msg, err *ingest.Error) { m.bus.DeadLetter(msg, err) },
 		OnAlert:  func(a throttle.Alert) { m.bus.Alert(a) }, // every member's dashboards hear it back from NATS
 	})
+	if cfg.SourceStream != "" {
+		m.filer = newFiler(cfg, m.consumer, reg)
+	}
 	m.metrics = newMetrics(m, reg)
 	m.reg = reg
 	return m, nil
@@ -137,11 +146,20 @@ func (m *Member) Attach(ctx context.Context, b *bus.Bus, httpURL string) error {
 		}
 		return err
 	}
-	if err := b.EnsureStreams(ctx, cfg.StreamConfig(), cfg.Partitions); err != nil {
+	stream := cfg.StreamConfig()
+	stream.Source = "" // the filer's copy sources it
+	if err := b.EnsureStreams(ctx, stream, cfg.Partitions); err != nil {
 		if errors.Is(err, bus.ErrPartitioned) {
 			return fmt.Errorf("%w: %v", ErrConfig, err)
 		}
 		return err
+	}
+	slots := cfg.Partitions // the leases: one per partition, and the filer's
+	if cfg.SourceStream != "" {
+		if err := m.attachFiler(ctx, stream); err != nil {
+			return err
+		}
+		slots++
 	}
 	if cfg.SnapshotInterval > 0 {
 		store, err := b.Snapshots(ctx, cfg.Replicas)
@@ -157,7 +175,10 @@ func (m *Member) Attach(ctx context.Context, b *bus.Bus, httpURL string) error {
 	if m.progress, err = openProgress(ctx, b, cfg.Group, cfg.Replicas); err != nil {
 		return err
 	}
-	m.leases = newLeases(kv, memberInfo{Instance: cfg.Instance, HTTP: httpURL}, cfg.Partitions, cfg.Lease, m, cfg.Log)
+	if m.filer != nil {
+		m.filer.progress = m.progress
+	}
+	m.leases = newLeases(kv, memberInfo{Instance: cfg.Instance, HTTP: httpURL}, slots, cfg.Lease, m, cfg.Log)
 	m.leases.lag = m.lag
 	if err := m.leases.join(ctx); err != nil {
 		if errors.Is(err, errDuplicate) {
@@ -261,6 +282,12 @@ func (m *Member) Ready() bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	for _, p := range t.wants {
+		if p == m.cfg.Partitions { // the filer's
+			if m.filing == nil {
+				return false
+			}
+			continue
+		}
 		if pt := m.parts[p]; pt == nil || !pt.ready() {
 			return false
 		}

@@ -154,7 +154,14 @@ func matchSubject(subject string) func(*ingest.Msg, *chat.Event) bool {
 // takes round trips the lease loop must not wait for). Each stage replays
 // from one largest window back; what the previous holder had handled
 // (its progress) is marked Replay: no alerts or dead letters again.
+// The lease one past the last partition is the filer's: it starts the
+// filing instead (filer.go).
 func (m *Member) start(p int, rev uint64) {
+	if p == m.cfg.Partitions {
+		m.startFiling()
+		m.leases.ready(p, rev) // it has nothing to catch up
+		return
+	}
 	m.mu.Lock()
 	pt := m.newPartition(p, rev)
 	m.parts[p] = pt
@@ -202,8 +209,13 @@ func (m *Member) caughtUp(pt *partition) {
 
 // stop stops partition p: once it returns, nothing of it is counted or
 // answered any more (what its feeds delivered and the pipeline has not
-// handled yet goes to sinks nobody reads).
+// handled yet goes to sinks nobody reads). The filer's lease stops the
+// filing.
 func (m *Member) stop(p int) {
+	if p == m.cfg.Partitions {
+		m.stopFiling()
+		return
+	}
 	m.mu.Lock()
 	pt := m.parts[p]
 	delete(m.parts, p)

@@ -20,6 +20,10 @@ type Status struct {
 	Partitions int            `json:"partitions"`
 	Complete   bool           `json:"complete"`
 	Members    []MemberStatus `json:"members"`
+	// Filer is the member that files a foreign bus's events, with
+	// --source-stream (docs/contract.md section 13; chatpulse's addition);
+	// empty while none does, absent without --source-stream.
+	Filer *string `json:"filer,omitempty"`
 }
 
 // MemberStatus is one live member: how many partitions it owns now, and how
@@ -48,6 +52,10 @@ func (m *Member) status() Status {
 		}
 		ms.Owns = len(ms.Partitions)
 		s.Members = append(s.Members, ms)
+	}
+	if m.filer != nil {
+		filer := t.owners[m.cfg.Partitions].Instance
+		s.Filer = &filer
 	}
 	return s
 }
@@ -202,7 +210,13 @@ func newMetrics(m *Member, reg prometheus.Registerer) *metrics {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
 	}
 	gauge("chatpulse_group_members", "Live members of the group.", func() float64 { return float64(len(m.leases.table().members)) })
-	gauge("chatpulse_group_partitions_owned", "Partitions this member owns.", func() float64 { return float64(len(m.leases.table().mine)) })
+	gauge("chatpulse_group_partitions_owned", "Partitions this member owns.", func() float64 {
+		mine := m.leases.table().mine
+		if _, filing := mine[m.cfg.Partitions]; filing {
+			return float64(len(mine) - 1)
+		}
+		return float64(len(mine))
+	})
 	gauge("chatpulse_group_lag_messages", "Messages this member's partitions have yet to read.", func() float64 { return float64(m.lag()) })
 	gauge("chatpulse_group_complete", "1 when every partition has a live, caught-up owner.", func() float64 {
 		if m.complete(m.leases.table()) {

@@ -322,3 +322,16 @@ func (c *Consumer) reject(m *Msg, s Sink, err *Error) {
 		c.cfg.OnReject(m, err)
 	}
 }
+
+// Unfiled counts a message that a group's filer read from a foreign bus
+// and did not file (docs/contract.md section 13): received, and ignored
+// (reason "") or rejected for reason. What it files is counted where the
+// partitions read it, so each message is counted once, as standalone.
+func (c *Consumer) Unfiled(reason Reason) {
+	c.m.received.Inc()
+	if reason == "" {
+		c.m.ignored.Inc()
+		return
+	}
+	c.m.rejected[reason].Inc()
+}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chatpulse/chatpulse/bus"
 	"github.com/chatpulse/chatpulse/ingest"
 	"github.com/chatpulse/chatpulse/rolling"
 )
@@ -172,7 +173,8 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 
 // parseInput reads --input, --max-event-bytes and --source-stream
 // (docs/contract.md section 13). With --source-stream, --subject filters what is
-// taken of that stream, all of it unless given.
+// taken of that stream, all of it unless given; in a group, it is where
+// the events are filed, and all of the stream is taken.
 func (c *Config) parseInput(fs *flag.FlagSet, input string, maxEventBytes int) error {
 	f, err := ingest.ParseInput(input)
 	if err != nil {
@@ -192,14 +194,16 @@ func (c *Config) parseInput(fs *flag.FlagSet, input string, maxEventBytes int) e
 		return usagef("--source-stream %s: sourcing needs JetStream; drop --jetstream=false", c.SourceStream)
 	case c.SourceStream == c.Stream:
 		return usagef("--source-stream %s: the stream chatpulse reads (--stream) cannot source itself", c.SourceStream)
+	case c.Group != "" && c.SourceStream == bus.SourceCopy(c.Stream):
+		return usagef("--source-stream %s: in a group, that is the stream that sources it (--stream and _SOURCE); name another --stream", c.SourceStream)
+	case c.Group != "":
+		// A group files the events of the stream on --subject's
+		// chat.<room>.<user>, and takes all of it.
 	case !subjectGiven:
 		c.Subject = ">"
 	}
-	switch {
-	case c.Group != "" && c.SourceStream != "":
-		return usagef("--source-stream with --group: a group cannot read a chat system's own stream yet; run one instance without --group")
-	case c.Group != "" && !f.Native():
-		return usagef("--input %s with --group: a group reads only chatpulse's own events yet; run one instance without --group", f.Name())
+	if c.Group != "" && !f.Native() && c.SourceStream == "" {
+		return usagef("--input %s with --group: a group reads a chat system's events from its stream; name it with --source-stream", f.Name())
 	}
 	return nil
 }

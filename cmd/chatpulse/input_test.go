@@ -44,6 +44,14 @@ func TestInputFlags(t *testing.T) {
 	if c := m.Config; c.Subject != "D.>" || c.Input.MaxPayload() != 1<<20 {
 		t.Fatalf("a subject given with --source-stream: %q, %d bytes", c.Subject, c.Input.MaxPayload())
 	}
+	// A group files what it takes of the stream on --subject.
+	m = NewMain()
+	if err := m.ParseFlags([]string{"--input", "matrix", "--source-stream", "D", "--group", "g"}, func(string) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	if c := m.Config; c.Subject != "chat.>" {
+		t.Fatalf("a group with --source-stream: subject %q, want chat.>", c.Subject)
+	}
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(bad, []byte("room: /r\nuser: /u\nts: {pointer: /t, unit: hours}\n"), 0o644)
 	for name, tc := range map[string]struct {
@@ -57,8 +65,8 @@ func TestInputFlags(t *testing.T) {
 		"limit range":      {[]string{"--input", "matrix", "--max-event-bytes", "-1"}, "--max-event-bytes: -1 is out of range"},
 		"core NATS":        {[]string{"--source-stream", "D", "--jetstream=false"}, "--source-stream D: sourcing needs JetStream"},
 		"itself":           {[]string{"--source-stream", "CHAT"}, "--source-stream CHAT: the stream chatpulse reads (--stream) cannot source itself"},
-		"group sourcing":   {[]string{"--source-stream", "D", "--group", "g"}, "--source-stream with --group: a group cannot read a chat system's own stream yet"},
-		"group input":      {[]string{"--input", "matrix", "--group", "g"}, "--input matrix with --group: a group reads only chatpulse's own events yet"},
+		"group copy":       {[]string{"--source-stream", "CHAT_SOURCE", "--group", "g"}, "--source-stream CHAT_SOURCE: in a group, that is the stream that sources it"},
+		"group input":      {[]string{"--input", "matrix", "--group", "g"}, "--input matrix with --group: a group reads a chat system's events from its stream; name it with --source-stream"},
 	} {
 		err := NewMain().ParseFlags(tc.args, func(string) string { return "" })
 		var usage *UsageError
@@ -149,24 +157,20 @@ func foreignEvent(kind, room, user string, ts int64, n int) string {
 		`"send_as_server":"localhost","history_visibility":"shared"}}`, content, n, ts, room, user, stateKey, evType, n, n)
 }
 
-// A foreign stream with interest retention, read through
-// --source-stream: chatpulse's stream sources it, so what arrives while
-// chatpulse is down is counted once it is back, replay after a restart
-// gives the same views, and the foreign stream is never written to, keeps
-// nothing for chatpulse once it is copied, and is left with no consumer
-// of chatpulse's once chatpulse's stream is deleted.
-// (TestDendrite does this with a real homeserver, where it is installed.)
-func TestSourceStream(t *testing.T) {
+// chatSystem starts a NATS server with a chat system's stream on it, as
+// Dendrite makes its own: Foreign (subjects Foreign and Foreign.>), with
+// interest retention, and the system's own consumer, which acks
+// everything at once. It returns the server's URL and a client.
+func chatSystem(t *testing.T) (string, jetstream.JetStream) {
+	t.Helper()
 	url := startNATS(t, &server.Options{})
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close)
 	js, _ := jetstream.New(nc)
 	ctx := context.Background()
-	// The chat system's stream, as Dendrite makes it, and its own
-	// consumer, which acks everything at once.
 	foreign, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "Foreign", Subjects: []string{"Foreign", "Foreign.>"}, Retention: jetstream.InterestPolicy})
 	if err != nil {
 		t.Fatal(err)
@@ -179,20 +183,42 @@ func TestSourceStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer acks.Stop()
+	t.Cleanup(acks.Stop)
+	return url, js
+}
 
-	clock := newFrozen()
-	args := []string{"--nats-url", url, "--input", "matrix", "--source-stream", "Foreign", "--stream", "CHAT_MATRIX"}
-	tm := startMainAt(t, clock.Now, args...)
-	// The source is set up by the server; until it is, nothing is kept
-	// for chatpulse.
+// waitSources waits until n streams source Foreign: the server sets each
+// source up, and until it has, nothing is kept for that stream.
+func waitSources(t *testing.T, js jetstream.JetStream, n int) jetstream.Stream {
+	t.Helper()
+	var foreign jetstream.Stream
 	wait.For(t, 10*time.Second, func() error {
-		if n := foreign.CachedInfo().State.Consumers; n != 2 {
-			foreign, _ = js.Stream(ctx, "Foreign")
-			return fmt.Errorf("the foreign stream has %d consumers, want the app's and the source's", n)
+		var err error
+		if foreign, err = js.Stream(context.Background(), "Foreign"); err != nil {
+			return err
+		}
+		if got := foreign.CachedInfo().State.Consumers; got != n+1 {
+			return fmt.Errorf("the foreign stream has %d consumers, want the app's and %d sources'", got, n)
 		}
 		return nil
 	})
+	return foreign
+}
+
+// A foreign stream with interest retention, read through
+// --source-stream: chatpulse's stream sources it, so what arrives while
+// chatpulse is down is counted once it is back, replay after a restart
+// gives the same views, and the foreign stream is never written to, keeps
+// nothing for chatpulse once it is copied, and is left with no consumer
+// of chatpulse's once chatpulse's stream is deleted.
+// (TestDendrite does this with a real homeserver, where it is installed.)
+func TestSourceStream(t *testing.T) {
+	url, js := chatSystem(t)
+	ctx := context.Background()
+	clock := newFrozen()
+	args := []string{"--nats-url", url, "--input", "matrix", "--source-stream", "Foreign", "--stream", "CHAT_MATRIX"}
+	tm := startMainAt(t, clock.Now, args...)
+	foreign := waitSources(t, js, 1)
 
 	now := clock.ms.Load()
 	r := rand.New(rand.NewPCG(7, 8))
@@ -258,8 +284,8 @@ func TestSourceStream(t *testing.T) {
 	// The foreign stream was never written to, and keeps nothing once
 	// its own consumer has acked.
 	wait.For(t, 10*time.Second, func() error {
-		foreign, err = js.Stream(ctx, "Foreign")
-		if err != nil {
+		var err error
+		if foreign, err = js.Stream(ctx, "Foreign"); err != nil {
 			return err
 		}
 		if st := foreign.CachedInfo().State; st.LastSeq != uint64(published) || st.Msgs != 0 {

@@ -1,0 +1,102 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chatpulse/chatpulse/ingest"
+)
+
+// A group on a foreign bus (docs/contract.md section 13) cannot partition
+// its events by subject: Dendrite publishes every room's on one subject.
+// So the stream SourceCopy(stream) sources the foreign stream (as a
+// standalone instance's --stream does, see sourced.go), and one member at
+// a time, the filer, reads that copy in order and files each event again
+// on chat.<room>.<user> of the group's chat stream, in chatpulse's own
+// format, with the Nats-Msg-Id FiledID(copy, sequence): a takeover of the
+// filing that files an event again is dropped by the chat stream's
+// duplicate window.
+
+// SourceCopy is the stream that sources a foreign stream for a group
+// whose chat stream is stream.
+func SourceCopy(stream string) string { return stream + "_SOURCE" }
+
+// FiledID is the Nats-Msg-Id of the event filed from message seq of the
+// stream copy: "<copy>:<seq>".
+func FiledID(copy string, seq uint64) string { return copy + ":" + strconv.FormatUint(seq, 10) }
+
+// Read reads stream in order from sequence from (0: from its first
+// message) with an ordered consumer, as a Source of messages marked for
+// no sink; Stop ends it.
+func (b *Bus) Read(ctx context.Context, stream string, from uint64) (*Source, error) {
+	cfg := jetstream.OrderedConsumerConfig{}
+	if from > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
+	}
+	cons, err := b.js.OrderedConsumer(ctx, stream, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: ordered consumer: %w", stream, err)
+	}
+	ch, stopping := make(chan jetstream.Msg, jsBuffer), make(chan struct{})
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case ch <- m:
+		case <-stopping: // nobody reads any more
+		}
+	}, jetstream.PullMaxMessages(jsBuffer),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			b.log.Warn("jetstream consumer", "stream", stream, "err", err)
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: consume: %w", stream, err)
+	}
+	conv := func(m jetstream.Msg) (ingest.Msg, bool) {
+		in := ingest.Msg{Subject: m.Subject(), Data: m.Data(), Header: m.Headers()}
+		md, err := m.Metadata()
+		if err != nil {
+			return in, false // not a stream's message
+		}
+		in.Received, in.Seq = md.Timestamp.UnixMilli(), md.Sequence.Stream
+		return in, true
+	}
+	return newSource(ch, conv, func() {
+		close(stopping)
+		cc.Stop()
+		<-cc.Closed()
+	}), nil
+}
+
+// File publishes msgs to JetStream, all at once, and returns once every
+// one is acknowledged, with how many of them the stream had already and
+// dropped as duplicates; or with the first error: then the caller files
+// them all again, and those that were stored are dropped as duplicates.
+func (b *Bus) File(ctx context.Context, msgs []*nats.Msg) (duplicates int, err error) {
+	acks := make([]jetstream.PubAckFuture, 0, len(msgs))
+	for _, m := range msgs {
+		f, err := b.js.PublishMsgAsync(m)
+		if err != nil {
+			return 0, fmt.Errorf("file on %s: %w", m.Subject, err)
+		}
+		acks = append(acks, f)
+	}
+	for _, f := range acks {
+		select {
+		case ack := <-f.Ok():
+			if ack.Duplicate {
+				duplicates++
+			}
+		case err := <-f.Err():
+			return 0, fmt.Errorf("file on %s: %w", f.Msg().Subject, err)
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	return duplicates, nil
+}
+
+// MaxPayload is the largest message the server takes.
+func (b *Bus) MaxPayload() int { return int(b.nc.MaxPayload()) }

@@ -1,0 +1,269 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/chatpulse/chatpulse/bus"
+	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/ingest"
+)
+
+// A filer files a foreign bus's events where a group can partition them
+// (docs/contract.md section 13). Dendrite publishes every room's events
+// on one subject, with room and user only in the payload, so the group's
+// chat stream cannot file them by partition itself: the stream
+// bus.SourceCopy(--stream) sources the foreign stream, and the filer
+// reads that copy in order, decodes each event with --input and files it
+// again on chat.<room>.<user> of the chat stream in chatpulse's own form
+// (section 1: room, user, ts, type, id, text), where the partitions read
+// it as any other event.
+//
+// One member at a time files: the filing is held under a lease of the
+// group's bucket like a partition's, the key owner.<partitions> (one past
+// the last partition), which rendezvous gives to one member and a
+// takeover moves as it moves a partition. Neither a takeover nor a member
+// that dies drops or doubles an event: each filed event carries the
+// Nats-Msg-Id bus.FiledID(copy, its sequence there); after each batch is
+// acknowledged, the filer writes the copy's sequence it has filed up to
+// in the group's progress bucket (key filer), and whoever files next
+// starts after it. What a holder filed after its last progress write is
+// filed again and dropped by the chat stream's duplicate window (2
+// minutes by default); only a group that is down altogether for longer
+// than that files the last batch before it went down twice.
+//
+// What does not decode is dead-lettered as a standalone instance would
+// (too_large, malformed, invalid, unmapped, future; each read from the
+// copy, so its dead letter is named by its sequence there), and what the
+// format skips (a Matrix edit or redaction) is counted ignored; neither
+// is filed.
+type filer struct {
+	bus      *bus.Bus
+	format   *ingest.Format
+	copy     string // the stream that sources the foreign one
+	prefix   string // chat.: where events are filed
+	skew     time.Duration
+	grace    time.Duration // how long a batch under way may take once the filing stops: a lease tick
+	progress *progress
+	consumer *ingest.Consumer // counts what is not filed
+	log      *slog.Logger
+	// Events filed, and those of them the chat stream already had.
+	filed, again prometheus.Counter
+}
+
+// filing is the filer's run on this member, while it holds the lease.
+type filing struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// newFiler is the filer of a member with --source-stream; Attach gives it
+// its bus and the copy it reads.
+func newFiler(cfg Config, consumer *ingest.Consumer, reg prometheus.Registerer) *filer {
+	f := &filer{format: cfg.Input, prefix: strings.TrimSuffix(cfg.Subject, ">"), skew: cfg.MaxSkew, grace: cfg.Lease / 4,
+		consumer: consumer, log: cfg.Log,
+		filed: prometheus.NewCounter(prometheus.CounterOpts{Name: "chatpulse_events_filed_total",
+			Help: "Events of a foreign stream this member filed on chat.<room>.<user>, in a group with --source-stream."}),
+		again: prometheus.NewCounter(prometheus.CounterOpts{Name: "chatpulse_events_filed_again_total",
+			Help: "Events this member filed that the chat stream already had (a takeover of the filing), dropped as duplicates."}),
+	}
+	if f.format == nil {
+		f.format = ingest.Native()
+	}
+	reg.MustRegister(f.filed, f.again)
+	return f
+}
+
+// attachFiler makes the copy of the foreign stream, which the filer
+// reads, beside the chat stream.
+func (m *Member) attachFiler(ctx context.Context, stream bus.StreamConfig) error {
+	sourcing := stream
+	sourcing.Stream, sourcing.Subject, sourcing.Source = bus.SourceCopy(stream.Stream), ">", m.cfg.SourceStream
+	if err := m.bus.EnsureStreams(ctx, sourcing, 0); err != nil {
+		if errors.Is(err, bus.ErrNotSourced) {
+			return fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+		return err
+	}
+	m.filer.bus, m.filer.copy = m.bus, sourcing.Stream
+	return nil
+}
+
+// startFiling files on a goroutine of its own until stopFiling.
+func (m *Member) startFiling() {
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &filing{cancel: cancel, done: make(chan struct{})}
+	m.mu.Lock()
+	m.filing = f
+	m.mu.Unlock()
+	m.log.Info("group: filing", "copy", m.filer.copy, "on", m.filer.prefix+">")
+	go func() {
+		defer close(f.done)
+		m.filer.run(ctx)
+	}()
+}
+
+// stopFiling stops filing: once it returns, this member files nothing
+// more.
+func (m *Member) stopFiling() {
+	m.mu.Lock()
+	f := m.filing
+	m.filing = nil
+	m.mu.Unlock()
+	if f == nil {
+		return
+	}
+	f.cancel()
+	<-f.done
+	m.log.Info("group: filing stopped")
+}
+
+// run files until ctx is done, starting again after an error.
+func (f *filer) run(ctx context.Context) {
+	for {
+		err := f.file(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		f.log.Warn("group: filing interrupted; resuming", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// file reads the copy from where the filing stopped last, and files what
+// it reads, a batch of what has arrived at a time.
+func (f *filer) file(ctx context.Context) error {
+	src, err := f.bus.Read(ctx, f.copy, f.resume(ctx))
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, src.Stop)
+	defer func() {
+		if stop() { // ctx is not done: stop it here
+			src.Stop()
+		}
+	}()
+	batch := make([]ingest.Msg, 0, 1024)
+	var out []*nats.Msg
+	for {
+		var more bool
+		batch, more = src.Next(batch[:0])
+		if err := ctx.Err(); err != nil {
+			return err // stopped: no new batch
+		}
+		if len(batch) > 0 {
+			out = f.encode(batch, out[:0])
+			if err := f.fileBatch(ctx, out, batch[len(batch)-1].Seq); err != nil {
+				return err
+			}
+		}
+		if !more {
+			return errors.New("the copy's consumer stopped")
+		}
+	}
+}
+
+// fileBatch files out, the events of the copy up to sequence last, again
+// until the chat stream has them all, and records that it has. A batch
+// under way when the filing stops is given f.grace to finish (its
+// acknowledgements take a round trip) and be recorded, so that whoever
+// files next files none of it again; the lease loop waits for a stop,
+// so no longer than one of its ticks.
+func (f *filer) fileBatch(ctx context.Context, out []*nats.Msg, last uint64) error {
+	for {
+		err := f.fileOnce(ctx, out, last)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		f.log.Warn("group: events not filed; filing them again", "events", len(out), "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (f *filer) fileOnce(ctx context.Context, out []*nats.Msg, last uint64) error {
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fileWait)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(f.grace, cancel) })
+	defer stop()
+	dups, err := f.bus.File(bctx, out)
+	if err != nil {
+		return err
+	}
+	f.filed.Add(float64(len(out) - dups))
+	f.again.Add(float64(dups))
+	if err := f.progress.putFiled(bctx, filed{Copy: f.copy, Seq: last}); err != nil {
+		f.log.Warn("group: filing progress not recorded", "err", err)
+	}
+	return nil
+}
+
+// fileWait is how long a batch's acknowledgements may take.
+const fileWait = 5 * time.Second
+
+// resume is the copy's first sequence not filed yet (0: the copy's
+// first), from the progress the last filer recorded.
+func (f *filer) resume(ctx context.Context) uint64 {
+	p, ok := f.progress.filed(ctx)
+	if !ok || p.Copy != f.copy {
+		return 0
+	}
+	if _, last, err := f.bus.Seqs(ctx, f.copy); err == nil && last < p.Seq {
+		f.log.Warn("group: the copy holds less than was filed from it (made again?): filing all it holds", "copy", f.copy, "filed", p.Seq, "last", last)
+		return 0
+	}
+	return p.Seq + 1
+}
+
+// encode decodes a batch read from the copy, dead-letters or counts what
+// it does not file, and appends to out what it files.
+func (f *filer) encode(batch []ingest.Msg, out []*nats.Msg) []*nats.Msg {
+	skew := f.skew.Milliseconds()
+	limit := min(f.format.MaxPayload(), f.bus.MaxPayload()-1024) // the headers must fit too
+	for i := range batch {
+		m := &batch[i]
+		if strings.HasPrefix(m.Subject, bus.OwnPrefix) {
+			continue // never our own subjects, as ingest
+		}
+		ev, err := f.format.Decode(m.Data, m.Received, skew)
+		if err != nil {
+			f.reject(m, err.(*ingest.Error))
+			continue
+		}
+		if !ev.Counted {
+			f.consumer.Unfiled("")
+			continue
+		}
+		// Its own buffer: it is kept until acknowledged.
+		data := ingest.AppendNative(make([]byte, 0, 64+len(ev.Room)+len(ev.User)+len(ev.ID)+len(ev.Text)), ev)
+		if len(data) > limit {
+			f.reject(m, &ingest.Error{Reason: ingest.ReasonTooLarge, Msg: fmt.Sprintf("filed, the event is %d bytes, more than the limit of %d", len(data), limit)})
+			continue
+		}
+		out = append(out, &nats.Msg{
+			Subject: f.prefix + chat.Token(ev.Room) + "." + chat.Token(ev.User),
+			Data:    data,
+			Header:  nats.Header{nats.MsgIdHdr: {bus.FiledID(f.copy, m.Seq)}},
+		})
+	}
+	return out
+}
+
+func (f *filer) reject(m *ingest.Msg, err *ingest.Error) {
+	f.consumer.Unfiled(err.Reason)
+	f.bus.DeadLetter(m, err)
+}

@@ -1,0 +1,258 @@
+package group
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/chatpulse/chatpulse/bus"
+	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/engine"
+	"github.com/chatpulse/chatpulse/ingest"
+	"github.com/chatpulse/chatpulse/internal/wait"
+)
+
+// filerRig is a NATS server with a foreign stream, Foreign, and a filer
+// over its copy, as a member with --input matrix --source-stream Foreign
+// has.
+type filerRig struct {
+	b  *bus.Bus
+	js jetstream.JetStream
+	f  *filer
+}
+
+func newFilerRig(tb testing.TB) *filerRig {
+	tb.Helper()
+	ns := startServer(tb)
+	b := openBus(tb, ns)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "Foreign", Subjects: []string{"Foreign"}}); err != nil {
+		tb.Fatal(err)
+	}
+	cfg := Config{Config: engine.Config{Stream: "CHAT", Subject: "chat.>", Input: ingest.Matrix(), SourceStream: "Foreign", MaxSkew: 5 * time.Second}, Lease: DefaultLease}
+	cfg.Defaults()
+	m := &Member{cfg: cfg, bus: b, log: cfg.Log}
+	reg := prometheus.NewRegistry()
+	m.filer = newFiler(cfg, ingest.New(reg, ingest.Config{}), reg)
+	stream := cfg.StreamConfig()
+	stream.Source, stream.MaxAge = "", time.Hour
+	if err := b.EnsureStreams(ctx, stream, 8); err != nil {
+		tb.Fatal(err)
+	}
+	if err := m.attachFiler(ctx, stream); err != nil {
+		tb.Fatal(err)
+	}
+	if m.filer.progress, err = openProgress(ctx, b, "g", 1); err != nil {
+		tb.Fatal(err)
+	}
+	return &filerRig{b: b, js: js, f: m.filer}
+}
+
+// matrixSamples are the payloads of ingest/testdata/matrix.
+func matrixSamples(tb testing.TB) [][]byte {
+	files, _ := filepath.Glob("../ingest/testdata/matrix/*.payload.json")
+	var out [][]byte
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out = append(out, data)
+	}
+	if len(out) < 10 {
+		tb.Fatalf("%d samples", len(out))
+	}
+	return out
+}
+
+// publish publishes payloads on the foreign stream, acknowledged, and
+// waits until its copy has them.
+func (r *filerRig) publish(tb testing.TB, payloads [][]byte) {
+	tb.Helper()
+	ctx := context.Background()
+	var last *jetstream.PubAck
+	for len(payloads) > 0 {
+		n := min(len(payloads), 1000) // the client's window is 4000
+		var futures []jetstream.PubAckFuture
+		for _, p := range payloads[:n] {
+			f, err := r.js.PublishAsync("Foreign", p)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			futures = append(futures, f)
+		}
+		for _, f := range futures {
+			select {
+			case last = <-f.Ok():
+			case err := <-f.Err():
+				tb.Fatal(err)
+			}
+		}
+		payloads = payloads[n:]
+	}
+	wait.For(tb, 60*time.Second, func() error {
+		_, got, err := r.b.Seqs(ctx, r.f.copy)
+		if err != nil || got < last.Sequence {
+			return fmt.Errorf("the copy holds %d of %d (%v)", got, last.Sequence, err)
+		}
+		return nil
+	})
+}
+
+// fileAll runs the filer until it has filed the copy up to seq, then
+// stops it.
+func (r *filerRig) fileAll(tb testing.TB, seq uint64) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.f.run(ctx) }()
+	wait.For(tb, 60*time.Second, func() error {
+		if p, _ := r.f.progress.filed(context.Background()); p.Seq < seq {
+			return fmt.Errorf("filed up to %d of %d", p.Seq, seq)
+		}
+		return nil
+	})
+	cancel()
+	<-done
+}
+
+// The filer files the samples that are messages, joins and leaves, each
+// in chatpulse's own form on chat.<room>.<user> with the Nats-Msg-Id of
+// its sequence in the copy; it files none of the others. Started again,
+// it files from where it stopped: nothing twice.
+func TestFilerFilesOnce(t *testing.T) {
+	r := newFilerRig(t)
+	samples := matrixSamples(t)
+	r.publish(t, samples)
+	r.fileAll(t, uint64(len(samples)))
+	want := map[string]string{} // Nats-Msg-Id -> subject and payload
+	for i, s := range samples {
+		ev, err := ingest.Matrix().Decode(s, time.Now().UnixMilli(), 5000)
+		if err == nil && ev.Counted {
+			want[bus.FiledID("CHAT_SOURCE", uint64(i+1))] = "chat." + chat.Token(ev.Room) + "." + chat.Token(ev.User) + " " + string(ingest.AppendNative(nil, ev))
+		}
+	}
+	check := func() {
+		t.Helper()
+		cons, err := r.js.OrderedConsumer(context.Background(), "CHAT", jetstream.OrderedConsumerConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for {
+			m, err := cons.Next(jetstream.FetchMaxWait(time.Second))
+			if err != nil {
+				break
+			}
+			id := m.Headers().Get(nats.MsgIdHdr)
+			if _, twice := got[id]; twice {
+				t.Errorf("%s filed twice", id)
+			}
+			got[id] = bus.Unfiled(m.Subject(), "chat.>") + " " + string(m.Data())
+		}
+		if len(got) != len(want) || len(want) < 5 {
+			t.Fatalf("filed %d events, want %d", len(got), len(want))
+		}
+		for id, w := range want {
+			if got[id] != w {
+				t.Errorf("%s: filed %s\nwant %s", id, got[id], w)
+			}
+		}
+	}
+	check()
+	if n := value(r.f.filed); n != float64(len(want)) {
+		t.Errorf("filed_total %v, want %d", n, len(want))
+	}
+	r.publish(t, samples)
+	r.fileAll(t, uint64(2*len(samples)))
+	if n := value(r.f.again); n != 0 {
+		t.Errorf("started again, the filer filed %v events again; want none", n)
+	}
+	if n := value(r.f.filed); n != float64(2*len(want)) {
+		t.Errorf("filed_total %v, want %d", n, 2*len(want))
+	}
+}
+
+// BenchmarkFiler is the filing of one member: b.N Matrix envelopes (the
+// samples in turn: messages, joins and leaves filed, the rest skipped)
+// read from the copy, decoded, filed and acknowledged by the chat
+// stream, on an embedded NATS server. CPU is the whole process's, the
+// server's storing included.
+//
+//	go test -run='^$' -bench=BenchmarkFiler -benchtime=50000x ./group/
+func BenchmarkFiler(b *testing.B) {
+	r := newFilerRig(b)
+	samples := matrixSamples(b)
+	payloads := make([][]byte, b.N)
+	bytes := 0
+	for i := range payloads {
+		payloads[i] = samples[i%len(samples)]
+		bytes += len(payloads[i])
+	}
+	r.publish(b, payloads)
+	b.ReportAllocs()
+	b.SetBytes(int64(bytes / b.N))
+	cpu0 := cpuTime()
+	b.ResetTimer()
+	r.fileAll(b, uint64(b.N))
+	b.StopTimer()
+	cpu := cpuTime() - cpu0
+	filed := value(r.f.filed)
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric(filed/b.Elapsed().Seconds(), "filed/s")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/event")
+}
+
+// BenchmarkFilerEncode is the filer's own work on an event, without NATS:
+// decoding a Matrix envelope and writing it in chatpulse's own form.
+//
+//	go test -run='^$' -bench=BenchmarkFilerEncode ./group/
+func BenchmarkFilerEncode(b *testing.B) {
+	samples := matrixSamples(b)
+	batch := make([]ingest.Msg, 0, 1024)
+	for i := range cap(batch) {
+		batch = append(batch, ingest.Msg{Subject: "Foreign", Data: samples[i%len(samples)], Seq: uint64(i + 1), Received: time.Now().UnixMilli()})
+	}
+	reg := prometheus.NewRegistry()
+	cfg := Config{Config: engine.Config{Subject: "chat.>", Input: ingest.Matrix(), MaxSkew: 5 * time.Second}}
+	cfg.Defaults()
+	f := newFiler(cfg, ingest.New(reg, ingest.Config{}), reg)
+	f.copy = "CHAT_SOURCE"
+	f.bus = openBus(b, startServer(b))
+	var out []*nats.Msg
+	b.ReportAllocs()
+	for b.Loop() {
+		out = f.encode(batch, out[:0])
+	}
+	b.ReportMetric(float64(b.N*len(batch))/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(batch)), "ns/event")
+}
+
+// value is a counter's value.
+func value(c prometheus.Counter) float64 {
+	var m dto.Metric
+	c.Write(&m)
+	return m.GetCounter().GetValue()
+}
+
+// cpuTime is the CPU time this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
