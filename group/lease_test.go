@@ -51,9 +51,14 @@ func openBus(t *testing.T, ns *server.Server) *bus.Bus {
 type tracker struct {
 	t      *testing.T
 	mu     sync.Mutex
-	active map[int]string // partition -> member running it
+	active map[int]run // partition -> who runs it
 	starts int
 	byWho  map[string]*leases
+}
+
+type run struct {
+	member string
+	claim  uint64
 }
 
 type fakeHand struct {
@@ -67,7 +72,7 @@ func (h *fakeHand) start(p int, claim uint64) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	if other, ok := tr.active[p]; ok {
-		tr.t.Errorf("partition %d started by %s while %s runs it", p, h.name, other)
+		tr.t.Errorf("partition %d started by %s while %s runs it", p, h.name, other.member)
 	}
 	now := time.Now()
 	for name, l := range tr.byWho {
@@ -75,17 +80,18 @@ func (h *fakeHand) start(p int, claim uint64) {
 			tr.t.Errorf("partition %d started by %s while %s still answers for it", p, h.name, name)
 		}
 	}
-	tr.active[p] = h.name
+	tr.active[p] = run{h.name, claim}
 	tr.starts++
 	h.l.ready(p, claim) // caught up at once
 }
 
-func (h *fakeHand) stop(p int) {
+func (h *fakeHand) stop(p int, claim uint64) {
 	tr := h.tr
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	if tr.active[p] != h.name {
-		tr.t.Errorf("partition %d stopped by %s, run by %q", p, h.name, tr.active[p])
+	a, ok := tr.active[p]
+	if !ok || a.member != h.name || a.claim != claim {
+		return // stopped already, by the other of the loop and the timer, or not ours
 	}
 	delete(tr.active, p)
 }
@@ -151,7 +157,7 @@ func converged(t *testing.T, tr *tracker, ms map[string]*member, partitions int)
 func TestLeasesConvergeAndFailOver(t *testing.T) {
 	const partitions = 16
 	ns := startServer(t)
-	tr := &tracker{t: t, active: map[int]string{}, byWho: map[string]*leases{}}
+	tr := &tracker{t: t, active: map[int]run{}, byWho: map[string]*leases{}}
 	ms := map[string]*member{}
 	for _, name := range []string{"a", "b", "c"} {
 		ms[name] = startMember(t, ns, tr, name, partitions)
@@ -197,7 +203,7 @@ func TestLeasesConvergeAndFailOver(t *testing.T) {
 // holder died is free again once its lease has run out.
 func TestDuplicateInstance(t *testing.T) {
 	ns := startServer(t)
-	tr := &tracker{t: t, active: map[int]string{}, byWho: map[string]*leases{}}
+	tr := &tracker{t: t, active: map[int]run{}, byWho: map[string]*leases{}}
 	startMember(t, ns, tr, "a", 4)
 	kv, err := openLeases(context.Background(), openBus(t, ns), "test", 1, testTTL)
 	if err != nil {

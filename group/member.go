@@ -114,12 +114,21 @@ func New(cfg Config, reg prometheus.Registerer) (*Member, error) {
 	m.rules.Store(r)
 	m.consumer = ingest.New(reg, ingest.Config{
 		Own: bus.OwnPrefix, MaxSkew: cfg.MaxSkew, Now: cfg.Now, Log: cfg.Log,
-		OnReject: func(msg *ingest.Msg, err *ingest.Error) { m.bus.DeadLetter(msg, err) },
-		OnAlert:  func(a throttle.Alert) { m.bus.Alert(a) }, // every member's dashboards hear it back from NATS
+		OnReject: m.deadLetter,
+		OnAlert:  func(a throttle.Alert) { m.bus.Alert(a) }, // every member's dashboards hear it back from NATS; stage.Handled fences it
 	})
 	m.metrics = newMetrics(m, reg)
 	m.reg = reg
 	return m, nil
+}
+
+// deadLetter publishes the dead letter of a message of a partition that
+// may still act.
+func (m *Member) deadLetter(msg *ingest.Msg, err *ingest.Error) {
+	if s, ok := msg.Sink.(*stage); ok && !s.fence.acting() {
+		return // its next holder handles it again
+	}
+	m.bus.DeadLetter(msg, err)
 }
 
 // Attach joins the group over b: it checks the configuration against the

@@ -96,7 +96,6 @@ func isOpen(pt *partition) bool {
 func (m *Member) recordProgress(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	last := map[int]map[string]uint64{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -104,27 +103,12 @@ func (m *Member) recordProgress(ctx context.Context) {
 		case <-t.C:
 		}
 		m.mu.RLock()
-		now := map[int]map[string]uint64{}
-		for p, pt := range m.parts {
-			if !isOpen(pt) {
-				continue
-			}
-			seqs := map[string]uint64{}
-			for _, s := range pt.stages {
-				seqs[s.Name] = max(s.Seq(), pt.through[s.Name])
-			}
-			now[p] = seqs
-		}
+		pts := slices.Collect(maps.Values(m.parts))
 		m.mu.RUnlock()
-		for p, seqs := range now {
-			if maps.Equal(seqs, last[p]) {
-				continue
-			}
-			if err := m.progress.put(ctx, p, seqs); err != nil {
-				m.log.Warn("group: progress not recorded", "partition", p, "err", err)
-				continue
-			}
-			last[p] = seqs
+		for _, pt := range pts {
+			wctx, cancel := context.WithTimeout(ctx, m.leases.writeTimeout())
+			m.saveProgress(wctx, pt)
+			cancel()
 		}
 	}
 }
