@@ -159,6 +159,9 @@ func (m *Member) Attach(ctx context.Context, b *bus.Bus, httpURL string) error {
 		}
 		m.keeper = engine.NewKeeper(store, engine.ConfigOf(cfg.Windows, m.rules.Load().policies, cfg.Partitions), cfg.Stream, m.reg, cfg.Log)
 	}
+	if err := b.GroupAlerts(ctx, cfg.Group, cfg.Replicas); err != nil {
+		return err
+	}
 	kv, err := openLeases(ctx, b, cfg.Group, cfg.Replicas, cfg.Lease)
 	if err != nil {
 		return err
