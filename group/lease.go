@@ -474,9 +474,14 @@ func (l *leases) balance(ctx context.Context) {
 				continue // its holder releases it, or its lease runs out
 			}
 			rev, sent, err := l.write(ctx, p, false, 0)
-			if err != nil {
-				// Someone was quicker (the watch will say who), or the
-				// bucket did not answer: tried again at the next turn.
+			switch {
+			case err == nil:
+			case errors.Is(err, bus.ErrKeyChanged): // someone was quicker: the watch will say who
+				l.log.Debug("group: partition claimed by another first", "partition", p)
+				continue
+			case ctx.Err() != nil: // leaving
+				continue
+			default: // tried again at the next turn
 				l.log.Warn("group: partition not claimed", "partition", p, "err", err)
 				continue
 			}
@@ -485,6 +490,7 @@ func (l *leases) balance(ctx context.Context) {
 			l.extend(p, h, sent)
 			l.owners[p] = ownerInfo{Instance: l.self.Instance, rev: rev}
 			l.log.Info("group: partition claimed", "partition", p)
+			l.publish() // the partition acts only while readers see it held
 			l.hand.start(p, rev)
 		case h != nil && h.readyAsked && !h.ready:
 			rev, sent, err := l.write(ctx, p, true, h.rev)

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/internal/wait"
+	"github.com/chatpulse/chatpulse/throttle"
+)
+
+// alertCount counts the alerts heard on chatpulse.alerts.throttle, per
+// crossing (policy, room, user, at).
+type alertCount struct {
+	mu    sync.Mutex
+	heard map[throttle.Alert]int
+	total int
+}
+
+func countAlerts(t *testing.T, url string) (*alertCount, *nats.Conn) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	c := &alertCount{heard: map[throttle.Alert]int{}}
+	if _, err := nc.Subscribe("chatpulse.alerts.throttle", func(m *nats.Msg) {
+		var a throttle.Alert
+		if err := json.Unmarshal(m.Data, &a); err != nil {
+			t.Errorf("alert %s: %v", m.Data, err)
+			return
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.heard[a]++
+		c.total++
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return c, nc
+}
+
+// distinct is how many crossings were heard, and how many alerts.
+func (c *alertCount) counts() (distinct, total int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.heard), c.total
+}
+
+// twice lists the crossings heard more than once.
+func (c *alertCount) twice() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for a, n := range c.heard {
+		if n > 1 {
+			out = append(out, fmt.Sprintf("%s/%s x%d", a.Policy, a.User, n))
+		}
+	}
+	return out
+}
+
+// crossings publishes, user after user, the three messages that take each
+// over a limit of two an hour, until stop is closed; it returns how many
+// users it published.
+func crossings(t *testing.T, url string, now int64, stop <-chan struct{}) int {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	for u := 0; ; u++ {
+		select {
+		case <-stop:
+			return u
+		default:
+		}
+		user := fmt.Sprint("u", u)
+		for i := range 3 {
+			e := chat.Event{Room: fmt.Sprint("r", u%5), User: user, TS: now}
+			if _, err := js.Publish(context.Background(), "chat."+e.Room+"."+e.User, []byte(eventJSON(e, u*3+i))); err != nil {
+				t.Error(err)
+				return u
+			}
+		}
+	}
+}
+
+// Every crossing is alerted exactly once on the bus for the group while
+// members join and leave cleanly as traffic flows: a partition's holder
+// stops it before releasing it and records how far it alerted, and the
+// group's alert stream drops what two holders both sent.
+func TestGroupAlertsOnceAcrossRebalance(t *testing.T) {
+	url := natsServer(t)
+	clock := newFrozen()
+	policies := filepath.Join(t.TempDir(), "p.yaml")
+	os.WriteFile(policies, []byte("policies:\n  - {name: user_limit, scope: user, algorithm: sliding_window, limit: 2, window: 1h}\n"), 0o644)
+	args := []string{"--policies", policies, "--snapshot-interval", "0"}
+	ms := startGroup(t, url, "g", 2, clock.Now, args...)
+	alerts, _ := countAlerts(t, url)
+
+	stop := make(chan struct{})
+	var users atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		users.Store(int64(crossings(t, url, clock.ms.Load(), stop)))
+	}()
+	heard := func(n int) {
+		t.Helper()
+		wait.For(t, 30*time.Second, func() error {
+			if d, _ := alerts.counts(); d < n {
+				return fmt.Errorf("%d crossings heard, want at least %d", d, n)
+			}
+			return nil
+		})
+	}
+	heard(20)
+	// A member joins while traffic flows.
+	ms = append(ms, startMainAt(t, clock.Now, append([]string{"--nats-url", url, "--group", "g", "--instance", "m2", "--partitions", "8"}, args...)...))
+	waitComplete(t, ms[0], 3)
+	d, _ := alerts.counts()
+	heard(d + 20)
+	// One leaves cleanly while traffic flows.
+	if err := ms[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	ms = ms[1:]
+	waitComplete(t, ms[0], 2)
+	d, _ = alerts.counts()
+	heard(d + 20)
+	close(stop)
+	<-done
+	n := int(users.Load())
+	heard(n)
+	// Every member has read everything: nothing more can be alerted.
+	wait.For(t, 30*time.Second, func() error {
+		for _, tm := range ms {
+			if lag := tm.metric("chatpulse_group_lag_messages"); lag != 0 {
+				return fmt.Errorf("%s: lag %v", tm.url, lag)
+			}
+		}
+		return nil
+	})
+	for _, tm := range ms {
+		if err := tm.Close(); err != nil { // the last clean stops
+			t.Fatal(err)
+		}
+	}
+	_, nc := countAlerts(t, url) // a round trip on the server after every alert it republished
+	nc.Flush()
+	if d, total := alerts.counts(); d != n || total != n {
+		t.Errorf("%d users crossed once each: heard %d crossings in %d alerts; twice: %v", n, d, total, alerts.twice())
+	} else {
+		t.Logf("%d crossings, each alerted once, across a join and three clean stops", n)
+	}
+}
