@@ -165,7 +165,7 @@ func (k *fakeKV) expireLocked(now time.Time) {
 
 func (k *fakeKV) setLocked(key string, value []byte, deleted bool, now time.Time) uint64 {
 	k.rev++
-	e := &fakeKey{Entry: bus.Entry{Key: key, Value: bus.Value{Data: slices.Clone(value), Revision: k.rev, Deleted: deleted}}, written: now}
+	e := &fakeKey{Entry: bus.Entry{Key: key, Value: bus.Value{Data: slices.Clone(value), Revision: k.rev, Deleted: deleted}, Created: now}, written: now}
 	k.keys[key] = e
 	for _, w := range k.watches {
 		select {

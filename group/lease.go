@@ -26,7 +26,12 @@ const (
 type memberInfo struct {
 	Instance string `json:"instance"`
 	HTTP     string `json:"http"`
-	Lag      uint64 `json:"lag"` // messages its partitions have yet to read
+	Lag      uint64 `json:"lag"`             // messages its partitions have yet to read
+	Clock    int64  `json:"clock,omitempty"` // its event clock when it sent the write, Unix ms (0: not said)
+	// offset is Clock less the server's clock when it stored the write
+	// (Entry.Created): how far ahead of the server's clock the member's
+	// is, give or take the write's trip; valid if Clock is set.
+	offset int64
 }
 
 // ownerInfo is the value of a partition's key.
@@ -157,6 +162,9 @@ type leases struct {
 	after func(d time.Duration, f func()) (stop func() bool)
 
 	lag     func() uint64         // for the member key; nil: 0
+	stamp   func() time.Time      // the event clock, for the member key; nil: not said
+	maxSkew time.Duration         // a member whose clock is further from the group's is logged; 0: none
+	skewed  map[string]int64      // owned by run: the members logged as skewed, by offset from the group's
 	notesMu sync.Mutex            // guards caught and expired
 	caught  map[int]uint64        // partitions that caught up, and their claims, from hand
 	expired map[int]uint64        // partitions whose validity timer fired, and their claims
@@ -370,6 +378,9 @@ func (l *leases) apply(e *bus.Entry) {
 			delete(members, name)
 			return
 		}
+		if m.Clock != 0 && !e.Created.IsZero() {
+			m.offset = m.Clock - e.Created.UnixMilli()
+		}
 		members[name] = m
 	case strings.HasPrefix(key, ownerKey):
 		p, err := strconv.Atoi(key[len(ownerKey):])
@@ -398,6 +409,9 @@ func (l *leases) tick(ctx context.Context) {
 func (l *leases) beat(ctx context.Context) {
 	if l.lag != nil {
 		l.self.Lag = l.lag()
+	}
+	if l.stamp != nil {
+		l.self.Clock = l.stamp().UnixMilli()
 	}
 	value, _ := json.Marshal(l.self)
 	ctx, cancel := context.WithTimeout(ctx, l.writeTimeout())
@@ -586,4 +600,27 @@ func (l *leases) publish() {
 		}
 	}
 	l.pub.Store(t)
+	l.logSkew(t)
+}
+
+// logSkew logs each member whose clock becomes further than maxSkew from
+// the group's, and when it comes back.
+func (l *leases) logSkew(t *table) {
+	if l.maxSkew <= 0 {
+		return
+	}
+	_, off := skews(t.members, l.maxSkew)
+	for name, d := range off {
+		if _, was := l.skewed[name]; !was {
+			l.log.Warn("group: a member's clock is off from the group's by more than --max-skew; views are not read at its time", "member", name, "offset", time.Duration(d)*time.Millisecond, "max_skew", l.maxSkew)
+		}
+	}
+	for name := range l.skewed {
+		if _, is := off[name]; !is {
+			if _, live := t.members[name]; live {
+				l.log.Info("group: a member's clock is back within --max-skew of the group's", "member", name)
+			}
+		}
+	}
+	l.skewed = off
 }

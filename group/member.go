@@ -170,7 +170,7 @@ func (m *Member) Attach(ctx context.Context, b *bus.Bus, httpURL string) error {
 		return err
 	}
 	m.leases = newLeases(kv, memberInfo{Instance: cfg.Instance, HTTP: httpURL}, cfg.Partitions, cfg.Lease, m, cfg.Log)
-	m.leases.lag = m.lag
+	m.leases.lag, m.leases.stamp, m.leases.maxSkew = m.lag, cfg.Now, cfg.MaxSkew
 	if err := m.leases.join(ctx); err != nil {
 		if errors.Is(err, errDuplicate) {
 			return fmt.Errorf("%w: --instance %s: %v (group %s)", ErrConfig, cfg.Instance, err, cfg.Group)

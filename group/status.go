@@ -20,6 +20,9 @@ type Status struct {
 	Partitions int            `json:"partitions"`
 	Complete   bool           `json:"complete"`
 	Members    []MemberStatus `json:"members"`
+	// Skewed names the members whose clocks are further than --max-skew
+	// from the group's (chatpulse's addition).
+	Skewed []string `json:"skewed"`
 }
 
 // MemberStatus is one live member: how many partitions it owns now, and how
@@ -30,6 +33,37 @@ type MemberStatus struct {
 	Owns       int    `json:"owns"`
 	Lag        uint64 `json:"lag"`
 	Partitions []int  `json:"partitions"` // which it owns (chatpulse's addition)
+	// ClockOffset is how far its clock is ahead of the group's (the
+	// median of the members'), in ms, as its last write said
+	// (chatpulse's addition).
+	ClockOffset int64 `json:"clock_offset_ms"`
+}
+
+// skews is the group's clock, the median of the members' offsets from the
+// server's (memberInfo.offset; the lower of the middle two when even, so
+// that of two members the one ahead is named), and the members further
+// than maxSkew from it, by how far.
+func skews(members map[string]memberInfo, maxSkew time.Duration) (median int64, off map[string]int64) {
+	var offs []int64
+	for _, m := range members {
+		if m.Clock != 0 {
+			offs = append(offs, m.offset)
+		}
+	}
+	if len(offs) == 0 {
+		return 0, nil
+	}
+	slices.Sort(offs)
+	median = offs[(len(offs)-1)/2]
+	for name, m := range members {
+		if d := m.offset - median; m.Clock != 0 && (d > maxSkew.Milliseconds() || -d > maxSkew.Milliseconds()) {
+			if off == nil {
+				off = map[string]int64{}
+			}
+			off[name] = d
+		}
+	}
+	return median, off
 }
 
 // Status says who is in the group and what each owns (a Status).
@@ -37,10 +71,17 @@ func (m *Member) Status() any { return m.status() }
 
 func (m *Member) status() Status {
 	t := m.leases.table()
-	s := Status{Group: m.cfg.Group, Instance: m.cfg.Instance, Partitions: m.cfg.Partitions, Complete: m.complete(t), Members: []MemberStatus{}}
+	s := Status{Group: m.cfg.Group, Instance: m.cfg.Instance, Partitions: m.cfg.Partitions, Complete: m.complete(t), Members: []MemberStatus{}, Skewed: []string{}}
+	median, skewed := skews(t.members, m.cfg.MaxSkew)
 	for _, name := range slices.Sorted(maps.Keys(t.members)) {
 		info := t.members[name]
 		ms := MemberStatus{Instance: name, HTTP: info.HTTP, Lag: info.Lag, Partitions: []int{}}
+		if info.Clock != 0 {
+			ms.ClockOffset = info.offset - median
+		}
+		if _, ok := skewed[name]; ok && m.cfg.MaxSkew > 0 {
+			s.Skewed = append(s.Skewed, name)
+		}
 		for p := range m.cfg.Partitions {
 			if o, ok := t.owners[p]; ok && o.Instance == name {
 				ms.Partitions = append(ms.Partitions, p)

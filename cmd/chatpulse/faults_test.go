@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -169,5 +170,52 @@ func TestGroupAlertsOnceAcrossRebalance(t *testing.T) {
 		t.Errorf("%d users crossed once each: heard %d crossings in %d alerts; twice: %v", n, d, total, alerts.twice())
 	} else {
 		t.Logf("%d crossings, each alerted once, across a join and three clean stops", n)
+	}
+}
+
+// A member whose clock runs a minute ahead of the others' is named in
+// /api/v1/group and in the log, and cannot carry the group's views into
+// its future (past the others' clock plus --max-skew, 5 s): its
+// partitions count as missing instead, on every member, itself included.
+func TestGroupSkewedClock(t *testing.T) {
+	url := natsServer(t)
+	ahead := func() time.Time { return time.Now().Add(time.Minute) }
+	ms := startGroup(t, url, "g", 2, nil)
+	fast := startMainAt(t, ahead, "--nats-url", url, "--group", "g", "--instance", "fast", "--partitions", "8")
+	waitComplete(t, ms[0], 3)
+	publishGroup(t, url, groupTrace(5, time.Now().UnixMilli(), 200))
+	for _, tm := range append(ms, fast) {
+		wait.For(t, 30*time.Second, func() error {
+			var st struct {
+				Skewed  []string `json:"skewed"`
+				Members []struct {
+					Instance    string `json:"instance"`
+					ClockOffset int64  `json:"clock_offset_ms"`
+				} `json:"members"`
+			}
+			tm.get("/api/v1/group", &st)
+			if len(st.Skewed) != 1 || st.Skewed[0] != "fast" {
+				return fmt.Errorf("%s names %v as skewed (members %+v), want [fast]", tm.url, st.Skewed, st.Members)
+			}
+			return nil
+		})
+		var v struct {
+			AsOf     chat.Time `json:"as_of"`
+			Complete bool      `json:"complete"`
+			Missing  int       `json:"missing_partitions"`
+		}
+		tm.get("/api/v1/overview", &v)
+		// The bound is half the fast clock's lead, not the 5 s: the
+		// clocks are compared through the server's, within a write's trip.
+		if ahead := time.Until(time.UnixMilli(int64(v.AsOf))); ahead > 30*time.Second || v.Complete {
+			t.Errorf("%s: overview as_of %v ahead of the others' clock, complete %v: carried into the fast member's future", tm.url, ahead, v.Complete)
+		} else {
+			t.Logf("%s: overview as_of %v ahead of the others' clock, %d partitions missing", tm.url, ahead.Round(time.Millisecond), v.Missing)
+		}
+	}
+	for _, tm := range []*testMain{ms[0], fast} {
+		if log := tm.log.String(); !strings.Contains(log, "clock is off from the group's") || !strings.Contains(log, "member=fast") {
+			t.Errorf("%s's log does not name the skewed member", tm.url)
+		}
 	}
 }
