@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chatpulse/chatpulse/chat"
+	tcpproxy "github.com/chatpulse/chatpulse/internal/proxy"
 	"github.com/chatpulse/chatpulse/internal/wait"
 	"github.com/chatpulse/chatpulse/throttle"
 )
@@ -170,6 +172,77 @@ func TestGroupAlertsOnceAcrossRebalance(t *testing.T) {
 		t.Errorf("%d users crossed once each: heard %d crossings in %d alerts; twice: %v", n, d, total, alerts.twice())
 	} else {
 		t.Logf("%d crossings, each alerted once, across a join and three clean stops", n)
+	}
+}
+
+// Every crossing is alerted exactly once on the bus for the group while
+// a member is cut off (a TCP proxy between it and NATS holds all its
+// traffic, both ways) as traffic flows, and when it comes back: it stops
+// its partitions when their validity ends, the others take them over and
+// alert from the last progress it wrote, and what it sent before the cut
+// that arrives late is a duplicate the alert stream drops.
+func TestGroupAlertsOnceAcrossACutOffMember(t *testing.T) {
+	url := natsServer(t)
+	clock := newFrozen()
+	policies := filepath.Join(t.TempDir(), "p.yaml")
+	os.WriteFile(policies, []byte("policies:\n  - {name: user_limit, scope: user, algorithm: sliding_window, limit: 2, window: 1h}\n"), 0o644)
+	args := []string{"--policies", policies, "--snapshot-interval", "0"}
+	ms := startGroup(t, url, "g", 2, clock.Now, args...)
+	u, _ := neturl.Parse(url)
+	p := tcpproxy.New(t, u.Host)
+	cut := startMainAt(t, clock.Now, append([]string{"--nats-url", "nats://" + p.Addr(), "--group", "g", "--instance", "cut", "--partitions", "8"}, args...)...)
+	waitComplete(t, ms[0], 3)
+	alerts, _ := countAlerts(t, url)
+
+	stop := make(chan struct{})
+	var users atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		users.Store(int64(crossings(t, url, clock.ms.Load(), stop)))
+	}()
+	heard := func(n int) {
+		t.Helper()
+		wait.For(t, 30*time.Second, func() error {
+			if d, _ := alerts.counts(); d < n {
+				return fmt.Errorf("%d crossings heard, want at least %d", d, n)
+			}
+			return nil
+		})
+	}
+	heard(20)
+	p.Stall()
+	waitComplete(t, ms[0], 2) // its member key ran out: the others own everything
+	d, _ := alerts.counts()
+	heard(d + 20)
+	p.Resume()
+	waitComplete(t, ms[0], 3)
+	d, _ = alerts.counts()
+	heard(d + 20)
+	close(stop)
+	<-done
+	n := int(users.Load())
+	heard(n)
+	ms = append(ms, cut)
+	wait.For(t, 30*time.Second, func() error {
+		for _, tm := range ms {
+			if lag := tm.metric("chatpulse_group_lag_messages"); lag != 0 {
+				return fmt.Errorf("%s: lag %v", tm.url, lag)
+			}
+		}
+		return nil
+	})
+	for _, tm := range ms {
+		if err := tm.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, nc := countAlerts(t, url)
+	nc.Flush()
+	if d, total := alerts.counts(); d != n || total != n {
+		t.Errorf("%d users crossed once each: heard %d crossings in %d alerts; twice: %v", n, d, total, alerts.twice())
+	} else {
+		t.Logf("%d crossings, each alerted once, across a member cut off and back", n)
 	}
 }
 
