@@ -207,8 +207,9 @@ func (l *leases) ready(p int, claim uint64) {
 	l.wake()
 }
 
-// expire is partition p's validity timer, for claim: it stops the
-// partition at once, then tells the loop, which may be stuck in a write.
+// expire is partition p's validity timer, for claim (and its fence, when
+// it finds the validity over first): it stops the partition at once, then
+// tells the loop, which may be stuck in a write.
 func (l *leases) expire(p int, claim uint64) {
 	l.hand.stop(p, claim)
 	l.notesMu.Lock()
@@ -434,6 +435,7 @@ func (l *leases) renew(ctx context.Context, now time.Time) {
 		case err == nil && l.clock().Before(h.validUntil):
 			h.rev, h.ready = rev, h.readyAsked
 			l.extend(p, h, sent)
+			l.publish() // before the validity readers know runs out
 		case err == nil:
 			l.log.Warn("group: lost partition: renewed after its lease ran out", "partition", p)
 			h.rev = rev

@@ -464,6 +464,26 @@ func TestLeaseOwnership(t *testing.T) {
 	}
 }
 
+// runLeases runs member a's lease loop, run itself, over kv and its clock,
+// until the test ends or cancel; done is closed once run has returned.
+func runLeases(t *testing.T, kv *fakeKV, partitions int, ttl time.Duration) (l *leases, hand *recHand, cancel func(), done chan struct{}) {
+	t.Helper()
+	hand = newRecHand(kv.trace)
+	l = newLeases(kv, memberInfo{Instance: "a"}, partitions, ttl, hand, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	l.clock, l.after = kv.clock.now, kv.clock.afterFunc
+	ctx, cancel := context.WithCancel(t.Context())
+	if err := l.join(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done = make(chan struct{})
+	go func() {
+		defer close(done)
+		l.run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return l, hand, cancel, done
+}
+
 // A watch gap: the watch closes (the connection closed under it) and a
 // member joins meanwhile, unseen; the loop watches again, takes in every
 // key there is, and gives the newcomer its share. This one runs run
@@ -471,22 +491,8 @@ func TestLeaseOwnership(t *testing.T) {
 // comes.
 func TestLeaseWatchGap(t *testing.T) {
 	const partitions = 8
-	tr := &trace{}
-	clock := newFakeClock()
-	kv := newFakeKV(clock, time.Hour, tr)
-	hand := newRecHand(tr)
-	l := newLeases(kv, memberInfo{Instance: "a"}, partitions, time.Hour, hand, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	l.clock, l.after = clock.now, clock.afterFunc
-	ctx, cancel := context.WithCancel(t.Context())
-	if err := l.join(ctx); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		l.run(ctx)
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	kv := newFakeKV(newFakeClock(), time.Hour, &trace{})
+	l, hand, cancel, done := runLeases(t, kv, partitions, time.Hour)
 	runs := func(want []int) func() error {
 		return func() error {
 			if got := hand.runs(); !slices.Equal(got, want) {
@@ -535,24 +541,10 @@ func TestLeaseWatchGap(t *testing.T) {
 // every lease, so the ghost's share comes back to the living. The fake
 // clock stands still: only the loop's ticker runs, every ttl/4.
 func TestLeaseGhost(t *testing.T) {
-	const partitions, ttl = 8, 200 * time.Millisecond
-	tr := &trace{}
-	clock := newFakeClock()
-	kv := newFakeKV(clock, time.Hour, tr)
+	const partitions = 8
+	kv := newFakeKV(newFakeClock(), time.Hour, &trace{})
 	kv.steal(memberKey+"b", memberValue("b"))
-	hand := newRecHand(tr)
-	l := newLeases(kv, memberInfo{Instance: "a"}, partitions, ttl, hand, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	l.clock, l.after = clock.now, clock.afterFunc
-	ctx, cancel := context.WithCancel(t.Context())
-	if err := l.join(ctx); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		l.run(ctx)
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	l, hand, _, _ := runLeases(t, kv, partitions, 200*time.Millisecond)
 	var mine, all []int
 	for p := range partitions {
 		if owner(p, []string{"a", "b"}) == "a" {

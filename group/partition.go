@@ -49,21 +49,40 @@ type stage struct {
 // A fence says whether a partition may still act: alerts, dead letters,
 // progress. It may while this member holds the partition by the claim it
 // runs by, until the lease's validity runs out (live), and never again
-// once it is halted (stop). A stage's alerts are sent, and its sequence
-// moved on, together under mu, so that when halt returns the stages'
-// sequences say exactly which alerts went out: what the next holder must
-// not send again.
+// once it is halted (stop) or once it found itself not live: what it
+// handled meanwhile was neither alerted nor recorded, so it must not go
+// on past it; lost then has the partition stopped, for the lease loop to
+// claim it again and rebuild it. A stage's alerts are sent, and its
+// sequence moved on, together under mu, so that when halt returns the
+// stages' sequences say exactly which alerts went out: what the next
+// holder must not send again.
 type fence struct {
 	mu     sync.Mutex
 	halted bool
 	live   func() bool
+	lost   func() // called once, on a goroutine of its own, when it finds itself not live
 }
 
 // acting reports whether the partition may act now.
 func (f *fence) acting() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return !f.halted && f.live()
+	return f.check()
+}
+
+// check is acting with f.mu held.
+func (f *fence) check() bool {
+	if f.halted {
+		return false
+	}
+	if !f.live() {
+		f.halted = true
+		if f.lost != nil {
+			go f.lost()
+		}
+		return false
+	}
+	return true
 }
 
 // halt ends the partition's acting; once it returns, no stage sends an
@@ -89,7 +108,7 @@ func (s *stage) Handled(seq uint64, caughtUp bool) {
 	f := s.fence
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.halted && f.live() {
+	if f.check() {
 		for _, a := range s.held {
 			if s.send != nil {
 				s.send(a)
@@ -162,7 +181,7 @@ func (pt *partition) ready() bool {
 // m.parts, or comes before).
 func (m *Member) newPartition(p int, rev uint64) *partition {
 	pt := &partition{p: p, rev: rev, opened: make(chan struct{})}
-	pt.fence = &fence{live: func() bool { return m.leases.table().valid(p, rev, time.Now()) }}
+	pt.fence = &fence{live: func() bool { return m.leases.table().valid(p, rev, time.Now()) }, lost: func() { m.leases.expire(p, rev) }}
 	r := m.rules.Load()
 	// A stage that decides policies has a throttle set even when it has
 	// none of them yet: a reload may give it some.

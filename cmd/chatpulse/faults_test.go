@@ -105,55 +105,62 @@ func crossings(t *testing.T, url string, now int64, stop <-chan struct{}) int {
 	}
 }
 
-// Every crossing is alerted exactly once on the bus for the group while
-// members join and leave cleanly as traffic flows: a partition's holder
-// stops it before releasing it and records how far it alerted, and the
-// group's alert stream drops what two holders both sent.
-func TestGroupAlertsOnceAcrossRebalance(t *testing.T) {
-	url := natsServer(t)
-	clock := newFrozen()
+// crossingTraffic is a group's test of alerts under faults: a policy of
+// two messages an hour per user, traffic in which each user crosses it
+// once, and the alerts on the bus counted.
+type crossingTraffic struct {
+	t      *testing.T
+	url    string
+	args   []string // the members' flags for the policy
+	alerts *alertCount
+	stop   chan struct{}
+	done   chan struct{}
+	users  atomic.Int64
+}
+
+func newCrossingTraffic(t *testing.T, url string) *crossingTraffic {
 	policies := filepath.Join(t.TempDir(), "p.yaml")
 	os.WriteFile(policies, []byte("policies:\n  - {name: user_limit, scope: user, algorithm: sliding_window, limit: 2, window: 1h}\n"), 0o644)
-	args := []string{"--policies", policies, "--snapshot-interval", "0"}
-	ms := startGroup(t, url, "g", 2, clock.Now, args...)
-	alerts, _ := countAlerts(t, url)
+	return &crossingTraffic{t: t, url: url, args: []string{"--policies", policies, "--snapshot-interval", "0"}}
+}
 
-	stop := make(chan struct{})
-	var users atomic.Int64
-	done := make(chan struct{})
+// start counts alerts from now on and starts the traffic at now.
+func (c *crossingTraffic) start(now int64) {
+	c.alerts, _ = countAlerts(c.t, c.url)
+	c.stop, c.done = make(chan struct{}), make(chan struct{})
 	go func() {
-		defer close(done)
-		users.Store(int64(crossings(t, url, clock.ms.Load(), stop)))
+		defer close(c.done)
+		c.users.Store(int64(crossings(c.t, c.url, now, c.stop)))
 	}()
-	heard := func(n int) {
-		t.Helper()
-		wait.For(t, 30*time.Second, func() error {
-			if d, _ := alerts.counts(); d < n {
-				return fmt.Errorf("%d crossings heard, want at least %d", d, n)
-			}
-			return nil
-		})
-	}
-	heard(20)
-	// A member joins while traffic flows.
-	ms = append(ms, startMainAt(t, clock.Now, append([]string{"--nats-url", url, "--group", "g", "--instance", "m2", "--partitions", "8"}, args...)...))
-	waitComplete(t, ms[0], 3)
-	d, _ := alerts.counts()
-	heard(d + 20)
-	// One leaves cleanly while traffic flows.
-	if err := ms[0].Close(); err != nil {
-		t.Fatal(err)
-	}
-	ms = ms[1:]
-	waitComplete(t, ms[0], 2)
-	d, _ = alerts.counts()
-	heard(d + 20)
-	close(stop)
-	<-done
-	n := int(users.Load())
-	heard(n)
-	// Every member has read everything: nothing more can be alerted.
-	wait.For(t, 30*time.Second, func() error {
+}
+
+// more waits until n more crossings than now have been heard.
+func (c *crossingTraffic) more(n int) {
+	c.t.Helper()
+	d, _ := c.alerts.counts()
+	c.heard(d + n)
+}
+
+func (c *crossingTraffic) heard(n int) {
+	c.t.Helper()
+	wait.For(c.t, 30*time.Second, func() error {
+		if d, _ := c.alerts.counts(); d < n {
+			return fmt.Errorf("%d crossings heard, want at least %d", d, n)
+		}
+		return nil
+	})
+}
+
+// end stops the traffic, waits until every member has read it all and
+// every crossing was heard, stops the members cleanly, and checks that
+// each crossing was alerted exactly once.
+func (c *crossingTraffic) end(ms []*testMain, what string) {
+	c.t.Helper()
+	close(c.stop)
+	<-c.done
+	n := int(c.users.Load())
+	c.heard(n)
+	wait.For(c.t, 30*time.Second, func() error {
 		for _, tm := range ms {
 			if lag := tm.metric("chatpulse_group_lag_messages"); lag != 0 {
 				return fmt.Errorf("%s: lag %v", tm.url, lag)
@@ -162,17 +169,42 @@ func TestGroupAlertsOnceAcrossRebalance(t *testing.T) {
 		return nil
 	})
 	for _, tm := range ms {
-		if err := tm.Close(); err != nil { // the last clean stops
-			t.Fatal(err)
+		if err := tm.Close(); err != nil {
+			c.t.Fatal(err)
 		}
 	}
-	_, nc := countAlerts(t, url) // a round trip on the server after every alert it republished
+	_, nc := countAlerts(c.t, c.url) // a round trip on the server after every alert it republished
 	nc.Flush()
-	if d, total := alerts.counts(); d != n || total != n {
-		t.Errorf("%d users crossed once each: heard %d crossings in %d alerts; twice: %v", n, d, total, alerts.twice())
+	if d, total := c.alerts.counts(); d != n || total != n {
+		c.t.Errorf("%d users crossed once each: heard %d crossings in %d alerts; twice: %v", n, d, total, c.alerts.twice())
 	} else {
-		t.Logf("%d crossings, each alerted once, across a join and three clean stops", n)
+		c.t.Logf("%d crossings, each alerted once, %s", n, what)
 	}
+}
+
+// Every crossing is alerted exactly once on the bus for the group while
+// members join and leave cleanly as traffic flows: a partition's holder
+// stops it before releasing it and records how far it alerted, and the
+// group's alert stream drops what two holders both sent.
+func TestGroupAlertsOnceAcrossRebalance(t *testing.T) {
+	url := natsServer(t)
+	clock := newFrozen()
+	c := newCrossingTraffic(t, url)
+	ms := startGroup(t, url, "g", 2, clock.Now, c.args...)
+	c.start(clock.ms.Load())
+	c.more(20)
+	// A member joins while traffic flows.
+	ms = append(ms, startMainAt(t, clock.Now, append([]string{"--nats-url", url, "--group", "g", "--instance", "m2", "--partitions", "8"}, c.args...)...))
+	waitComplete(t, ms[0], 3)
+	c.more(20)
+	// One leaves cleanly while traffic flows.
+	if err := ms[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	ms = ms[1:]
+	waitComplete(t, ms[0], 2)
+	c.more(20)
+	c.end(ms, "across a join and three clean stops")
 }
 
 // Every crossing is alerted exactly once on the bus for the group while
@@ -184,66 +216,21 @@ func TestGroupAlertsOnceAcrossRebalance(t *testing.T) {
 func TestGroupAlertsOnceAcrossACutOffMember(t *testing.T) {
 	url := natsServer(t)
 	clock := newFrozen()
-	policies := filepath.Join(t.TempDir(), "p.yaml")
-	os.WriteFile(policies, []byte("policies:\n  - {name: user_limit, scope: user, algorithm: sliding_window, limit: 2, window: 1h}\n"), 0o644)
-	args := []string{"--policies", policies, "--snapshot-interval", "0"}
-	ms := startGroup(t, url, "g", 2, clock.Now, args...)
+	c := newCrossingTraffic(t, url)
+	ms := startGroup(t, url, "g", 2, clock.Now, c.args...)
 	u, _ := neturl.Parse(url)
 	p := tcpproxy.New(t, u.Host)
-	cut := startMainAt(t, clock.Now, append([]string{"--nats-url", "nats://" + p.Addr(), "--group", "g", "--instance", "cut", "--partitions", "8"}, args...)...)
+	ms = append(ms, startMainAt(t, clock.Now, append([]string{"--nats-url", "nats://" + p.Addr(), "--group", "g", "--instance", "cut", "--partitions", "8"}, c.args...)...))
 	waitComplete(t, ms[0], 3)
-	alerts, _ := countAlerts(t, url)
-
-	stop := make(chan struct{})
-	var users atomic.Int64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		users.Store(int64(crossings(t, url, clock.ms.Load(), stop)))
-	}()
-	heard := func(n int) {
-		t.Helper()
-		wait.For(t, 30*time.Second, func() error {
-			if d, _ := alerts.counts(); d < n {
-				return fmt.Errorf("%d crossings heard, want at least %d", d, n)
-			}
-			return nil
-		})
-	}
-	heard(20)
+	c.start(clock.ms.Load())
+	c.more(20)
 	p.Stall()
 	waitComplete(t, ms[0], 2) // its member key ran out: the others own everything
-	d, _ := alerts.counts()
-	heard(d + 20)
+	c.more(20)
 	p.Resume()
 	waitComplete(t, ms[0], 3)
-	d, _ = alerts.counts()
-	heard(d + 20)
-	close(stop)
-	<-done
-	n := int(users.Load())
-	heard(n)
-	ms = append(ms, cut)
-	wait.For(t, 30*time.Second, func() error {
-		for _, tm := range ms {
-			if lag := tm.metric("chatpulse_group_lag_messages"); lag != 0 {
-				return fmt.Errorf("%s: lag %v", tm.url, lag)
-			}
-		}
-		return nil
-	})
-	for _, tm := range ms {
-		if err := tm.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	_, nc := countAlerts(t, url)
-	nc.Flush()
-	if d, total := alerts.counts(); d != n || total != n {
-		t.Errorf("%d users crossed once each: heard %d crossings in %d alerts; twice: %v", n, d, total, alerts.twice())
-	} else {
-		t.Logf("%d crossings, each alerted once, across a member cut off and back", n)
-	}
+	c.more(20)
+	c.end(ms, "across a member cut off and back")
 }
 
 // A member whose clock runs a minute ahead of the others' is named in
