@@ -422,23 +422,46 @@ func (l *leases) beat(ctx context.Context) {
 	}
 }
 
-// renew rewrites the keys of the partitions we hold, all within one
-// writeTimeout. A partition whose key was changed by someone else is lost:
-// stopped at once; so is one we could not renew whose lease had run out
-// by now, and one whose renewal came back after its lease ran out.
+// renew rewrites the keys of the partitions we hold, all at once, within
+// one writeTimeout: one slow write holds up none of the others. A
+// partition whose key was changed by someone else is lost: stopped at
+// once; so is one we could not renew whose lease had run out by now, and
+// one whose renewal came back after its lease ran out.
 func (l *leases) renew(ctx context.Context, now time.Time) {
-	ctx, cancel := context.WithTimeout(ctx, l.writeTimeout())
+	wctx, cancel := context.WithTimeout(ctx, l.writeTimeout())
 	defer cancel()
+	type renewal struct {
+		p    int
+		rev  uint64
+		sent time.Time
+		err  error
+	}
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		done []renewal
+	)
 	for p, h := range l.mine {
-		rev, sent, err := l.writeOwner(ctx, p, h.readyAsked, h.rev)
-		switch {
-		case err == nil && l.clock().Before(h.validUntil):
-			h.rev, h.ready = rev, h.readyAsked
-			l.extend(p, h, sent)
-			l.publish() // before the validity readers know runs out
+		ready, last := h.readyAsked, h.rev
+		wg.Go(func() {
+			rev, sent, err := l.writeOwner(wctx, p, ready, last)
+			mu.Lock()
+			done = append(done, renewal{p, rev, sent, err})
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(done, func(a, b renewal) int { return a.p - b.p })
+	back := l.clock()
+	for _, r := range done {
+		p, h := r.p, l.mine[r.p]
+		switch err := r.err; {
+		case err == nil && back.Before(h.validUntil):
+			h.rev, h.ready = r.rev, h.readyAsked
+			l.extend(p, h, r.sent)
 		case err == nil:
 			l.log.Warn("group: lost partition: renewed after its lease ran out", "partition", p)
-			h.rev = rev
+			h.rev = r.rev
 			l.release(ctx, p)
 		case errors.Is(err, bus.ErrKeyChanged) || now.After(h.validUntil):
 			l.log.Warn("group: lost partition", "partition", p, "err", err)
@@ -447,6 +470,7 @@ func (l *leases) renew(ctx context.Context, now time.Time) {
 			l.log.Warn("group: partition lease not renewed", "partition", p, "err", err)
 		}
 	}
+	l.publish() // before the validity readers know runs out
 }
 
 // extend makes partition p valid for a lease from sent, and sets its
