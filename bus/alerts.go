@@ -1,13 +1,106 @@
 package bus
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
+	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chatpulse/chatpulse/throttle"
 )
+
+// Alerts once per crossing. Every instance that reads the same events
+// raises the same alerts, and a group member that takes over a partition
+// handles again what its previous holder handled last (up to the last
+// progress write, about a second). An alert's Nats-Msg-Id names its
+// crossing (alertID); in a group, alerts go to the group's alert stream
+// (AlertStream), which keeps one of each id within AlertDuplicates and
+// republishes what it keeps on AlertSubject: subscribers of AlertSubject
+// hear each crossing once, however many members raised it.
+const (
+	AlertDuplicates = 2 * time.Minute
+	alertMaxAge     = time.Hour
+	alertAckWait    = 5 * time.Second
+	alertStallWait  = 5 * time.Second
+	alertWindow     = 1024 // alerts awaiting their acks at once
+)
+
+// AlertStream is the group's alert stream, AlertIntake the subject it
+// captures (members publish there, never on AlertSubject).
+func AlertStream(group string) string { return "CHATPULSE_GROUP_" + group + "_ALERTS" }
+func AlertIntake(group string) string { return OwnPrefix + "group." + group + ".alerts.throttle" }
+
+// alertStream is where Alert publishes when a group's stream takes the
+// alerts: subject, with acks awaited asynchronously.
+type alertStream struct {
+	js      jetstream.JetStream
+	subject string
+	failed  atomic.Uint64
+	logged  logEvery
+}
+
+// GroupAlerts makes group's alert stream, if it is missing, and has
+// Alert publish there from now on (call it before the first alert).
+func (b *Bus) GroupAlerts(ctx context.Context, group string, replicas int) error {
+	if b.js == nil {
+		return fmt.Errorf("group %s: alerts: needs JetStream", group)
+	}
+	name, intake := AlertStream(group), AlertIntake(group)
+	cfg := jetstream.StreamConfig{
+		Name: name, Description: "chatpulse group " + group + ": one of each alert, republished on " + AlertSubject,
+		Subjects: []string{intake}, Duplicates: AlertDuplicates, MaxAge: alertMaxAge,
+		RePublish: &jetstream.RePublish{Source: intake, Destination: AlertSubject},
+		Storage:   jetstream.FileStorage, Discard: jetstream.DiscardOld, Replicas: max(replicas, 1),
+	}
+	if _, err := b.js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("stream %s: %w", name, err)
+	}
+	as := &alertStream{subject: intake}
+	js, err := jetstream.New(b.nc,
+		jetstream.WithPublishAsyncMaxPending(alertWindow),
+		jetstream.WithPublishAsyncTimeout(alertAckWait),
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) { b.alertFailed(as, err) }))
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", name, err)
+	}
+	as.js = js
+	b.alerts.Store(as)
+	return nil
+}
+
+// AlertFailed is the number of alerts a group's alert stream did not take:
+// not sent, or not acked in time. A duplicate is taken (and dropped).
+func (b *Bus) AlertFailed() uint64 {
+	if as := b.alerts.Load(); as != nil {
+		return as.failed.Load()
+	}
+	return 0
+}
+
+func (b *Bus) alertFailed(as *alertStream, err error) {
+	total := as.failed.Add(1)
+	if as.logged.due(10 * time.Second) {
+		b.log.Warn("alert not kept", "subject", as.subject, "err", err, "failed_total", total)
+	}
+}
+
+// flushAlerts waits, a bounded time, for the acks of the alerts still
+// outstanding.
+func (b *Bus) flushAlerts() {
+	as := b.alerts.Load()
+	if as == nil {
+		return
+	}
+	select {
+	case <-as.js.PublishAsyncComplete():
+	case <-time.After(alertAckWait + time.Second):
+	}
+}
 
 // SubscribeAlerts calls fn with every throttle alert published on NATS:
 // in a group, how a member's dashboards hear of the crossings that the

@@ -3,9 +3,13 @@ package bus
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/internal/wait"
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
@@ -53,5 +57,61 @@ func BenchmarkAlert(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		bus.Alert(a)
+	}
+}
+
+// In a group, alerts go through the group's alert stream: an alert raised
+// twice (by two members, or by one and then its partition's next holder)
+// reaches AlertSubject's subscribers once, and another crossing does too.
+func TestGroupAlertsOncePerCrossing(t *testing.T) {
+	b := openTest(t, true)
+	if err := b.GroupAlerts(t.Context(), "g", 1); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []throttle.Alert
+	sub, err := b.SubscribeAlerts(func(a throttle.Alert) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, a)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	a := throttle.Alert{Policy: "user_flood", Room: "lobby", User: "alice", Count: 31, Limit: 30, At: 1764000000123}
+	later := a
+	later.At++
+	b.Alert(a)
+	b.Alert(a)
+	b.Alert(later)
+	b.Alert(a)
+	want := []throttle.Alert{a, later}
+	wait.For(t, 10*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(got) < len(want) {
+			return fmt.Errorf("%d alerts heard, want %d", len(got), len(want))
+		}
+		return nil
+	})
+	// Every publish has been acked (a duplicate too): the stream has
+	// republished all it will.
+	wait.For(t, 10*time.Second, func() error {
+		if n := b.alerts.Load().js.PublishAsyncPending(); n > 0 {
+			return fmt.Errorf("%d alerts not acked yet", n)
+		}
+		return nil
+	})
+	if err := b.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(got, want) {
+		t.Errorf("heard %v, want %v", got, want)
+	}
+	if n := b.AlertFailed(); n != 0 {
+		t.Errorf("%d alerts not kept", n)
 	}
 }

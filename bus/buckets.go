@@ -23,6 +23,7 @@ type Bucket struct {
 type Entry struct {
 	Key string
 	Value
+	Created time.Time // when the server stored this version, on its clock
 }
 
 // ErrKeyChanged is a compare-and-set write that lost: a Create of a key
@@ -126,7 +127,7 @@ func (k *Bucket) WatchAll(ctx context.Context) (<-chan *Entry, error) {
 			}
 			var x *Entry
 			if e != nil {
-				x = &Entry{Key: e.Key(), Value: Value{Data: e.Value(), Revision: e.Revision(), Deleted: e.Operation() != jetstream.KeyValuePut}}
+				x = &Entry{Key: e.Key(), Value: Value{Data: e.Value(), Revision: e.Revision(), Deleted: e.Operation() != jetstream.KeyValuePut}, Created: e.Created()}
 			}
 			select {
 			case <-ctx.Done():

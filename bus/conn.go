@@ -44,7 +44,8 @@ type Bus struct {
 	dropped    atomic.Uint64                     // events its client dropped
 	droppedLog logEvery
 
-	dead deadLetters
+	dead   deadLetters
+	alerts atomic.Pointer[alertStream] // nil: alerts go to AlertSubject at once
 }
 
 // Open starts the embedded server, or connects to o.URL. With an external
@@ -160,10 +161,11 @@ func (b *Bus) asyncError(_ *nats.Conn, sub *nats.Subscription, err error) {
 // sent, refused by the dead-letter stream, or not acked in time.
 func (b *Bus) DeadLetterFailed() uint64 { return b.dead.failed.Load() }
 
-// Close waits for the acks of the dead letters still outstanding, closes
+// Close waits for the acks of the dead letters and alerts still outstanding, closes
 // the connection, then stops the embedded server.
 func (b *Bus) Close() {
 	b.dead.flush()
+	b.flushAlerts()
 	b.nc.Close()
 	if b.ns != nil {
 		b.ns.Shutdown()

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/chatpulse/chatpulse/aggregator"
@@ -25,14 +26,24 @@ func (b *Bus) DeadLetter(m *ingest.Msg, e *ingest.Error) { b.dead.publish(deadLe
 
 // Alert publishes a throttle alert. Every instance reading the same
 // stream raises the same alerts, so each carries a Nats-Msg-Id naming the
-// crossing: a JetStream stream that captures chatpulse.alerts.> keeps one
-// of each. Alerts can come by the thousand a second, so the payload and
-// the id are written by hand (appendAlert, alertID), not by reflection.
+// crossing: in a group, the group's alert stream keeps one of each and
+// republishes it on AlertSubject (GroupAlerts); standalone, it goes to
+// AlertSubject at once, where a JetStream stream that captures
+// chatpulse.alerts.> keeps one of each. Alerts can come by the thousand a
+// second, so the payload and the id are written by hand (appendAlert,
+// alertID), not by reflection.
 func (b *Bus) Alert(a throttle.Alert) {
 	msg := &nats.Msg{
 		Subject: AlertSubject,
 		Header:  nats.Header{nats.MsgIdHdr: {alertID(a)}},
 		Data:    appendAlert(make([]byte, 0, 128), a),
+	}
+	if as := b.alerts.Load(); as != nil {
+		msg.Subject = as.subject
+		if _, err := as.js.PublishMsgAsync(msg, jetstream.WithStallWait(alertStallWait)); err != nil {
+			b.alertFailed(as, err)
+		}
+		return
 	}
 	if err := b.nc.PublishMsg(msg); err != nil {
 		b.log.Warn("alert not published", "err", err)

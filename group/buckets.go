@@ -60,7 +60,10 @@ func openLeases(ctx context.Context, b *bus.Bus, group string, replicas int, ttl
 // holder has handled, in a bucket without expiry: whoever holds the
 // partition next marks what is at or below it as handled before (Replay),
 // so alerts and dead letters go out once, even across a member's death
-// (then at most the last second or so is handled twice).
+// (then at most the last second or so is handled twice). A holder takes
+// the key over when it starts the partition and writes it compare-and-set
+// from then on (every second, and at stop), so a previous holder cannot
+// write over it.
 type progress struct {
 	kv *bus.Bucket
 }
@@ -75,23 +78,38 @@ func openProgress(ctx context.Context, b *bus.Bus, group string, replicas int) (
 
 func progressKey(p int) string { return "p." + strconv.Itoa(p) }
 
-// get is partition p's progress, if any was recorded.
-func (pr *progress) get(ctx context.Context, p int) (map[string]uint64, bool) {
+// get is partition p's progress and its revision; bus.ErrNoKey if none
+// was recorded.
+func (pr *progress) get(ctx context.Context, p int) (map[string]uint64, uint64, error) {
 	e, err := pr.kv.Get(ctx, progressKey(p))
 	if err != nil {
-		return nil, false
+		return nil, 0, err
 	}
 	var seqs map[string]uint64
-	if json.Unmarshal(e.Data, &seqs) != nil {
-		return nil, false
+	if err := json.Unmarshal(e.Data, &seqs); err != nil {
+		return nil, 0, fmt.Errorf("progress of partition %d: %w", p, err)
 	}
-	return seqs, true
+	return seqs, e.Revision, nil
 }
 
-func (pr *progress) put(ctx context.Context, p int, seqs map[string]uint64) error {
+// take writes partition p's progress as seqs if its revision is still rev
+// (0: if it does not exist), and returns the new revision.
+func (pr *progress) take(ctx context.Context, p int, seqs map[string]uint64, rev uint64) (uint64, error) {
 	value, _ := json.Marshal(seqs)
-	_, err := pr.kv.Put(ctx, progressKey(p), value)
-	return err
+	if rev == 0 {
+		return pr.kv.Create(ctx, progressKey(p), value)
+	}
+	return pr.kv.Update(ctx, progressKey(p), value, rev)
+}
+
+// put is take by a holder: with rev 0 (its take failed) whatever the
+// revision, unfenced.
+func (pr *progress) put(ctx context.Context, p int, seqs map[string]uint64, rev uint64) (uint64, error) {
+	if rev == 0 {
+		value, _ := json.Marshal(seqs)
+		return pr.kv.Put(ctx, progressKey(p), value)
+	}
+	return pr.take(ctx, p, seqs, rev)
 }
 
 // filerKey is where the filer keeps how far it has filed

@@ -16,10 +16,18 @@ import (
 // t0 is when the fake clock starts.
 var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 
-// fakeClock is a clock that moves only when told to.
+// fakeClock is a clock that moves only when told to, and its timers,
+// which fire, in order, on the goroutine that moves it past them.
 type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
+	mu     sync.Mutex
+	t      time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	at   time.Time
+	f    func()
+	done bool // fired or stopped
 }
 
 func newFakeClock() *fakeClock { return &fakeClock{t: t0} }
@@ -33,16 +41,55 @@ func (c *fakeClock) now() time.Time {
 // advance moves the clock on by d: what a write that hangs for d does.
 func (c *fakeClock) advance(d time.Duration) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.t = c.t.Add(d)
+	c.mu.Unlock()
+	c.fire()
 }
 
 // at moves the clock to t0+d, unless it is there already.
 func (c *fakeClock) at(d time.Duration) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if t := t0.Add(d); t.After(c.t) {
 		c.t = t
+	}
+	c.mu.Unlock()
+	c.fire()
+}
+
+// afterFunc is time.AfterFunc on the clock: f is called once the clock
+// has moved d on, unless stop is called first.
+func (c *fakeClock) afterFunc(d time.Duration, f func()) (stop func() bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tm := &fakeTimer{at: c.t.Add(d), f: f}
+	c.timers = append(c.timers, tm)
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		was := !tm.done
+		tm.done = true
+		return was
+	}
+}
+
+// fire calls the timers that are due, earliest first, outside the lock.
+func (c *fakeClock) fire() {
+	for {
+		c.mu.Lock()
+		var next *fakeTimer
+		for _, tm := range c.timers {
+			if !tm.done && !tm.at.After(c.t) && (next == nil || tm.at.Before(next.at)) {
+				next = tm
+			}
+		}
+		if next == nil {
+			c.timers = slices.DeleteFunc(c.timers, func(tm *fakeTimer) bool { return tm.done })
+			c.mu.Unlock()
+			return
+		}
+		next.done = true
+		c.mu.Unlock()
+		next.f()
 	}
 }
 
@@ -118,7 +165,7 @@ func (k *fakeKV) expireLocked(now time.Time) {
 
 func (k *fakeKV) setLocked(key string, value []byte, deleted bool, now time.Time) uint64 {
 	k.rev++
-	e := &fakeKey{Entry: bus.Entry{Key: key, Value: bus.Value{Data: slices.Clone(value), Revision: k.rev, Deleted: deleted}}, written: now}
+	e := &fakeKey{Entry: bus.Entry{Key: key, Value: bus.Value{Data: slices.Clone(value), Revision: k.rev, Deleted: deleted}, Created: now}, written: now}
 	k.keys[key] = e
 	for _, w := range k.watches {
 		select {
@@ -239,14 +286,14 @@ func (k *fakeKV) expire() {
 	k.expireLocked(k.clock.now())
 }
 
-// missed writes key as someone else does while our watch is broken: no
-// watch sees it.
+// missed writes key (nil: deletes it) as someone else does while our
+// watch is broken: no watch sees it.
 func (k *fakeKV) missed(key string, value []byte) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	watches := k.watches
 	k.watches = nil
-	k.setLocked(key, value, false, k.clock.now())
+	k.setLocked(key, value, value == nil, k.clock.now())
 	k.watches = watches
 	k.trace.add("someone else writes %s, unwatched", key)
 }
@@ -292,9 +339,12 @@ func (h *recHand) start(p int, claim uint64) {
 	h.trace.add("start %d", p)
 }
 
-func (h *recHand) stop(p int) {
+func (h *recHand) stop(p int, claim uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if c, ok := h.running[p]; !ok || c != claim {
+		return // stopped already, by the other of the loop and the timer
+	}
 	delete(h.running, p)
 	h.trace.add("stop %d", p)
 }

@@ -60,6 +60,7 @@ type filer struct {
 
 // filing is the filer's run on this member, while it holds the lease.
 type filing struct {
+	rev    uint64 // the claim it runs by
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -97,9 +98,9 @@ func (m *Member) attachFiler(ctx context.Context, stream bus.StreamConfig) error
 }
 
 // startFiling files on a goroutine of its own until stopFiling.
-func (m *Member) startFiling() {
+func (m *Member) startFiling(rev uint64) {
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &filing{cancel: cancel, done: make(chan struct{})}
+	f := &filing{rev: rev, cancel: cancel, done: make(chan struct{})}
 	m.mu.Lock()
 	m.filing = f
 	m.mu.Unlock()
@@ -110,16 +111,18 @@ func (m *Member) startFiling() {
 	}()
 }
 
-// stopFiling stops filing: once it returns, this member files nothing
-// more.
-func (m *Member) stopFiling() {
+// stopFiling stops the filing that runs by claim (the lease loop's and
+// the validity timer's stop may both come): once it returns, this member
+// files nothing more under it.
+func (m *Member) stopFiling(claim uint64) {
 	m.mu.Lock()
 	f := m.filing
-	m.filing = nil
-	m.mu.Unlock()
-	if f == nil {
+	if f == nil || f.rev != claim {
+		m.mu.Unlock()
 		return
 	}
+	m.filing = nil
+	m.mu.Unlock()
 	f.cancel()
 	<-f.done
 	m.log.Info("group: filing stopped")

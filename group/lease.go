@@ -26,7 +26,12 @@ const (
 type memberInfo struct {
 	Instance string `json:"instance"`
 	HTTP     string `json:"http"`
-	Lag      uint64 `json:"lag"` // messages its partitions have yet to read
+	Lag      uint64 `json:"lag"`             // messages its partitions have yet to read
+	Clock    int64  `json:"clock,omitempty"` // its event clock when it sent the write, Unix ms (0: not said)
+	// offset is Clock less the server's clock when it stored the write
+	// (Entry.Created): how far ahead of the server's clock the member's
+	// is, give or take the write's trip; valid if Clock is set.
+	offset int64
 }
 
 // ownerInfo is the value of a partition's key.
@@ -60,20 +65,30 @@ type keyValue interface {
 
 // A hand is what the lease loop does with the partitions it wins and loses:
 // start one (it calls ready with the same claim when caught up), stop one
-// (synchronously: when stop returns nothing of it is counted or answered
-// any more).
+// (synchronously: when stop returns nothing of it is counted, answered or
+// acted on any more). stop is called by the loop and by a partition's
+// validity timer, maybe at once and more than once for one claim: it stops
+// the partition only if it runs by that claim.
 type hand interface {
 	start(p int, claim uint64)
-	stop(p int)
+	stop(p int, claim uint64)
 }
 
 // held is a partition this member holds the lease of.
 type held struct {
-	claim      uint64    // revision of the write that claimed it
-	rev        uint64    // revision of our last write of its key
-	validUntil time.Time // we answer as its owner until then
-	ready      bool      // caught up, and said so in the key
-	readyAsked bool      // caught up, not yet said so
+	claim      uint64      // revision of the write that claimed it
+	rev        uint64      // revision of our last write of its key
+	validUntil time.Time   // we answer as its owner until then
+	ready      bool        // caught up, and said so in the key
+	readyAsked bool        // caught up, not yet said so
+	expiry     func() bool // stops the validity timer (true: before it fired)
+}
+
+// A grant is a partition this member holds, as readers see it: by which
+// claim, and until when it may answer and act for it.
+type grant struct {
+	claim uint64
+	until time.Time
 }
 
 // table is what the lease loop knows, published for readers as one
@@ -82,14 +97,21 @@ type table struct {
 	synced  bool // the loop has seen every key there was when it began
 	members map[string]memberInfo
 	owners  map[int]ownerInfo
-	mine    map[int]time.Time // partitions held, and until when we may answer for them
-	wants   []int             // partitions rendezvous gives us
+	mine    map[int]grant // partitions held
+	wants   []int         // partitions rendezvous gives us
 }
 
 // owns reports whether this member may answer for partition p at now.
 func (t *table) owns(p int, now time.Time) bool {
-	until, ok := t.mine[p]
-	return ok && now.Before(until) && t.owners[p].Ready
+	return t.valid(p, t.mine[p].claim, now) && t.owners[p].Ready
+}
+
+// valid reports whether this member holds partition p by claim at now,
+// caught up or not: whether it may act for it (alerts, dead letters,
+// progress).
+func (t *table) valid(p int, claim uint64, now time.Time) bool {
+	g, ok := t.mine[p]
+	return ok && g.claim == claim && now.Before(g.until)
 }
 
 // leases runs membership and ownership: it keeps this member's key alive,
@@ -100,9 +122,21 @@ func (t *table) owns(p int, now time.Time) bool {
 // Fencing: a lease key lives ttl after its last write (the bucket's
 // MaxAge), and we rewrite it every ttl/4. We count our ownership valid for
 // ttl/2 from when we sent the last write that succeeded, and a partition
-// whose lease we could not renew by then is stopped at the next tick, by
-// 3/4 ttl: before the key can expire on the server (ttl after it received
-// the write, which was after we sent it) and another member can create it.
+// whose lease we could not renew by then is stopped by a timer at that
+// moment, whatever the loop is doing: before the key can expire on the
+// server (ttl after it received the write, which was after we sent it) and
+// another member can create it. Every write has a deadline of ttl/4
+// (writeTimeout; one for all of a tick's renewals), so a bucket that does
+// not answer holds the loop up for no more than that: it drops what it
+// could not renew by the next tick. A renewal that comes back after the
+// validity it extends has run out does not bring the partition back.
+//
+// Ghosts: the loop's members and owners are what a watch of the bucket
+// has said. A watch can miss an expiry (a gap longer than the bucket's
+// expiry markers live), so the loop watches again every ttl, and whenever
+// a watch breaks (a reconnect) or cannot be made (tried again each tick):
+// each new watch's keys replace what the loop knew, once they have all
+// come.
 //
 // Time: leases run on elapsed time, this member's monotonic clock (clock:
 // time.Now, whose readings carry it, so stepping the wall clock moves no
@@ -123,10 +157,18 @@ type leases struct {
 	hand       hand
 	log        *slog.Logger
 
+	// after calls f after d of the clock, unless the returned stop is
+	// called first: time.AfterFunc; the tests' runs on their clock.
+	after func(d time.Duration, f func()) (stop func() bool)
+
 	lag     func() uint64         // for the member key; nil: 0
-	readyMu sync.Mutex            // guards caught
+	stamp   func() time.Time      // the event clock, for the member key; nil: not said
+	maxSkew time.Duration         // a member whose clock is further from the group's is logged; 0: none
+	skewed  map[string]int64      // owned by run: the members logged as skewed, by offset from the group's
+	notesMu sync.Mutex            // guards caught and expired
 	caught  map[int]uint64        // partitions that caught up, and their claims, from hand
-	readyc  chan struct{}         // something is in caught
+	expired map[int]uint64        // partitions whose validity timer fired, and their claims
+	notes   chan struct{}         // something is in caught or expired
 	pub     atomic.Pointer[table] // what readers see
 
 	// Owned by run.
@@ -134,24 +176,51 @@ type leases struct {
 	members map[string]memberInfo
 	owners  map[int]ownerInfo
 	mine    map[int]*held
+	// A new watch's keys, until they have all come and replace members
+	// and owners; nil while no new watch is being read.
+	nextMembers map[string]memberInfo
+	nextOwners  map[int]ownerInfo
 }
 
 func newLeases(kv keyValue, self memberInfo, partitions int, ttl time.Duration, h hand, log *slog.Logger) *leases {
-	l := &leases{kv: kv, clock: time.Now, self: self, partitions: partitions, ttl: ttl, hand: h, log: log,
-		caught: map[int]uint64{}, readyc: make(chan struct{}, 1),
+	l := &leases{kv: kv, clock: time.Now, after: afterFunc, self: self, partitions: partitions, ttl: ttl, hand: h, log: log,
+		caught: map[int]uint64{}, expired: map[int]uint64{}, notes: make(chan struct{}, 1),
 		members: map[string]memberInfo{}, owners: map[int]ownerInfo{}, mine: map[int]*held{}}
 	l.publish()
 	return l
 }
 
+func afterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+
+// writeTimeout is the deadline of each write to the bucket, and of all of
+// a tick's renewals together: a write that has not come back by then
+// counts as failed (and, if it got through after all, it only extends a
+// lease the next tick renews or lets run out).
+func (l *leases) writeTimeout() time.Duration { return l.ttl / 4 }
+
 // ready tells the loop that partition p, as claimed by claim, has caught
 // up. It never blocks.
 func (l *leases) ready(p int, claim uint64) {
-	l.readyMu.Lock()
+	l.notesMu.Lock()
 	l.caught[p] = claim
-	l.readyMu.Unlock()
+	l.notesMu.Unlock()
+	l.wake()
+}
+
+// expire is partition p's validity timer, for claim (and its fence, when
+// it finds the validity over first): it stops the partition at once, then
+// tells the loop, which may be stuck in a write.
+func (l *leases) expire(p int, claim uint64) {
+	l.hand.stop(p, claim)
+	l.notesMu.Lock()
+	l.expired[p] = claim
+	l.notesMu.Unlock()
+	l.wake()
+}
+
+func (l *leases) wake() {
 	select {
-	case l.readyc <- struct{}{}:
+	case l.notes <- struct{}{}:
 	default:
 	}
 }
@@ -191,18 +260,26 @@ var errDuplicate = errors.New("a live member of the group already has this insta
 func (l *leases) run(ctx context.Context) error {
 	stop := func() {} // ends the watch
 	defer func() { stop() }()
-	watch := func() (<-chan *bus.Entry, error) {
+	var w <-chan *bus.Entry
+	watch := func() {
 		stop()
 		var wctx context.Context
 		wctx, stop = context.WithCancel(ctx)
-		return l.kv.WatchAll(wctx)
+		var err error
+		if w, err = l.kv.WatchAll(wctx); err != nil {
+			l.log.Warn("group: cannot watch the leases; trying again at the next tick", "err", err)
+			w = nil
+			return
+		}
+		l.nextMembers, l.nextOwners = map[string]memberInfo{}, map[int]ownerInfo{}
 	}
-	w, err := watch()
-	if err != nil {
-		return err
+	watch()
+	if w == nil && !l.synced {
+		return errors.New("group: cannot watch the leases")
 	}
 	ticker := time.NewTicker(l.ttl / 4)
 	defer ticker.Stop()
+	ticks := 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -210,13 +287,10 @@ func (l *leases) run(ctx context.Context) error {
 			return nil
 		case e, ok := <-w:
 			if !ok { // the connection closed under the watch, or ctx is done
-				if ctx.Err() != nil {
+				if ctx.Err() == nil {
+					watch()
+				} else {
 					w = nil // the next turn leaves
-					continue
-				}
-				if w, err = watch(); err != nil {
-					l.log.Warn("group: cannot watch the leases", "err", err)
-					w = nil // nothing comes any more, while we run out our leases
 				}
 				continue
 			}
@@ -233,10 +307,13 @@ func (l *leases) run(ctx context.Context) error {
 					more = false
 				}
 			}
-		case <-l.readyc:
-			l.takeReady()
+		case <-l.notes:
+			l.takeNotes(ctx)
 		case <-ticker.C:
 			l.tick(ctx)
+			if ticks++; w == nil || ticks%4 == 0 { // every ttl, the bucket again from scratch
+				watch()
+			}
 		}
 		l.settle(ctx)
 	}
@@ -250,23 +327,46 @@ func (l *leases) settle(ctx context.Context) {
 	l.publish()
 }
 
-// takeReady marks the partitions hand said caught up, if we still hold
-// them by the claim that caught up, to be said so in their keys.
-func (l *leases) takeReady() {
-	l.readyMu.Lock()
+// takeNotes marks the partitions hand said caught up, if we still hold
+// them by the claim that caught up, to be said so in their keys; and
+// releases those whose validity timer stopped them (their keys may still
+// be ours: deleting them lets the rightful owner, maybe us, claim them
+// without waiting for them to expire).
+func (l *leases) takeNotes(ctx context.Context) {
+	l.notesMu.Lock()
+	var expired []int
 	for p, claim := range l.caught {
 		if h := l.mine[p]; h != nil && h.claim == claim {
 			h.readyAsked = true
 		}
 	}
+	for p, claim := range l.expired {
+		if h := l.mine[p]; h != nil && h.claim == claim {
+			expired = append(expired, p)
+		}
+	}
 	clear(l.caught)
-	l.readyMu.Unlock()
+	clear(l.expired)
+	l.notesMu.Unlock()
+	for _, p := range expired {
+		l.log.Warn("group: partition lease ran out before it was renewed", "partition", p)
+		l.release(ctx, p)
+	}
 }
 
 // apply takes one change of the bucket into the loop's maps; nil marks
-// the end of the keys that were there when the watch began.
+// the end of the keys that were there when the watch began. A new watch's
+// keys go to the next maps, which replace the loop's at its nil.
 func (l *leases) apply(e *bus.Entry) {
+	members, owners := l.members, l.owners
+	if l.nextMembers != nil {
+		members, owners = l.nextMembers, l.nextOwners
+	}
 	if e == nil {
+		if l.nextMembers != nil {
+			l.members, l.owners = l.nextMembers, l.nextOwners
+			l.nextMembers, l.nextOwners = nil, nil
+		}
 		l.synced = true
 		return
 	}
@@ -276,10 +376,13 @@ func (l *leases) apply(e *bus.Entry) {
 		name := key[len(memberKey):]
 		var m memberInfo
 		if gone || json.Unmarshal(e.Data, &m) != nil {
-			delete(l.members, name)
+			delete(members, name)
 			return
 		}
-		l.members[name] = m
+		if m.Clock != 0 && !e.Created.IsZero() {
+			m.offset = m.Clock - e.Created.UnixMilli()
+		}
+		members[name] = m
 	case strings.HasPrefix(key, ownerKey):
 		p, err := strconv.Atoi(key[len(ownerKey):])
 		if err != nil {
@@ -287,11 +390,11 @@ func (l *leases) apply(e *bus.Entry) {
 		}
 		var o ownerInfo
 		if gone || json.Unmarshal(e.Data, &o) != nil {
-			delete(l.owners, p)
+			delete(owners, p)
 			return
 		}
 		o.rev = e.Revision
-		l.owners[p] = o
+		owners[p] = o
 	}
 }
 
@@ -308,21 +411,58 @@ func (l *leases) beat(ctx context.Context) {
 	if l.lag != nil {
 		l.self.Lag = l.lag()
 	}
+	if l.stamp != nil {
+		l.self.Clock = l.stamp().UnixMilli()
+	}
 	value, _ := json.Marshal(l.self)
+	ctx, cancel := context.WithTimeout(ctx, l.writeTimeout())
+	defer cancel()
 	if _, err := l.kv.Put(ctx, memberKey+l.self.Instance, value); err != nil {
 		l.log.Warn("group: member key not renewed", "err", err)
 	}
 }
 
-// renew rewrites the keys of the partitions we hold. A partition whose key
-// was changed by someone else is lost: stopped at once; so is one we could
-// not renew whose lease had run out by now.
+// renew rewrites the keys of the partitions we hold, all at once, within
+// one writeTimeout: one slow write holds up none of the others. A
+// partition whose key was changed by someone else is lost: stopped at
+// once; so is one we could not renew whose lease had run out by now, and
+// one whose renewal came back after its lease ran out.
 func (l *leases) renew(ctx context.Context, now time.Time) {
+	wctx, cancel := context.WithTimeout(ctx, l.writeTimeout())
+	defer cancel()
+	type renewal struct {
+		p    int
+		rev  uint64
+		sent time.Time
+		err  error
+	}
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		done []renewal
+	)
 	for p, h := range l.mine {
-		rev, sent, err := l.writeOwner(ctx, p, h.readyAsked, h.rev)
-		switch {
+		ready, last := h.readyAsked, h.rev
+		wg.Go(func() {
+			rev, sent, err := l.writeOwner(wctx, p, ready, last)
+			mu.Lock()
+			done = append(done, renewal{p, rev, sent, err})
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(done, func(a, b renewal) int { return a.p - b.p })
+	back := l.clock()
+	for _, r := range done {
+		p, h := r.p, l.mine[r.p]
+		switch err := r.err; {
+		case err == nil && back.Before(h.validUntil):
+			h.rev, h.ready = r.rev, h.readyAsked
+			l.extend(p, h, r.sent)
 		case err == nil:
-			h.rev, h.validUntil, h.ready = rev, l.until(sent), h.readyAsked
+			l.log.Warn("group: lost partition: renewed after its lease ran out", "partition", p)
+			h.rev = r.rev
+			l.release(ctx, p)
 		case errors.Is(err, bus.ErrKeyChanged) || now.After(h.validUntil):
 			l.log.Warn("group: lost partition", "partition", p, "err", err)
 			l.drop(p)
@@ -330,6 +470,18 @@ func (l *leases) renew(ctx context.Context, now time.Time) {
 			l.log.Warn("group: partition lease not renewed", "partition", p, "err", err)
 		}
 	}
+	l.publish() // before the validity readers know runs out
+}
+
+// extend makes partition p valid for a lease from sent, and sets its
+// validity timer to stop it then.
+func (l *leases) extend(p int, h *held, sent time.Time) {
+	h.validUntil = l.until(sent)
+	if h.expiry != nil {
+		h.expiry()
+	}
+	claim := h.claim
+	h.expiry = l.after(h.validUntil.Sub(l.clock()), func() { l.expire(p, claim) })
 }
 
 // writeOwner writes partition p's key as ours, if its revision is still
@@ -361,21 +513,48 @@ func (l *leases) balance(ctx context.Context) {
 			if _, taken := l.owners[p]; taken {
 				continue // its holder releases it, or its lease runs out
 			}
-			rev, sent, err := l.writeOwner(ctx, p, false, 0)
-			if err != nil {
-				continue // someone was quicker; the watch will say who
+			rev, sent, err := l.write(ctx, p, false, 0)
+			switch {
+			case err == nil:
+			case errors.Is(err, bus.ErrKeyChanged): // someone was quicker: the watch will say who
+				l.log.Debug("group: partition claimed by another first", "partition", p)
+				continue
+			case ctx.Err() != nil: // leaving
+				continue
+			default: // tried again at the next turn
+				l.log.Warn("group: partition not claimed", "partition", p, "err", err)
+				continue
 			}
-			l.mine[p] = &held{claim: rev, rev: rev, validUntil: l.until(sent)}
+			h = &held{claim: rev, rev: rev}
+			l.mine[p] = h
+			l.extend(p, h, sent)
 			l.owners[p] = ownerInfo{Instance: l.self.Instance, rev: rev}
 			l.log.Info("group: partition claimed", "partition", p)
+			l.publish() // the partition acts only while readers see it held
 			l.hand.start(p, rev)
 		case h != nil && h.readyAsked && !h.ready:
-			if rev, sent, err := l.writeOwner(ctx, p, true, h.rev); err == nil {
-				h.rev, h.validUntil, h.ready = rev, l.until(sent), true
+			rev, sent, err := l.write(ctx, p, true, h.rev)
+			switch {
+			case err == nil && l.clock().Before(h.validUntil):
+				h.rev, h.ready = rev, true
+				l.extend(p, h, sent)
 				l.owners[p] = ownerInfo{Instance: l.self.Instance, Ready: true, rev: rev}
+			case err == nil || errors.Is(err, bus.ErrKeyChanged):
+				l.log.Warn("group: lost partition", "partition", p, "err", err)
+				h.rev = rev
+				l.release(ctx, p)
+			default: // said again at the next turn, or at the next renewal
+				l.log.Warn("group: partition not said to be ready", "partition", p, "err", err)
 			}
 		}
 	}
+}
+
+// write is writeOwner on its own, within writeTimeout.
+func (l *leases) write(ctx context.Context, p int, ready bool, rev uint64) (uint64, time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.writeTimeout())
+	defer cancel()
+	return l.writeOwner(ctx, p, ready, rev)
 }
 
 // until is how long a lease written at sent lets us answer as owner.
@@ -398,6 +577,8 @@ func (l *leases) wants(p int) bool {
 func (l *leases) release(ctx context.Context, p int) {
 	rev := l.mine[p].rev
 	l.drop(p)
+	ctx, cancel := context.WithTimeout(ctx, l.writeTimeout())
+	defer cancel()
 	if err := l.kv.Delete(ctx, ownerKey+strconv.Itoa(p), rev); err != nil {
 		l.log.Warn("group: partition not released (its lease runs out instead)", "partition", p, "err", err)
 	}
@@ -407,29 +588,37 @@ func (l *leases) release(ctx context.Context, p int) {
 // drop stops partition p and forgets that we hold it, and says so to
 // readers at once: before anyone can learn that the lease is free.
 func (l *leases) drop(p int) {
-	l.hand.stop(p)
+	h := l.mine[p]
+	if h.expiry != nil {
+		h.expiry()
+	}
+	l.hand.stop(p, h.claim)
 	delete(l.mine, p)
 	delete(l.owners, p)
 	l.publish()
 }
 
 // leave releases everything and removes our member key, so that the
-// others take over at once rather than after the lease.
+// others take over at once rather than after the lease; each write within
+// writeTimeout.
 func (l *leases) leave() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+	ctx := context.Background()
 	for p := range l.mine {
 		l.release(ctx, p)
 	}
-	l.kv.Delete(ctx, memberKey+l.self.Instance, 0)
+	ctx, cancel := context.WithTimeout(ctx, l.writeTimeout())
+	defer cancel()
+	if err := l.kv.Delete(ctx, memberKey+l.self.Instance, 0); err != nil {
+		l.log.Warn("group: member key not removed (it runs out instead)", "err", err)
+	}
 	l.publish()
 }
 
 // publish makes the loop's state visible to readers.
 func (l *leases) publish() {
-	t := &table{synced: l.synced, members: maps.Clone(l.members), owners: maps.Clone(l.owners), mine: make(map[int]time.Time, len(l.mine))}
+	t := &table{synced: l.synced, members: maps.Clone(l.members), owners: maps.Clone(l.owners), mine: make(map[int]grant, len(l.mine))}
 	for p, h := range l.mine {
-		t.mine[p] = h.validUntil
+		t.mine[p] = grant{claim: h.claim, until: h.validUntil}
 	}
 	for p := range l.partitions {
 		if l.wants(p) {
@@ -437,4 +626,27 @@ func (l *leases) publish() {
 		}
 	}
 	l.pub.Store(t)
+	l.logSkew(t)
+}
+
+// logSkew logs each member whose clock becomes further than maxSkew from
+// the group's, and when it comes back.
+func (l *leases) logSkew(t *table) {
+	if l.maxSkew <= 0 {
+		return
+	}
+	_, off := skews(t.members, l.maxSkew)
+	for name, d := range off {
+		if _, was := l.skewed[name]; !was {
+			l.log.Warn("group: a member's clock is off from the group's by more than --max-skew; views are not read at its time", "member", name, "offset", time.Duration(d)*time.Millisecond, "max_skew", l.maxSkew)
+		}
+	}
+	for name := range l.skewed {
+		if _, is := off[name]; !is {
+			if _, live := t.members[name]; live {
+				l.log.Info("group: a member's clock is back within --max-skew of the group's", "member", name)
+			}
+		}
+	}
+	l.skewed = off
 }

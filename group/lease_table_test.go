@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,7 +59,7 @@ func newRig(t *testing.T, self string, partitions int, keys ...[2]string) *rig {
 		r.kv.steal(kv[0], []byte(kv[1]))
 	}
 	r.l = newLeases(r.kv, memberInfo{Instance: self}, partitions, fenceTTL, r.hand, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	r.l.clock = r.clock.now
+	r.l.clock, r.l.after = r.clock.now, r.clock.afterFunc
 	if err := r.l.join(r.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -102,12 +103,18 @@ func (r *rig) tickAt(d time.Duration) {
 // turn on it, then the watch's.
 func (r *rig) caughtUp(p int, claim uint64) {
 	r.l.ready(p, claim)
+	r.notesTurn()
+}
+
+// notesTurn is run's turn on what hand and the timers told it, then the
+// watch's; it fails the test if nothing woke the loop.
+func (r *rig) notesTurn() {
 	select {
-	case <-r.l.readyc:
+	case <-r.l.notes:
 	default:
-		r.t.Fatal("ready did not wake the loop")
+		r.t.Fatal("nothing woke the loop")
 	}
-	r.l.takeReady()
+	r.l.takeNotes(r.ctx)
 	r.l.settle(r.ctx)
 	r.watchTurn()
 }
@@ -173,16 +180,17 @@ func heldRig(t *testing.T) *rig {
 	return r
 }
 
-// The fence: a partition answers for ttl/2 from the send of its last
-// write that went through, and one not renewed by then is stopped at the
-// next tick, by 3/4 ttl, before its key can expire; one whose key someone
-// else wrote is stopped at once.
+// The fence: a partition answers and acts for ttl/2 from the send of its
+// last write that went through, and one not renewed by then is stopped by
+// its timer at that moment, whatever the loop is doing (a write that
+// hangs), before its key can expire; one whose key someone else wrote is
+// stopped at once.
 func TestLeaseFence(t *testing.T) {
 	s := time.Second
 	timeout := func(r *rig, op, key string) error { return errFakeTimeout }
 	type tick struct {
 		at    time.Duration // when it comes; a hang moves the clock on
-		held  bool          // partition 0 still runs after it
+		held  bool          // partition 0 runs after it
 		until time.Duration // and answers until t0+until
 	}
 	cases := []struct {
@@ -190,6 +198,7 @@ func TestLeaseFence(t *testing.T) {
 		before func(r *rig)                       // before the first tick
 		fault  func(r *rig, op, key string) error // on each write that would go through
 		ticks  []tick
+		stops  int // times partition 0 is stopped
 	}{{
 		name: "renewals go through",
 		ticks: []tick{
@@ -198,7 +207,7 @@ func TestLeaseFence(t *testing.T) {
 			{at: 3 * s, held: true, until: 5 * s},
 		},
 	}, {
-		name: "renewals fail: answers until ttl/2, stopped by 3/4 ttl",
+		name: "renewals fail: answers until ttl/2, stopped then by its timer",
 		fault: func(r *rig, op, key string) error {
 			if op == "update" {
 				return errFakeTimeout
@@ -207,19 +216,21 @@ func TestLeaseFence(t *testing.T) {
 		},
 		ticks: []tick{
 			{at: 1 * s, held: true, until: 2 * s},
-			{at: 2 * s, held: true, until: 2 * s}, // not answering: ttl/2 is up
-			{at: 3 * s, held: false},
+			{at: 2 * s, held: false},
+			{at: 3 * s, held: false}, // and not claimed again: its key is there until 4s
 		},
+		stops: 1,
 	}, {
 		name:  "every write fails, the member key's too: the same",
 		fault: timeout,
 		ticks: []tick{
 			{at: 1 * s, held: true, until: 2 * s},
-			{at: 2 * s, held: true, until: 2 * s},
+			{at: 2 * s, held: false},
 			{at: 3 * s, held: false},
 		},
+		stops: 1,
 	}, {
-		name: "a renewal fails once, within ttl/2: kept",
+		name: "a renewal fails once: stopped as its lease runs out, when the next is due; released and claimed again",
 		fault: func(r *rig, op, key string) error {
 			if op == "update" && r.clock.now().Equal(t0.Add(s)) {
 				return errFakeTimeout
@@ -228,9 +239,10 @@ func TestLeaseFence(t *testing.T) {
 		},
 		ticks: []tick{
 			{at: 1 * s, held: true, until: 2 * s},
-			{at: 2 * s, held: true, until: 4 * s},
+			{at: 2 * s, held: true, until: 4 * s}, // a new claim at 2s, said caught up at once
 			{at: 3 * s, held: true, until: 5 * s},
 		},
+		stops: 1,
 	}, {
 		name:   "a lost compare-and-set: stopped at once",
 		before: func(r *rig) { r.kv.steal(ownerKey+"0", ownerValue("b", false)) },
@@ -238,8 +250,9 @@ func TestLeaseFence(t *testing.T) {
 			{at: 1 * s, held: false}, // though its lease had a second to go
 			{at: 2 * s, held: false}, // and not claimed again: b holds the key
 		},
+		stops: 1,
 	}, {
-		name: "the member key's write hangs past ttl/2 and fails, then the renewal: stopped at that tick",
+		name: "the member key's write hangs past ttl/2 and fails: stopped by its timer meanwhile",
 		fault: func(r *rig, op, key string) error {
 			if op == "put" {
 				r.clock.advance(2 * s)
@@ -249,8 +262,9 @@ func TestLeaseFence(t *testing.T) {
 		ticks: []tick{
 			{at: 1 * s, held: false}, // at 3s
 		},
+		stops: 1,
 	}, {
-		name: "a renewal hangs past ttl/2 and fails: answers no more, stopped at the next tick",
+		name: "a renewal hangs past ttl/2 and fails: stopped by its timer meanwhile",
 		fault: func(r *rig, op, key string) error {
 			if op == "update" && r.clock.now().Equal(t0.Add(s)) {
 				r.clock.advance(1500 * time.Millisecond)
@@ -261,9 +275,21 @@ func TestLeaseFence(t *testing.T) {
 			return nil
 		},
 		ticks: []tick{
-			{at: 1 * s, held: true, until: 2 * s}, // returns at 2.5s
-			{at: 2 * s, held: false},              // the tick that came meanwhile, at 2.5s
+			{at: 1 * s, held: false}, // returns at 2.5s
 		},
+		stops: 1,
+	}, {
+		name: "a renewal hangs past ttl/2 and goes through: stopped meanwhile, not brought back; released",
+		fault: func(r *rig, op, key string) error {
+			if op == "update" && r.clock.now().Equal(t0.Add(s)) {
+				r.clock.advance(1500 * time.Millisecond)
+			}
+			return nil
+		},
+		ticks: []tick{
+			{at: 1 * s, held: true, until: 4500 * time.Millisecond}, // back at 2.5s: released, and claimed again then
+		},
+		stops: 1,
 	}, {
 		name: "a renewal that hangs then goes through counts from its send",
 		fault: func(r *rig, op, key string) error {
@@ -286,31 +312,40 @@ func TestLeaseFence(t *testing.T) {
 			if c.fault != nil {
 				r.kv.fault = func(op, key string) error { return c.fault(r, op, key) }
 			}
-			stopped := false
 			for _, k := range c.ticks {
 				r.tickAt(k.at)
 				step := fmt.Sprintf("tick at %v (clock %v)", k.at, r.clock.now().Sub(t0))
 				r.checkFence(step)
-				_, running := r.hand.claim(0)
+				claim, running := r.hand.claim(0)
 				if running != k.held {
 					t.Fatalf("%s: partition 0 runs: %v, want %v; trace %q", step, running, k.held, r.trace.all())
 				}
 				if !k.held {
-					stopped = true
 					continue
 				}
-				if until := r.l.table().mine[0]; !until.Equal(t0.Add(k.until)) {
+				r.caughtUp(0, claim)
+				if until := r.l.table().mine[0].until; !until.Equal(t0.Add(k.until)) {
 					t.Errorf("%s: answers until %v, want %v", step, until.Sub(t0), k.until)
 				}
 				if want := r.clock.now().Before(t0.Add(k.until)); r.answers(0) != want {
 					t.Errorf("%s: answers %v, want %v", step, r.answers(0), want)
 				}
 			}
-			if n := slices.Index(r.trace.all(), "stop 0"); stopped != (n >= 0) || stopped && slices.Contains(r.trace.all()[n+1:], "stop 0") {
-				t.Errorf("stopped: %v, want %v, once; trace %q", n >= 0, stopped, r.trace.all())
+			if n := count(r.trace.all(), "stop 0"); n != c.stops {
+				t.Errorf("stopped %d times, want %d; trace %q", n, c.stops, r.trace.all())
 			}
 		})
 	}
+}
+
+func count(events []string, e string) int {
+	n := 0
+	for _, x := range events {
+		if x == e {
+			n++
+		}
+	}
+	return n
 }
 
 // Claims, releases and ready flags: what the loop writes, and what it has
@@ -429,6 +464,26 @@ func TestLeaseOwnership(t *testing.T) {
 	}
 }
 
+// runLeases runs member a's lease loop, run itself, over kv and its clock,
+// until the test ends or cancel; done is closed once run has returned.
+func runLeases(t *testing.T, kv *fakeKV, partitions int, ttl time.Duration) (l *leases, hand *recHand, cancel func(), done chan struct{}) {
+	t.Helper()
+	hand = newRecHand(kv.trace)
+	l = newLeases(kv, memberInfo{Instance: "a"}, partitions, ttl, hand, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	l.clock, l.after = kv.clock.now, kv.clock.afterFunc
+	ctx, cancel := context.WithCancel(t.Context())
+	if err := l.join(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done = make(chan struct{})
+	go func() {
+		defer close(done)
+		l.run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return l, hand, cancel, done
+}
+
 // A watch gap: the watch closes (the connection closed under it) and a
 // member joins meanwhile, unseen; the loop watches again, takes in every
 // key there is, and gives the newcomer its share. This one runs run
@@ -436,22 +491,8 @@ func TestLeaseOwnership(t *testing.T) {
 // comes.
 func TestLeaseWatchGap(t *testing.T) {
 	const partitions = 8
-	tr := &trace{}
-	clock := newFakeClock()
-	kv := newFakeKV(clock, time.Hour, tr)
-	hand := newRecHand(tr)
-	l := newLeases(kv, memberInfo{Instance: "a"}, partitions, time.Hour, hand, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	l.clock = clock.now
-	ctx, cancel := context.WithCancel(t.Context())
-	if err := l.join(ctx); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		l.run(ctx)
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	kv := newFakeKV(newFakeClock(), time.Hour, &trace{})
+	l, hand, cancel, done := runLeases(t, kv, partitions, time.Hour)
 	runs := func(want []int) func() error {
 		return func() error {
 			if got := hand.runs(); !slices.Equal(got, want) {
@@ -492,5 +533,37 @@ func TestLeaseWatchGap(t *testing.T) {
 	}
 	if _, _, ok := kv.key(memberKey + "a"); ok {
 		t.Error("a's member key is there after it left")
+	}
+}
+
+// A ghost: a member's key goes (it died) and no watch says so (a gap
+// longer than the expiry markers live). The loop reads the bucket again
+// every lease, so the ghost's share comes back to the living. The fake
+// clock stands still: only the loop's ticker runs, every ttl/4.
+func TestLeaseGhost(t *testing.T) {
+	const partitions = 8
+	kv := newFakeKV(newFakeClock(), time.Hour, &trace{})
+	kv.steal(memberKey+"b", memberValue("b"))
+	l, hand, _, _ := runLeases(t, kv, partitions, 200*time.Millisecond)
+	var mine, all []int
+	for p := range partitions {
+		if owner(p, []string{"a", "b"}) == "a" {
+			mine = append(mine, p)
+		}
+		all = append(all, p)
+	}
+	runs := func(want []int) func() error {
+		return func() error {
+			if got := hand.runs(); !slices.Equal(got, want) {
+				return fmt.Errorf("running %v, want %v (watched %d times, members %v)", got, want, kv.watchCalls(), slices.Sorted(maps.Keys(l.table().members)))
+			}
+			return nil
+		}
+	}
+	wait.For(t, 10*time.Second, runs(mine))
+	kv.missed(memberKey+"b", nil)
+	wait.For(t, 10*time.Second, runs(all))
+	if _, ok := l.table().members["b"]; ok {
+		t.Error("b is still a member")
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/chatpulse/chatpulse/bus"
+	"github.com/chatpulse/chatpulse/internal/proxy"
 	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
@@ -35,9 +36,12 @@ func startServer(t testing.TB) *server.Server {
 }
 
 // openBus connects to ns as a member does.
-func openBus(t testing.TB, ns *server.Server) *bus.Bus {
+func openBus(t testing.TB, ns *server.Server) *bus.Bus { return openBusAt(t, ns.ClientURL()) }
+
+// openBusAt connects to the server at url as a member does.
+func openBusAt(t testing.TB, url string) *bus.Bus {
 	t.Helper()
-	b, err := bus.Open(bus.Options{URL: ns.ClientURL(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	b, err := bus.Open(bus.Options{URL: url, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,9 +55,14 @@ func openBus(t testing.TB, ns *server.Server) *bus.Bus {
 type tracker struct {
 	t      *testing.T
 	mu     sync.Mutex
-	active map[int]string // partition -> member running it
+	active map[int]run // partition -> who runs it
 	starts int
 	byWho  map[string]*leases
+}
+
+type run struct {
+	member string
+	claim  uint64
 }
 
 type fakeHand struct {
@@ -67,7 +76,7 @@ func (h *fakeHand) start(p int, claim uint64) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	if other, ok := tr.active[p]; ok {
-		tr.t.Errorf("partition %d started by %s while %s runs it", p, h.name, other)
+		tr.t.Errorf("partition %d started by %s while %s runs it", p, h.name, other.member)
 	}
 	now := time.Now()
 	for name, l := range tr.byWho {
@@ -75,17 +84,18 @@ func (h *fakeHand) start(p int, claim uint64) {
 			tr.t.Errorf("partition %d started by %s while %s still answers for it", p, h.name, name)
 		}
 	}
-	tr.active[p] = h.name
+	tr.active[p] = run{h.name, claim}
 	tr.starts++
 	h.l.ready(p, claim) // caught up at once
 }
 
-func (h *fakeHand) stop(p int) {
+func (h *fakeHand) stop(p int, claim uint64) {
 	tr := h.tr
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	if tr.active[p] != h.name {
-		tr.t.Errorf("partition %d stopped by %s, run by %q", p, h.name, tr.active[p])
+	a, ok := tr.active[p]
+	if !ok || a.member != h.name || a.claim != claim {
+		return // stopped already, by the other of the loop and the timer, or not ours
 	}
 	delete(tr.active, p)
 }
@@ -99,7 +109,13 @@ type member struct {
 
 func startMember(t *testing.T, ns *server.Server, tr *tracker, name string, partitions int) *member {
 	t.Helper()
-	b := openBus(t, ns)
+	return startMemberAt(t, ns.ClientURL(), tr, name, partitions)
+}
+
+// startMemberAt is startMember through the server at url.
+func startMemberAt(t *testing.T, url string, tr *tracker, name string, partitions int) *member {
+	t.Helper()
+	b := openBusAt(t, url)
 	ctx, cancel := context.WithCancel(context.Background())
 	kv, err := openLeases(ctx, b, "test", 1, testTTL)
 	if err != nil {
@@ -151,7 +167,7 @@ func converged(t *testing.T, tr *tracker, ms map[string]*member, partitions int)
 func TestLeasesConvergeAndFailOver(t *testing.T) {
 	const partitions = 16
 	ns := startServer(t)
-	tr := &tracker{t: t, active: map[int]string{}, byWho: map[string]*leases{}}
+	tr := &tracker{t: t, active: map[int]run{}, byWho: map[string]*leases{}}
 	ms := map[string]*member{}
 	for _, name := range []string{"a", "b", "c"} {
 		ms[name] = startMember(t, ns, tr, name, partitions)
@@ -193,11 +209,47 @@ func TestLeasesConvergeAndFailOver(t *testing.T) {
 	t.Logf("takeover after losing a member: %v (lease %v)", time.Since(start), testTTL)
 }
 
+// A member whose writes to the bucket stall (its connection stops
+// delivering, both ways, and does not close: a network partition, a
+// bucket leader without quorum) stops every partition by the end of its
+// validity, on its timers, while its loop waits for writes that do not
+// come back; the others take them over only after that (the tracker
+// checks both, at each start), and when it comes back it takes its share
+// again.
+func TestLeasesStalledMember(t *testing.T) {
+	const partitions = 8
+	ns := startServer(t)
+	tr := &tracker{t: t, active: map[int]run{}, byWho: map[string]*leases{}}
+	ms := map[string]*member{}
+	for _, name := range []string{"a", "b"} {
+		ms[name] = startMember(t, ns, tr, name, partitions)
+	}
+	p := proxy.New(t, ns.Addr().String())
+	ms["c"] = startMemberAt(t, "nats://"+p.Addr(), tr, "c", partitions)
+	converged(t, tr, ms, partitions)
+
+	p.Stall()
+	stalled := ms["c"]
+	delete(ms, "c")
+	converged(t, tr, ms, partitions)
+	tr.mu.Lock()
+	for q, r := range tr.active {
+		if r.member == "c" {
+			t.Errorf("partition %d still runs on c, stalled", q)
+		}
+	}
+	tr.mu.Unlock()
+
+	p.Resume()
+	ms["c"] = stalled
+	converged(t, tr, ms, partitions)
+}
+
 // A second live member with a name already taken is refused; a name whose
 // holder died is free again once its lease has run out.
 func TestDuplicateInstance(t *testing.T) {
 	ns := startServer(t)
-	tr := &tracker{t: t, active: map[int]string{}, byWho: map[string]*leases{}}
+	tr := &tracker{t: t, active: map[int]run{}, byWho: map[string]*leases{}}
 	startMember(t, ns, tr, "a", 4)
 	kv, err := openLeases(context.Background(), openBus(t, ns), "test", 1, testTTL)
 	if err != nil {

@@ -120,8 +120,8 @@ func New(cfg Config, reg prometheus.Registerer) (*Member, error) {
 	}
 	m.consumer = ingest.New(reg, ingest.Config{
 		Format: format, Own: bus.OwnPrefix, MaxSkew: cfg.MaxSkew, Now: cfg.Now, Log: cfg.Log,
-		OnReject: func(msg *ingest.Msg, err *ingest.Error) { m.bus.DeadLetter(msg, err) },
-		OnAlert:  func(a throttle.Alert) { m.bus.Alert(a) }, // every member's dashboards hear it back from NATS
+		OnReject: m.deadLetter,
+		OnAlert:  func(a throttle.Alert) { m.bus.Alert(a) }, // every member's dashboards hear it back from NATS; stage.Handled fences it
 	})
 	if cfg.SourceStream != "" {
 		m.filer = newFiler(cfg, m.consumer, reg)
@@ -129,6 +129,15 @@ func New(cfg Config, reg prometheus.Registerer) (*Member, error) {
 	m.metrics = newMetrics(m, reg)
 	m.reg = reg
 	return m, nil
+}
+
+// deadLetter publishes the dead letter of a message of a partition that
+// may still act.
+func (m *Member) deadLetter(msg *ingest.Msg, err *ingest.Error) {
+	if s, ok := msg.Sink.(*stage); ok && !s.fence.acting() {
+		return // its next holder handles it again
+	}
+	m.bus.DeadLetter(msg, err)
 }
 
 // Attach joins the group over b: it checks the configuration against the
@@ -168,6 +177,9 @@ func (m *Member) Attach(ctx context.Context, b *bus.Bus, httpURL string) error {
 		}
 		m.keeper = engine.NewKeeper(store, engine.ConfigOf(cfg.Windows, m.rules.Load().policies, cfg.Partitions), cfg.Stream, m.reg, cfg.Log)
 	}
+	if err := b.GroupAlerts(ctx, cfg.Group, cfg.Replicas); err != nil {
+		return err
+	}
 	kv, err := openLeases(ctx, b, cfg.Group, cfg.Replicas, cfg.Lease)
 	if err != nil {
 		return err
@@ -179,7 +191,7 @@ func (m *Member) Attach(ctx context.Context, b *bus.Bus, httpURL string) error {
 		m.filer.progress = m.progress
 	}
 	m.leases = newLeases(kv, memberInfo{Instance: cfg.Instance, HTTP: httpURL}, slots, cfg.Lease, m, cfg.Log)
-	m.leases.lag = m.lag
+	m.leases.lag, m.leases.stamp, m.leases.maxSkew = m.lag, cfg.Now, cfg.MaxSkew
 	if err := m.leases.join(ctx); err != nil {
 		if errors.Is(err, errDuplicate) {
 			return fmt.Errorf("%w: --instance %s: %v (group %s)", ErrConfig, cfg.Instance, err, cfg.Group)

@@ -30,6 +30,33 @@ import (
 // as_of: the caller asks again, at the latest, those that answered
 // earlier. (A partial of nothing, all zeros, may be older.)
 
+// alignAsOf is the as_of at which a view's answers, asked at now, are
+// merged: the latest of now and theirs, leaving out those later than
+// limit (so that one member whose clock runs fast cannot carry the
+// group's views into its future). It returns the answers that can be
+// read at it (over counts the partitions of those read later, which
+// cannot: they are missing) and the partitions of those read earlier, to
+// be asked again at it.
+func alignAsOf(answers []answer, now, limit int64) (t int64, keep []answer, again []int, over int) {
+	t = min(now, limit)
+	for _, a := range answers {
+		if len(a.Parts) > 0 && a.AsOf <= limit {
+			t = max(t, a.AsOf)
+		}
+	}
+	for _, a := range answers {
+		switch {
+		case len(a.Parts) > 0 && a.AsOf > t:
+			over += len(a.Parts)
+			continue
+		case len(a.Parts) > 0 && a.AsOf < t:
+			again = append(again, a.Parts...)
+		}
+		keep = append(keep, a)
+	}
+	return t, keep, again, over
+}
+
 // mergeOverview merges overviews: rooms' parts from rooms, users' parts
 // from users (the same slice, when each partial already merged both), of a
 // window of the given seconds.

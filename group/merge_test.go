@@ -3,8 +3,11 @@ package group
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/chat"
@@ -160,5 +163,60 @@ func TestMergeEqualsOneAggregator(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A view's parts are merged at the latest as_of among them, but never
+// later than the limit (the group's clock plus --max-skew): the parts of
+// a member whose clock runs further ahead are missing, those behind are
+// asked again.
+func TestAlignAsOf(t *testing.T) {
+	a := func(asOf int64, parts ...int) answer { return answer{Parts: parts, AsOf: asOf} }
+	cases := []struct {
+		name    string
+		answers []answer
+		now     int64
+		limit   int64
+		t       int64
+		kept    int
+		again   []int
+		over    int
+	}{
+		{name: "all at now", answers: []answer{a(100, 0), a(100, 1)}, now: 100, limit: 105, t: 100, kept: 2},
+		{name: "one ahead, within the limit: the others again", answers: []answer{a(100, 0), a(104, 1, 2)}, now: 100, limit: 105, t: 104, kept: 2, again: []int{0}},
+		{name: "one ahead past the limit: missing, the others at now", answers: []answer{a(100, 0), a(110, 1, 2)}, now: 100, limit: 105, t: 100, kept: 1, over: 2},
+		{name: "one at the limit, one past it", answers: []answer{a(100, 0), a(105, 1), a(110, 2)}, now: 100, limit: 105, t: 105, kept: 2, again: []int{0}, over: 1},
+		{name: "an answer of no parts neither moves nor goes", answers: []answer{a(100, 0), a(200)}, now: 100, limit: 105, t: 100, kept: 2},
+		{name: "the asker's own clock past the limit", answers: []answer{a(110, 0), a(100, 1)}, now: 110, limit: 105, t: 105, kept: 1, again: []int{1}, over: 1},
+	}
+	for _, c := range cases {
+		tt, kept, again, over := alignAsOf(c.answers, c.now, c.limit)
+		if tt != c.t || len(kept) != c.kept || !slices.Equal(again, c.again) || over != c.over {
+			t.Errorf("%s: t %d, kept %d, again %v, over %d; want %d, %d, %v, %d", c.name, tt, len(kept), again, over, c.t, c.kept, c.again, c.over)
+		}
+	}
+}
+
+// The group's clock is the median of the members' offsets; a member
+// further than max-skew from it is named, with how far.
+func TestSkews(t *testing.T) {
+	m := func(offset int64) memberInfo { return memberInfo{Clock: 1, offset: offset} }
+	cases := []struct {
+		name    string
+		members map[string]memberInfo
+		median  int64
+		off     map[string]int64
+	}{
+		{name: "none says its clock", members: map[string]memberInfo{"a": {}, "b": {}}},
+		{name: "all close", members: map[string]memberInfo{"a": m(10), "b": m(-20), "c": m(300)}, median: 10},
+		{name: "one fast", members: map[string]memberInfo{"a": m(10), "b": m(-20), "c": m(9000)}, median: 10, off: map[string]int64{"c": 8990}},
+		{name: "one slow, one silent", members: map[string]memberInfo{"a": m(10), "b": m(-7000), "c": m(20), "d": {}}, median: 10, off: map[string]int64{"b": -7010}},
+		{name: "two: the one ahead", members: map[string]memberInfo{"a": m(0), "b": m(6000)}, median: 0, off: map[string]int64{"b": 6000}},
+	}
+	for _, c := range cases {
+		median, off := skews(c.members, 5*time.Second)
+		if median != c.median || !maps.Equal(off, c.off) {
+			t.Errorf("%s: median %d, off %v; want %d, %v", c.name, median, off, c.median, c.off)
+		}
 	}
 }

@@ -2,8 +2,11 @@ package group
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/chatpulse/chatpulse/aggregator"
@@ -35,6 +38,86 @@ type stage struct {
 	quiet bool
 	match func(*ingest.Msg, *chat.Event) bool
 	feed  *bus.Feed
+	fence *fence // the partition's
+
+	// On the consumer's throttle goroutine: the alerts of the run being
+	// handled, sent by Handled if the fence allows.
+	held []throttle.Alert
+	send func(throttle.Alert)
+}
+
+// A fence says whether a partition may still act: alerts, dead letters,
+// progress. It may while this member holds the partition by the claim it
+// runs by, until the lease's validity runs out (live), and never again
+// once it is halted (stop) or once it found itself not live: what it
+// handled meanwhile was neither alerted nor recorded, so it must not go
+// on past it; lost then has the partition stopped, for the lease loop to
+// claim it again and rebuild it. A stage's alerts are sent, and its
+// sequence moved on, together under mu, so that when halt returns the
+// stages' sequences say exactly which alerts went out: what the next
+// holder must not send again.
+type fence struct {
+	mu     sync.Mutex
+	halted bool
+	live   func() bool
+	lost   func() // called once, on a goroutine of its own, when it finds itself not live
+}
+
+// acting reports whether the partition may act now.
+func (f *fence) acting() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.check()
+}
+
+// check is acting with f.mu held.
+func (f *fence) check() bool {
+	if f.halted {
+		return false
+	}
+	if !f.live() {
+		f.halted = true
+		if f.lost != nil {
+			go f.lost()
+		}
+		return false
+	}
+	return true
+}
+
+// halt ends the partition's acting; once it returns, no stage sends an
+// alert or moves its sequence on.
+func (f *fence) halt() {
+	f.mu.Lock()
+	f.halted = true
+	f.mu.Unlock()
+}
+
+// Throttle feeds evs to the policies and holds their alerts for Handled.
+func (s *stage) Throttle(evs []chat.Event, replay []bool, alert func(throttle.Alert)) {
+	s.send = alert
+	s.Stage.Throttle(evs, replay, s.hold)
+}
+
+func (s *stage) hold(a throttle.Alert) { s.held = append(s.held, a) }
+
+// Handled sends the run's alerts and records how far the stage has read,
+// if the partition may still act; if it may not, neither: the next holder
+// handles the run again, and alerts it.
+func (s *stage) Handled(seq uint64, caughtUp bool) {
+	f := s.fence
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.check() {
+		for _, a := range s.held {
+			if s.send != nil {
+				s.send(a)
+			}
+		}
+		s.Stage.Handled(seq, caughtUp)
+	}
+	clear(s.held)
+	s.held = s.held[:0]
 }
 
 // Quiet says whether the stage is a second reading of what another
@@ -64,9 +147,14 @@ type partition struct {
 	p       int
 	rev     uint64 // the claim it belongs to
 	stages  []*stage
+	fence   *fence
 	through map[string]uint64 // per stage, what the previous holder handled; set before opened is closed
 	cancel  context.CancelFunc
 	opened  chan struct{} // closed once its feeds are started, or given up
+
+	progMu   sync.Mutex        // guards progRev and progLast: the ticker and stop both save progress
+	progRev  uint64            // revision of our last write of its progress (0: none to compare with)
+	progLast map[string]uint64 // what that write said
 }
 
 func (pt *partition) stage(name string) *stage {
@@ -93,11 +181,12 @@ func (pt *partition) ready() bool {
 // m.parts, or comes before).
 func (m *Member) newPartition(p int, rev uint64) *partition {
 	pt := &partition{p: p, rev: rev, opened: make(chan struct{})}
+	pt.fence = &fence{live: func() bool { return m.leases.table().valid(p, rev, time.Now()) }, lost: func() { m.leases.expire(p, rev) }}
 	r := m.rules.Load()
 	// A stage that decides policies has a throttle set even when it has
 	// none of them yet: a reload may give it some.
 	add := func(name string, agg, quiet, thr bool, match func(*ingest.Msg, *chat.Event) bool) {
-		s := &stage{Stage: &engine.Stage{Name: name}, quiet: quiet, match: match}
+		s := &stage{Stage: &engine.Stage{Name: name}, quiet: quiet, match: match, fence: pt.fence}
 		if agg {
 			s.Agg, _ = aggregator.New(m.cfg.Windows) // checked in New
 		}
@@ -158,7 +247,7 @@ func matchSubject(subject string) func(*ingest.Msg, *chat.Event) bool {
 // filing instead (filer.go).
 func (m *Member) start(p int, rev uint64) {
 	if p == m.cfg.Partitions {
-		m.startFiling()
+		m.startFiling(rev)
 		m.leases.ready(p, rev) // it has nothing to catch up
 		return
 	}
@@ -170,7 +259,7 @@ func (m *Member) start(p int, rev uint64) {
 	pt.cancel = cancel
 	go func() {
 		defer close(pt.opened)
-		through := m.replayThrough(ctx, p)
+		through := m.replayThrough(ctx, pt)
 		pt.through = through
 		// What a snapshot of the partition covers is not read again.
 		seqs := m.restore(ctx, pt)
@@ -207,24 +296,30 @@ func (m *Member) caughtUp(pt *partition) {
 	}
 }
 
-// stop stops partition p: once it returns, nothing of it is counted or
-// answered any more (what its feeds delivered and the pipeline has not
-// handled yet goes to sinks nobody reads). The filer's lease stops the
-// filing.
-func (m *Member) stop(p int) {
+// stop stops partition p, if it runs by claim: once it returns, nothing
+// of it is answered or acted on any more (what its feeds delivered and the
+// pipeline has not handled yet goes to sinks that neither alert nor
+// record it), and how far it was handled is saved for the next holder.
+// The filer's lease stops the filing.
+func (m *Member) stop(p int, claim uint64) {
 	if p == m.cfg.Partitions {
-		m.stopFiling()
+		m.stopFiling(claim)
 		return
 	}
 	m.mu.Lock()
 	pt := m.parts[p]
-	delete(m.parts, p)
-	m.mu.Unlock()
-	if pt == nil {
+	if pt == nil || pt.rev != claim {
+		m.mu.Unlock()
 		return
 	}
+	delete(m.parts, p)
+	m.mu.Unlock()
+	pt.fence.halt()
 	pt.cancel()
 	<-pt.opened
+	ctx, cancel := context.WithTimeout(context.Background(), m.leases.writeTimeout())
+	m.saveProgress(ctx, pt)
+	cancel()
 	for _, s := range pt.stages {
 		if s.feed != nil {
 			s.feed.Stop()
@@ -237,16 +332,66 @@ func (m *Member) stop(p int) {
 
 // replayThrough is, per stage, the newest stream sequence that the
 // partition's previous holder had handled; with no previous holder, the
-// stream's newest: what came before this group counted is history.
-func (m *Member) replayThrough(ctx context.Context, p int) map[string]uint64 {
-	if through, ok := m.progress.get(ctx, p); ok {
-		return through
+// stream's newest: what came before this group counted is history. It
+// takes the progress key over (writes it, compare-and-set, as it found
+// it), so that a previous holder that still writes to it fails from then
+// on: what it handles after that is handled again here, and alerted once.
+func (m *Member) replayThrough(ctx context.Context, pt *partition) map[string]uint64 {
+	var through map[string]uint64
+	for range 3 {
+		var rev uint64
+		var err error
+		through, rev, err = m.progress.get(ctx, pt.p)
+		if err != nil && !errors.Is(err, bus.ErrNoKey) {
+			m.log.Warn("group: progress unknown", "partition", pt.p, "err", err)
+			break
+		}
+		if errors.Is(err, bus.ErrNoKey) {
+			last, err := m.bus.LastSeq(ctx, m.cfg.Stream)
+			if err != nil {
+				m.log.Warn("group: stream's last sequence unknown; replaying from the start as live", "err", err)
+			}
+			through = map[string]uint64{stageRoom: last, stageUser: last, stageStray: last, stageAll: last}
+		}
+		rev, err = m.progress.take(ctx, pt.p, through, rev)
+		if err == nil {
+			pt.progMu.Lock()
+			pt.progRev, pt.progLast = rev, through
+			pt.progMu.Unlock()
+			return through
+		}
+		if !errors.Is(err, bus.ErrKeyChanged) {
+			m.log.Warn("group: progress not taken over", "partition", pt.p, "err", err)
+			return through
+		}
+		// The previous holder wrote it meanwhile: read it again.
 	}
-	last, err := m.bus.LastSeq(ctx, m.cfg.Stream)
+	m.log.Warn("group: progress not taken over: the previous holder keeps writing it", "partition", pt.p)
+	return through
+}
+
+// saveProgress writes how far partition pt has been handled, if that
+// moved since its last write, compare-and-set on that write's revision:
+// it fails once the next holder has taken the key over.
+func (m *Member) saveProgress(ctx context.Context, pt *partition) {
+	if !isOpen(pt) {
+		return
+	}
+	seqs := map[string]uint64{}
+	for _, s := range pt.stages {
+		seqs[s.Name] = max(s.Seq(), pt.through[s.Name])
+	}
+	pt.progMu.Lock()
+	defer pt.progMu.Unlock()
+	if maps.Equal(seqs, pt.progLast) {
+		return
+	}
+	rev, err := m.progress.put(ctx, pt.p, seqs, pt.progRev)
 	if err != nil {
-		m.log.Warn("group: stream's last sequence unknown; replaying from the start as live", "err", err)
+		m.log.Warn("group: progress not recorded", "partition", pt.p, "err", err)
+		return
 	}
-	return map[string]uint64{stageRoom: last, stageUser: last, stageStray: last, stageAll: last}
+	pt.progRev, pt.progLast = rev, seqs
 }
 
 // Snapshots of a group (docs/contract.md section 9): one object per partition,
@@ -285,7 +430,7 @@ func (m *Member) snapshots() []engine.Job {
 	defer m.mu.RUnlock()
 	var jobs []engine.Job
 	for _, pt := range m.parts {
-		if isOpen(pt) && pt.ready() {
+		if isOpen(pt) && pt.ready() && pt.fence.acting() {
 			jobs = append(jobs, m.job(pt))
 		}
 	}

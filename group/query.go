@@ -225,8 +225,10 @@ func (m *Member) answer(q question) answer {
 		if s := pts[0].stage(q.Stage); s != nil && s.Thr != nil {
 			res, recorded, alerts := s.Thr.Consume(q.Now, q.query(), q.ID)
 			a.Decisions, a.Allowed, a.Consumed, a.Recorded = res.Decisions, res.Allowed, *res.Consumed, recorded
-			for _, al := range alerts {
-				m.bus.Alert(al)
+			if pts[0].fence.acting() { // a crossing recorded as the lease ran out is lost with it
+				for _, al := range alerts {
+					m.bus.Alert(al)
+				}
 			}
 		}
 	case opUnconsume:

@@ -24,6 +24,9 @@ type Status struct {
 	// --source-stream (docs/contract.md section 13; chatpulse's addition);
 	// empty while none does, absent without --source-stream.
 	Filer *string `json:"filer,omitempty"`
+	// Skewed names the members whose clocks are further than --max-skew
+	// from the group's (chatpulse's addition).
+	Skewed []string `json:"skewed"`
 }
 
 // MemberStatus is one live member: how many partitions it owns now, and how
@@ -34,6 +37,37 @@ type MemberStatus struct {
 	Owns       int    `json:"owns"`
 	Lag        uint64 `json:"lag"`
 	Partitions []int  `json:"partitions"` // which it owns (chatpulse's addition)
+	// ClockOffset is how far its clock is ahead of the group's (the
+	// median of the members'), in ms, as its last write said
+	// (chatpulse's addition).
+	ClockOffset int64 `json:"clock_offset_ms"`
+}
+
+// skews is the group's clock, the median of the members' offsets from the
+// server's (memberInfo.offset; the lower of the middle two when even, so
+// that of two members the one ahead is named), and the members further
+// than maxSkew from it, by how far.
+func skews(members map[string]memberInfo, maxSkew time.Duration) (median int64, off map[string]int64) {
+	var offs []int64
+	for _, m := range members {
+		if m.Clock != 0 {
+			offs = append(offs, m.offset)
+		}
+	}
+	if len(offs) == 0 {
+		return 0, nil
+	}
+	slices.Sort(offs)
+	median = offs[(len(offs)-1)/2]
+	for name, m := range members {
+		if d := m.offset - median; m.Clock != 0 && (d > maxSkew.Milliseconds() || -d > maxSkew.Milliseconds()) {
+			if off == nil {
+				off = map[string]int64{}
+			}
+			off[name] = d
+		}
+	}
+	return median, off
 }
 
 // Status says who is in the group and what each owns (a Status).
@@ -41,10 +75,17 @@ func (m *Member) Status() any { return m.status() }
 
 func (m *Member) status() Status {
 	t := m.leases.table()
-	s := Status{Group: m.cfg.Group, Instance: m.cfg.Instance, Partitions: m.cfg.Partitions, Complete: m.complete(t), Members: []MemberStatus{}}
+	s := Status{Group: m.cfg.Group, Instance: m.cfg.Instance, Partitions: m.cfg.Partitions, Complete: m.complete(t), Members: []MemberStatus{}, Skewed: []string{}}
+	median, skewed := skews(t.members, m.cfg.MaxSkew)
 	for _, name := range slices.Sorted(maps.Keys(t.members)) {
 		info := t.members[name]
 		ms := MemberStatus{Instance: name, HTTP: info.HTTP, Lag: info.Lag, Partitions: []int{}}
+		if info.Clock != 0 {
+			ms.ClockOffset = info.offset - median
+		}
+		if _, ok := skewed[name]; ok && m.cfg.MaxSkew > 0 {
+			s.Skewed = append(s.Skewed, name)
+		}
 		for p := range m.cfg.Partitions {
 			if o, ok := t.owners[p]; ok && o.Instance == name {
 				ms.Partitions = append(ms.Partitions, p)
@@ -104,7 +145,6 @@ func isOpen(pt *partition) bool {
 func (m *Member) recordProgress(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	last := map[int]map[string]uint64{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -112,27 +152,12 @@ func (m *Member) recordProgress(ctx context.Context) {
 		case <-t.C:
 		}
 		m.mu.RLock()
-		now := map[int]map[string]uint64{}
-		for p, pt := range m.parts {
-			if !isOpen(pt) {
-				continue
-			}
-			seqs := map[string]uint64{}
-			for _, s := range pt.stages {
-				seqs[s.Name] = max(s.Seq(), pt.through[s.Name])
-			}
-			now[p] = seqs
-		}
+		pts := slices.Collect(maps.Values(m.parts))
 		m.mu.RUnlock()
-		for p, seqs := range now {
-			if maps.Equal(seqs, last[p]) {
-				continue
-			}
-			if err := m.progress.put(ctx, p, seqs); err != nil {
-				m.log.Warn("group: progress not recorded", "partition", p, "err", err)
-				continue
-			}
-			last[p] = seqs
+		for _, pt := range pts {
+			wctx, cancel := context.WithTimeout(ctx, m.leases.writeTimeout())
+			m.saveProgress(wctx, pt)
+			cancel()
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -96,27 +97,55 @@ func coverage(missing int) *chat.Coverage {
 
 // askAll asks q of every partition, at one as_of: if the owners read at
 // different ones (one's clock was ahead of the others'), those behind are
-// asked again at the latest.
+// asked again at the latest, but never later than --max-skew past the
+// group's clock: the partitions of a member further ahead are missing.
 func (m *Member) askAll(q question) ([]answer, int) {
 	q.Parts = m.everything()
 	answers, missing := m.ask(q)
-	t := q.Now
-	for _, a := range answers {
-		if len(a.Parts) > 0 {
-			t = max(t, a.AsOf)
-		}
-	}
-	var again []int
-	for _, a := range answers {
-		if len(a.Parts) > 0 && a.AsOf < t {
-			again = append(again, a.Parts...)
-		}
-	}
+	limit := m.asOfLimit(q.Now)
+	t, answers, again, over := alignAsOf(answers, q.Now, limit)
+	missing += over
 	if len(again) == 0 {
 		return answers, missing
 	}
 	q.Now = t
-	return m.ask(q)
+	answers, missing = m.ask(q)
+	_, answers, _, over = alignAsOf(answers, t, limit)
+	return answers, missing + over
+}
+
+// clamp is the time this member asks the group at, for now on its clock:
+// never past the group's clock plus --max-skew, so that a member whose
+// clock runs fast moves no other member's partitions into its future by
+// asking.
+func (m *Member) clamp(now int64) int64 {
+	if lead, ok := m.lead(); ok && lead < 0 {
+		return now + lead
+	}
+	return now
+}
+
+// asOfLimit is the latest as_of of a view asked at now, clamped.
+func (m *Member) asOfLimit(now int64) int64 {
+	lead, ok := m.lead()
+	if !ok {
+		return math.MaxInt64
+	}
+	return now + max(lead, 0)
+}
+
+// lead is how far past this member's clock the group's views may be
+// read: to the group's clock (the median of the members', as their member
+// keys say) plus --max-skew. None without --max-skew, or before this
+// member's clock is known.
+func (m *Member) lead() (int64, bool) {
+	t := m.leases.table()
+	self, ok := t.members[m.cfg.Instance]
+	if m.cfg.MaxSkew <= 0 || !ok || self.Clock == 0 {
+		return 0, false
+	}
+	median, _ := skews(t.members, m.cfg.MaxSkew)
+	return median - self.offset + m.cfg.MaxSkew.Milliseconds(), true
 }
 
 // WindowNames and Windows answer from the configuration, which every
@@ -126,6 +155,7 @@ func (m *Member) Windows() aggregator.Windows { return m.windows.Windows() }
 
 // Overview is the group's overview.
 func (m *Member) Overview(win string, k int, now int64) (aggregator.Overview, error) {
+	now = m.clamp(now)
 	empty, err := m.windows.Overview(win, k, now) // checks the window; zeros
 	if err != nil {
 		return empty, err
@@ -144,6 +174,7 @@ func (m *Member) Overview(win string, k int, now int64) (aggregator.Overview, er
 
 // Rooms is the group's rooms list.
 func (m *Member) Rooms(win string, limit int, now int64) (aggregator.Rooms, error) {
+	now = m.clamp(now)
 	empty, err := m.windows.Rooms(win, limit, now)
 	if err != nil {
 		return empty, err
@@ -162,6 +193,7 @@ func (m *Member) Rooms(win string, limit int, now int64) (aggregator.Rooms, erro
 
 // Room is one room's view, from the owner of its partition.
 func (m *Member) Room(name, win string, k int, now int64) (aggregator.Room, error) {
+	now = m.clamp(now)
 	v, err := m.windows.Room(name, win, k, now) // zeros, if nobody answers
 	if err != nil {
 		return v, err
@@ -179,6 +211,7 @@ func (m *Member) Room(name, win string, k int, now int64) (aggregator.Room, erro
 
 // User is one user's view, from the owner of its partition.
 func (m *Member) User(name, win string, now int64) (aggregator.User, error) {
+	now = m.clamp(now)
 	v, err := m.windows.User(name, win, now)
 	if err != nil {
 		return v, err
@@ -244,6 +277,7 @@ func (m *Member) bookRev() uint64 {
 // Check is a throttle check: each stage's policies are asked of its owner
 // at once, and the decisions put back in the policies' order.
 func (m *Member) Check(now int64, tq throttle.Query) throttle.Result {
+	now = m.clamp(now)
 	res := throttle.Result{Allowed: true, AsOf: chat.Time(now), Room: tq.Room, User: tq.User, Decisions: []throttle.Decision{}}
 	r := m.rules.Load()
 	asks := m.checks(question{Op: opCheck, Room: tq.Room, User: tq.User, Text: tq.Text, HasText: tq.HasText, Roles: tq.Roles, Book: m.bookRev(), Now: now}, r)
@@ -299,6 +333,7 @@ func (m *Member) finish(res *throttle.Result, r *rules, missing int) {
 // --throttle-unowned, and records nothing there. The alert of a crossing
 // is published by the owner that decides it.
 func (m *Member) Consume(now int64, tq throttle.Query, id string) throttle.Result {
+	now = m.clamp(now)
 	res := throttle.Result{Allowed: true, AsOf: chat.Time(now), Room: tq.Room, User: tq.User, Decisions: []throttle.Decision{}}
 	r := m.rules.Load()
 	asks := m.checks(question{Op: opConsume, Room: tq.Room, User: tq.User, Text: tq.Text, HasText: tq.HasText, Roles: tq.Roles, ID: id, Book: m.bookRev(), Now: now}, r)
@@ -350,6 +385,7 @@ func (m *Member) Active(now int64) []throttle.Active {
 
 // ActiveCovered is Active and how much of the group it covers.
 func (m *Member) ActiveCovered(now int64) ([]throttle.Active, *chat.Coverage) {
+	now = m.clamp(now)
 	answers, missing := m.ask(question{Op: opActive, Now: now, Parts: m.everything()})
 	out := []throttle.Active{}
 	for _, a := range answers {

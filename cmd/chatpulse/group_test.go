@@ -529,7 +529,7 @@ func TestGroupSurvivesANodeLoss(t *testing.T) {
 	nc, _ := nats.Connect(url)
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	for _, name := range []string{"CHAT", "CHATPULSE_DEADLETTER", "KV_CHATPULSE_GROUPS", "KV_CHATPULSE_GROUP_g", "KV_CHATPULSE_GROUP_g_PROGRESS"} {
+	for _, name := range []string{"CHAT", "CHATPULSE_DEADLETTER", "KV_CHATPULSE_GROUPS", "KV_CHATPULSE_GROUP_g", "KV_CHATPULSE_GROUP_g_PROGRESS", "CHATPULSE_GROUP_g_ALERTS"} {
 		s, err := js.Stream(context.Background(), name)
 		if err != nil || s.CachedInfo().Config.Replicas != 3 {
 			t.Fatalf("stream %s: %v, want 3 replicas", name, err)

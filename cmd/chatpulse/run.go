@@ -118,6 +118,10 @@ func (m *Main) build() error {
 		Name: "chatpulse_deadletter_failed_total",
 		Help: "Dead letters not kept: not sent, refused by the dead-letter stream, or not acked in time.",
 	}, func() float64 { return float64(m.bus.DeadLetterFailed()) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "chatpulse_alerts_failed_total",
+		Help: "Alerts a group's alert stream did not take: not sent, or not acked in time (0 standalone).",
+	}, func() float64 { return float64(m.bus.AlertFailed()) }))
 	m.moderation = engine.NewModeration(m.Now, m.Log)
 	if m.engine, err = newEngine(c, policies, m.moderation.Book, m.Now, m.Log, reg); err != nil {
 		return &UsageError{err}

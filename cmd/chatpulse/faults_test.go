@@ -1,0 +1,281 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	neturl "net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chatpulse/chatpulse/chat"
+	tcpproxy "github.com/chatpulse/chatpulse/internal/proxy"
+	"github.com/chatpulse/chatpulse/internal/wait"
+	"github.com/chatpulse/chatpulse/throttle"
+)
+
+// alertCount counts the alerts heard on chatpulse.alerts.throttle, per
+// crossing (policy, room, user, at).
+type alertCount struct {
+	mu    sync.Mutex
+	heard map[throttle.Alert]int
+	total int
+}
+
+func countAlerts(t *testing.T, url string) (*alertCount, *nats.Conn) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	c := &alertCount{heard: map[throttle.Alert]int{}}
+	if _, err := nc.Subscribe("chatpulse.alerts.throttle", func(m *nats.Msg) {
+		var a throttle.Alert
+		if err := json.Unmarshal(m.Data, &a); err != nil {
+			t.Errorf("alert %s: %v", m.Data, err)
+			return
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.heard[a]++
+		c.total++
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return c, nc
+}
+
+// distinct is how many crossings were heard, and how many alerts.
+func (c *alertCount) counts() (distinct, total int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.heard), c.total
+}
+
+// twice lists the crossings heard more than once.
+func (c *alertCount) twice() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for a, n := range c.heard {
+		if n > 1 {
+			out = append(out, fmt.Sprintf("%s/%s x%d", a.Policy, a.User, n))
+		}
+	}
+	return out
+}
+
+// crossings publishes, user after user, the three messages that take each
+// over a limit of two an hour, until stop is closed; it returns how many
+// users it published.
+func crossings(t *testing.T, url string, now int64, stop <-chan struct{}) int {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	for u := 0; ; u++ {
+		select {
+		case <-stop:
+			return u
+		default:
+		}
+		user := fmt.Sprint("u", u)
+		for i := range 3 {
+			e := chat.Event{Room: fmt.Sprint("r", u%5), User: user, TS: now}
+			if _, err := js.Publish(context.Background(), "chat."+e.Room+"."+e.User, []byte(eventJSON(e, u*3+i))); err != nil {
+				t.Error(err)
+				return u
+			}
+		}
+	}
+}
+
+// crossingTraffic is a group's test of alerts under faults: a policy of
+// two messages an hour per user, traffic in which each user crosses it
+// once, and the alerts on the bus counted.
+type crossingTraffic struct {
+	t      *testing.T
+	url    string
+	args   []string // the members' flags for the policy
+	alerts *alertCount
+	stop   chan struct{}
+	done   chan struct{}
+	users  atomic.Int64
+}
+
+func newCrossingTraffic(t *testing.T, url string) *crossingTraffic {
+	policies := filepath.Join(t.TempDir(), "p.yaml")
+	os.WriteFile(policies, []byte("policies:\n  - {name: user_limit, scope: user, algorithm: sliding_window, limit: 2, window: 1h}\n"), 0o644)
+	return &crossingTraffic{t: t, url: url, args: []string{"--policies", policies, "--snapshot-interval", "0"}}
+}
+
+// start counts alerts from now on and starts the traffic at now.
+func (c *crossingTraffic) start(now int64) {
+	c.alerts, _ = countAlerts(c.t, c.url)
+	c.stop, c.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(c.done)
+		c.users.Store(int64(crossings(c.t, c.url, now, c.stop)))
+	}()
+}
+
+// more waits until n more crossings than now have been heard.
+func (c *crossingTraffic) more(n int) {
+	c.t.Helper()
+	d, _ := c.alerts.counts()
+	c.heard(d + n)
+}
+
+func (c *crossingTraffic) heard(n int) {
+	c.t.Helper()
+	wait.For(c.t, 30*time.Second, func() error {
+		if d, _ := c.alerts.counts(); d < n {
+			return fmt.Errorf("%d crossings heard, want at least %d", d, n)
+		}
+		return nil
+	})
+}
+
+// end stops the traffic, waits until every member has read it all and
+// every crossing was heard, stops the members cleanly, and checks that
+// each crossing was alerted exactly once.
+func (c *crossingTraffic) end(ms []*testMain, what string) {
+	c.t.Helper()
+	close(c.stop)
+	<-c.done
+	n := int(c.users.Load())
+	c.heard(n)
+	wait.For(c.t, 30*time.Second, func() error {
+		for _, tm := range ms {
+			if lag := tm.metric("chatpulse_group_lag_messages"); lag != 0 {
+				return fmt.Errorf("%s: lag %v", tm.url, lag)
+			}
+		}
+		return nil
+	})
+	for _, tm := range ms {
+		if err := tm.Close(); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	_, nc := countAlerts(c.t, c.url) // a round trip on the server after every alert it republished
+	nc.Flush()
+	if d, total := c.alerts.counts(); d != n || total != n {
+		c.t.Errorf("%d users crossed once each: heard %d crossings in %d alerts; twice: %v", n, d, total, c.alerts.twice())
+	} else {
+		c.t.Logf("%d crossings, each alerted once, %s", n, what)
+	}
+}
+
+// Every crossing is alerted exactly once on the bus for the group while
+// members join and leave cleanly as traffic flows: a partition's holder
+// stops it before releasing it and records how far it alerted, and the
+// group's alert stream drops what two holders both sent.
+func TestGroupAlertsOnceAcrossRebalance(t *testing.T) {
+	url := natsServer(t)
+	clock := newFrozen()
+	c := newCrossingTraffic(t, url)
+	ms := startGroup(t, url, "g", 2, clock.Now, c.args...)
+	c.start(clock.ms.Load())
+	c.more(20)
+	// A member joins while traffic flows.
+	ms = append(ms, startMainAt(t, clock.Now, append([]string{"--nats-url", url, "--group", "g", "--instance", "m2", "--partitions", "8"}, c.args...)...))
+	waitComplete(t, ms[0], 3)
+	c.more(20)
+	// One leaves cleanly while traffic flows.
+	if err := ms[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	ms = ms[1:]
+	waitComplete(t, ms[0], 2)
+	c.more(20)
+	c.end(ms, "across a join and three clean stops")
+}
+
+// Every crossing is alerted exactly once on the bus for the group while
+// a member is cut off (a TCP proxy between it and NATS holds all its
+// traffic, both ways) as traffic flows, and when it comes back: it stops
+// its partitions when their validity ends, the others take them over and
+// alert from the last progress it wrote, and what it sent before the cut
+// that arrives late is a duplicate the alert stream drops.
+func TestGroupAlertsOnceAcrossACutOffMember(t *testing.T) {
+	url := natsServer(t)
+	clock := newFrozen()
+	c := newCrossingTraffic(t, url)
+	ms := startGroup(t, url, "g", 2, clock.Now, c.args...)
+	u, _ := neturl.Parse(url)
+	p := tcpproxy.New(t, u.Host)
+	ms = append(ms, startMainAt(t, clock.Now, append([]string{"--nats-url", "nats://" + p.Addr(), "--group", "g", "--instance", "cut", "--partitions", "8"}, c.args...)...))
+	waitComplete(t, ms[0], 3)
+	c.start(clock.ms.Load())
+	c.more(20)
+	p.Stall()
+	waitComplete(t, ms[0], 2) // its member key ran out: the others own everything
+	c.more(20)
+	p.Resume()
+	waitComplete(t, ms[0], 3)
+	c.more(20)
+	c.end(ms, "across a member cut off and back")
+}
+
+// A member whose clock runs a minute ahead of the others' is named in
+// /api/v1/group and in the log, and cannot carry the group's views into
+// its future (past the others' clock plus --max-skew, 5 s): its
+// partitions count as missing instead, on every member, itself included.
+func TestGroupSkewedClock(t *testing.T) {
+	url := natsServer(t)
+	ahead := func() time.Time { return time.Now().Add(time.Minute) }
+	ms := startGroup(t, url, "g", 2, nil)
+	fast := startMainAt(t, ahead, "--nats-url", url, "--group", "g", "--instance", "fast", "--partitions", "8")
+	waitComplete(t, ms[0], 3)
+	publishGroup(t, url, groupTrace(5, time.Now().UnixMilli(), 200))
+	for _, tm := range append(ms, fast) {
+		wait.For(t, 30*time.Second, func() error {
+			var st struct {
+				Skewed  []string `json:"skewed"`
+				Members []struct {
+					Instance    string `json:"instance"`
+					ClockOffset int64  `json:"clock_offset_ms"`
+				} `json:"members"`
+			}
+			tm.get("/api/v1/group", &st)
+			if len(st.Skewed) != 1 || st.Skewed[0] != "fast" {
+				return fmt.Errorf("%s names %v as skewed (members %+v), want [fast]", tm.url, st.Skewed, st.Members)
+			}
+			return nil
+		})
+		var v struct {
+			AsOf     chat.Time `json:"as_of"`
+			Complete bool      `json:"complete"`
+			Missing  int       `json:"missing_partitions"`
+		}
+		tm.get("/api/v1/overview", &v)
+		// The bound is half the fast clock's lead, not the 5 s: the
+		// clocks are compared through the server's, within a write's trip.
+		if ahead := time.Until(time.UnixMilli(int64(v.AsOf))); ahead > 30*time.Second || v.Complete {
+			t.Errorf("%s: overview as_of %v ahead of the others' clock, complete %v: carried into the fast member's future", tm.url, ahead, v.Complete)
+		} else {
+			t.Logf("%s: overview as_of %v ahead of the others' clock, %d partitions missing", tm.url, ahead.Round(time.Millisecond), v.Missing)
+		}
+	}
+	for _, tm := range []*testMain{ms[0], fast} {
+		if log := tm.log.String(); !strings.Contains(log, "clock is off from the group's") || !strings.Contains(log, "member=fast") {
+			t.Errorf("%s's log does not name the skewed member", tm.url)
+		}
+	}
+}
