@@ -121,7 +121,8 @@ func (t *table) valid(p int, claim uint64, now time.Time) bool {
 //
 // Fencing: a lease key lives ttl after its last write (the bucket's
 // MaxAge), and we rewrite it every ttl/4. We count our ownership valid for
-// ttl/2 from when we sent the last write that succeeded, and a partition
+// 3/4 ttl from when we sent the last write that succeeded (so one renewal
+// that fails or comes late costs nothing), and a partition
 // whose lease we could not renew by then is stopped by a timer at that
 // moment, whatever the loop is doing: before the key can expire on the
 // server (ttl after it received the write, which was after we sent it) and
@@ -558,7 +559,7 @@ func (l *leases) write(ctx context.Context, p int, ready bool, rev uint64) (uint
 }
 
 // until is how long a lease written at sent lets us answer as owner.
-func (l *leases) until(sent time.Time) time.Time { return sent.Add(l.ttl / 2) }
+func (l *leases) until(sent time.Time) time.Time { return sent.Add(l.ttl * 3 / 4) }
 
 // wants reports whether rendezvous hashing gives partition p to this
 // member, among the members the loop knows to be live.

@@ -164,7 +164,7 @@ func (r *rig) checkFence(step string) {
 }
 
 // heldRig is the leased partition 0 of member a, alone: claimed at t0 and
-// said ready at t0, so it answers until ttl/2.
+// said ready at t0, so it answers until 3/4 ttl.
 func heldRig(t *testing.T) *rig {
 	r := newRig(t, "a", 1)
 	r.watchTurn()
@@ -180,7 +180,7 @@ func heldRig(t *testing.T) *rig {
 	return r
 }
 
-// The fence: a partition answers and acts for ttl/2 from the send of its
+// The fence: a partition answers and acts for 3/4 ttl from the send of its
 // last write that went through, and one not renewed by then is stopped by
 // its timer at that moment, whatever the loop is doing (a write that
 // hangs), before its key can expire; one whose key someone else wrote is
@@ -202,12 +202,12 @@ func TestLeaseFence(t *testing.T) {
 	}{{
 		name: "renewals go through",
 		ticks: []tick{
-			{at: 1 * s, held: true, until: 3 * s},
-			{at: 2 * s, held: true, until: 4 * s},
-			{at: 3 * s, held: true, until: 5 * s},
+			{at: 1 * s, held: true, until: 4 * s},
+			{at: 2 * s, held: true, until: 5 * s},
+			{at: 3 * s, held: true, until: 6 * s},
 		},
 	}, {
-		name: "renewals fail: answers until ttl/2, stopped then by its timer",
+		name: "renewals fail: answers until 3/4 ttl, stopped then by its timer",
 		fault: func(r *rig, op, key string) error {
 			if op == "update" {
 				return errFakeTimeout
@@ -215,8 +215,8 @@ func TestLeaseFence(t *testing.T) {
 			return nil
 		},
 		ticks: []tick{
-			{at: 1 * s, held: true, until: 2 * s},
-			{at: 2 * s, held: false},
+			{at: 1 * s, held: true, until: 3 * s},
+			{at: 2 * s, held: true, until: 3 * s},
 			{at: 3 * s, held: false}, // and not claimed again: its key is there until 4s
 		},
 		stops: 1,
@@ -224,13 +224,13 @@ func TestLeaseFence(t *testing.T) {
 		name:  "every write fails, the member key's too: the same",
 		fault: timeout,
 		ticks: []tick{
-			{at: 1 * s, held: true, until: 2 * s},
-			{at: 2 * s, held: false},
+			{at: 1 * s, held: true, until: 3 * s},
+			{at: 2 * s, held: true, until: 3 * s},
 			{at: 3 * s, held: false},
 		},
 		stops: 1,
 	}, {
-		name: "a renewal fails once: stopped as its lease runs out, when the next is due; released and claimed again",
+		name: "a renewal fails once: the next one, a tick later, renews it in time",
 		fault: func(r *rig, op, key string) error {
 			if op == "update" && r.clock.now().Equal(t0.Add(s)) {
 				return errFakeTimeout
@@ -238,11 +238,10 @@ func TestLeaseFence(t *testing.T) {
 			return nil
 		},
 		ticks: []tick{
-			{at: 1 * s, held: true, until: 2 * s},
-			{at: 2 * s, held: true, until: 4 * s}, // a new claim at 2s, said caught up at once
-			{at: 3 * s, held: true, until: 5 * s},
+			{at: 1 * s, held: true, until: 3 * s},
+			{at: 2 * s, held: true, until: 5 * s},
+			{at: 3 * s, held: true, until: 6 * s},
 		},
-		stops: 1,
 	}, {
 		name:   "a lost compare-and-set: stopped at once",
 		before: func(r *rig) { r.kv.steal(ownerKey+"0", ownerValue("b", false)) },
@@ -252,22 +251,22 @@ func TestLeaseFence(t *testing.T) {
 		},
 		stops: 1,
 	}, {
-		name: "the member key's write hangs past ttl/2 and fails: stopped by its timer meanwhile",
+		name: "the member key's write hangs past 3/4 ttl and fails: stopped by its timer meanwhile",
 		fault: func(r *rig, op, key string) error {
 			if op == "put" {
-				r.clock.advance(2 * s)
+				r.clock.advance(2500 * time.Millisecond)
 			}
 			return errFakeTimeout
 		},
 		ticks: []tick{
-			{at: 1 * s, held: false}, // at 3s
+			{at: 1 * s, held: false}, // at 3.5s
 		},
 		stops: 1,
 	}, {
-		name: "a renewal hangs past ttl/2 and fails: stopped by its timer meanwhile",
+		name: "a renewal hangs past 3/4 ttl and fails: stopped by its timer meanwhile",
 		fault: func(r *rig, op, key string) error {
 			if op == "update" && r.clock.now().Equal(t0.Add(s)) {
-				r.clock.advance(1500 * time.Millisecond)
+				r.clock.advance(2500 * time.Millisecond)
 			}
 			if op == "update" {
 				return errFakeTimeout
@@ -275,19 +274,19 @@ func TestLeaseFence(t *testing.T) {
 			return nil
 		},
 		ticks: []tick{
-			{at: 1 * s, held: false}, // returns at 2.5s
+			{at: 1 * s, held: false}, // returns at 3.5s
 		},
 		stops: 1,
 	}, {
-		name: "a renewal hangs past ttl/2 and goes through: stopped meanwhile, not brought back; released",
+		name: "a renewal hangs past 3/4 ttl and goes through: stopped meanwhile, not brought back; released",
 		fault: func(r *rig, op, key string) error {
 			if op == "update" && r.clock.now().Equal(t0.Add(s)) {
-				r.clock.advance(1500 * time.Millisecond)
+				r.clock.advance(2500 * time.Millisecond)
 			}
 			return nil
 		},
 		ticks: []tick{
-			{at: 1 * s, held: true, until: 4500 * time.Millisecond}, // back at 2.5s: released, and claimed again then
+			{at: 1 * s, held: true, until: 6500 * time.Millisecond}, // back at 3.5s: released, and claimed again then
 		},
 		stops: 1,
 	}, {
@@ -299,8 +298,8 @@ func TestLeaseFence(t *testing.T) {
 			return nil
 		},
 		ticks: []tick{
-			{at: 1 * s, held: true, until: 3 * s}, // sent at 1s, back at 1.5s
-			{at: 2 * s, held: true, until: 4 * s},
+			{at: 1 * s, held: true, until: 4 * s}, // sent at 1s, back at 1.5s
+			{at: 2 * s, held: true, until: 5 * s},
 		},
 	}}
 	for _, c := range cases {
