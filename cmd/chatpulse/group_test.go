@@ -88,11 +88,17 @@ func publishGroup(t *testing.T, url string, evs []chat.Event) {
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	ctx := context.Background()
+	call := time.Now().UnixNano() // each publish's id is this call's and its index
 	for i, e := range evs {
 		subject := "chat." + chat.Token(e.Room) + "." + chat.Token(e.User)
-		if _, err := js.Publish(ctx, subject, []byte(eventJSON(e, i))); err != nil {
-			t.Fatal(err)
-		}
+		// As a chat server would, it publishes again while the stream
+		// has no leader (a node lost); the stream's duplicate window
+		// keeps each event once.
+		msg := &nats.Msg{Subject: subject, Data: []byte(eventJSON(e, i)), Header: nats.Header{"Nats-Msg-Id": {fmt.Sprint("publishGroup-", call, "-", i)}}}
+		wait.For(t, 30*time.Second, func() error {
+			_, err := js.PublishMsg(ctx, msg)
+			return err
+		})
 	}
 }
 
