@@ -271,24 +271,11 @@ func (d *mapper) object(nd *pnode, depth int) *Error {
 			return err
 		}
 		d.i = i
-		if child >= 0 {
-			err = d.walk(child, depth+1)
-		} else {
-			err = d.skip(depth + 1)
-		}
-		if err != nil {
+		more, err := d.member(child, depth, '}', "after object field value")
+		if !more {
 			return err
 		}
-		i = skipWS(data, d.i)
-		if i < len(data) && data[i] == ',' {
-			i = skipWS(data, i+1)
-			continue
-		}
-		if i < len(data) && data[i] == '}' {
-			d.i = i + 1
-			return nil
-		}
-		return d.unexpected(i, "after object field value")
+		i = d.i
 	}
 }
 
@@ -313,26 +300,37 @@ func (d *mapper) array(nd *pnode, depth int) *Error {
 				break
 			}
 		}
-		var err *Error
-		if child >= 0 {
-			err = d.walk(child, depth+1)
-		} else {
-			err = d.skip(depth + 1)
-		}
-		if err != nil {
+		more, err := d.member(child, depth, ']', "after array element")
+		if !more {
 			return err
 		}
-		i = skipWS(data, d.i)
-		if i < len(data) && data[i] == ',' {
-			i = skipWS(data, i+1)
-			continue
-		}
-		if i < len(data) && data[i] == ']' {
-			d.i = i + 1
-			return nil
-		}
-		return d.unexpected(i, "after array element")
+		i = d.i
 	}
+}
+
+// member walks the value at d.i down node child (-1: skips it), then reads
+// what follows it in its container: a comma, after which more members come
+// (d.i at the next), or close, which ends the container (d.i past it).
+func (d *mapper) member(child, depth int, close byte, what string) (more bool, err *Error) {
+	if child >= 0 {
+		err = d.walk(child, depth+1)
+	} else {
+		err = d.skip(depth + 1)
+	}
+	if err != nil {
+		return false, err
+	}
+	data := d.data
+	i := skipWS(data, d.i)
+	switch {
+	case i < len(data) && data[i] == ',':
+		d.i = skipWS(data, i+1)
+		return true, nil
+	case i < len(data) && data[i] == close:
+		d.i = i + 1
+		return false, nil
+	}
+	return false, d.unexpected(i, what)
 }
 
 // child is the child of nd that the object key names, or -1. A key
