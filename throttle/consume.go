@@ -173,7 +173,12 @@ func (s *Set) Consume(now int64, q Query, id string) (res Result, recorded bool,
 	for _, d := range res.Decisions {
 		res.Allowed = res.Allowed && d.Allowed
 	}
-	verdicts := make([]Verdict, len(sel))
+	var few [8]Verdict
+	verdicts := few[:0]
+	if len(sel) > len(few) {
+		verdicts = make([]Verdict, 0, len(sel))
+	}
+	verdicts = verdicts[:len(sel)]
 	for n, pi := range sel {
 		verdicts[n] = st.stores[pi].verdict(m)
 		if again || st.policies[pi].exempt(&q) {

@@ -15,12 +15,19 @@ import (
 // BadRequest. A JSON array of requests is answered by an array of answers,
 // in order.
 func (s *Server) CheckRequest(body []byte) (any, error) {
-	reqs, batch, err := decodeChecks(body, s.opts.MaxName)
+	if len(body) > maxCheckBody {
+		return nil, badf("request body over %d bytes", maxCheckBody)
+	}
+	if i := skipSpace(body, 0); i == len(body) || body[i] != '[' {
+		req, err := decodeCheck(body, s.opts.MaxName)
+		if err != nil {
+			return nil, err
+		}
+		return s.check(req), nil
+	}
+	reqs, err := decodeBatch(body, s.opts.MaxName)
 	if err != nil {
 		return nil, err
-	}
-	if !batch {
-		return s.check(reqs[0]), nil
 	}
 	out := make([]throttle.Result, len(reqs))
 	for i, req := range reqs {
@@ -35,30 +42,23 @@ const maxBatch = 1000
 // maxIDLen is the longest id of a consuming check, in bytes.
 const maxIDLen = 128
 
-// decodeChecks parses one check request, or a JSON array of them (batch),
-// each validated; one bad request refuses them all, naming its index.
-func decodeChecks(data []byte, maxName int) (reqs []checkRequest, batch bool, err error) {
-	if len(data) > maxCheckBody {
-		return nil, false, badf("request body over %d bytes", maxCheckBody)
-	}
-	if i := skipSpace(data, 0); i == len(data) || data[i] != '[' {
-		req, err := decodeCheck(data, maxName)
-		return []checkRequest{req}, false, err
-	}
+// decodeBatch parses a JSON array of check requests, each validated; one
+// bad request refuses them all, naming its index.
+func decodeBatch(data []byte, maxName int) (reqs []checkRequest, err error) {
 	var items []json.RawMessage
 	if err := json.Unmarshal(data, &items); err != nil {
-		return nil, true, badf("a batch must be a JSON array of check requests: %v", err)
+		return nil, badf("a batch must be a JSON array of check requests: %v", err)
 	}
 	if len(items) == 0 || len(items) > maxBatch {
-		return nil, true, badf("a batch holds 1 to %d check requests, got %d", maxBatch, len(items))
+		return nil, badf("a batch holds 1 to %d check requests, got %d", maxBatch, len(items))
 	}
 	reqs = make([]checkRequest, len(items))
 	for i, item := range items {
 		if reqs[i], err = decodeCheck(item, maxName); err != nil {
-			return nil, true, badf("[%d]: %v", i, err)
+			return nil, badf("[%d]: %v", i, err)
 		}
 	}
-	return reqs, true, nil
+	return reqs, nil
 }
 
 // BadRequest marks the error as the requester's fault.
@@ -171,7 +171,8 @@ func decodeObject(data []byte, shape string, want map[string]kind) (fields, erro
 		return nil, badf("%s", shape)
 	}
 	f := make(fields, len(want))
-	var seen []string // the fields met, which are few
+	var met [8]string
+	seen := met[:0] // the fields met, which are few
 	for i = skipSpace(data, i+1); data[i] != '}'; {
 		key, next := literal(data, i)
 		field := unquote(key)
