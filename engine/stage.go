@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"errors"
+	"sync"
 	"sync/atomic"
 
 	"github.com/chatpulse/chatpulse/aggregator"
@@ -78,22 +80,23 @@ func (s *Stage) Handled(seq uint64, caughtUp bool) {
 // Quiet is false: a stage reports what it rejects.
 func (s *Stage) Quiet() bool { return false }
 
-// load loads a snapshot's stage into s, a fresh stage.
+// load loads a snapshot's stage into s, a fresh stage: the aggregator and
+// the throttle set side by side, each on a core of its own where there
+// are two (a start waits for it).
 func (s *Stage) load(agg, thr []byte) error {
 	if (s.Agg != nil) != (len(agg) > 0) || (s.Thr != nil) != (len(thr) > 0) {
 		return errNotThisStage
 	}
+	var aggErr, thrErr error
+	var wg sync.WaitGroup
 	if s.Agg != nil {
-		if err := s.Agg.LoadState(agg); err != nil {
-			return err
-		}
+		wg.Go(func() { aggErr = s.Agg.LoadState(agg) })
 	}
 	if s.Thr != nil {
-		if err := s.Thr.LoadState(thr); err != nil {
-			return err
-		}
+		thrErr = s.Thr.LoadState(thr)
 	}
-	return nil
+	wg.Wait()
+	return errors.Join(aggErr, thrErr)
 }
 
 // reset empties a stage that may have been loaded in part.
