@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -134,4 +136,23 @@ func TestFeedReplayThenLive(t *testing.T) {
 // natsRequest publishes to a stream and waits for its ack.
 func natsRequest(nc *nats.Conn, subject string) (*nats.Msg, error) {
 	return nc.Request(subject, []byte(`{}`), 5*time.Second)
+}
+
+// The embedded server cannot listen where something else does: Open says
+// why, rather than waiting for it.
+func TestOpenPortInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	b, err := Open(Options{Host: "127.0.0.1", Port: port, JetStream: true, DataDir: t.TempDir(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err == nil {
+		b.Close()
+		t.Fatalf("Open on port %d, which is in use: no error", port)
+	}
+	if !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("Open on a port in use: %v; want it to say the address is in use", err)
+	}
 }

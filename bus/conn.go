@@ -99,12 +99,26 @@ func Open(o Options) (*Bus, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS: %w", err)
 	}
-	ns.SetLoggerV2(natsLog{b.log}, false, false, false)
+	fatal := make(chan string, 1)
+	ns.SetLoggerV2(natsLog{b.log, fatal}, false, false, false)
+	start := time.Now()
 	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		ns.Shutdown()
-		return nil, fmt.Errorf("embedded NATS did not start on %s:%d", o.Host, o.Port)
+	// After an unclean stop the server rebuilds its streams' state from
+	// every message block before it listens: seconds for millions of
+	// messages, which are waited for; a failure is not.
+	for said := start; !ns.ReadyForConnections(250 * time.Millisecond); {
+		select {
+		case why := <-fatal:
+			ns.Shutdown()
+			return nil, fmt.Errorf("embedded NATS did not start on %s:%d: %s", o.Host, o.Port, why)
+		default:
+		}
+		if time.Since(said) >= 10*time.Second {
+			b.log.Info("embedded NATS still starting: recovering its store", "seconds", time.Since(start).Seconds())
+			said = time.Now()
+		}
 	}
+	b.log.Info("embedded NATS ready", "seconds", time.Since(start).Seconds())
 	nc, err := nats.Connect("", append(opts, nats.InProcessServer(ns))...)
 	if err != nil {
 		ns.Shutdown()
@@ -182,11 +196,22 @@ func redact(url string) string {
 }
 
 // natsLog sends the embedded server's warnings and errors to slog.
-type natsLog struct{ l *slog.Logger }
+// natsLog is the embedded server's logger; fatal hears its fatal errors.
+type natsLog struct {
+	l     *slog.Logger
+	fatal chan<- string
+}
 
 func (n natsLog) Noticef(format string, v ...any) { n.l.Debug("nats: " + fmt.Sprintf(format, v...)) }
 func (n natsLog) Warnf(format string, v ...any)   { n.l.Warn("nats: " + fmt.Sprintf(format, v...)) }
-func (n natsLog) Fatalf(format string, v ...any)  { n.l.Error("nats: " + fmt.Sprintf(format, v...)) }
-func (n natsLog) Errorf(format string, v ...any)  { n.l.Error("nats: " + fmt.Sprintf(format, v...)) }
-func (n natsLog) Debugf(format string, v ...any)  {}
-func (n natsLog) Tracef(format string, v ...any)  {}
+func (n natsLog) Fatalf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	n.l.Error("nats: " + msg)
+	select {
+	case n.fatal <- msg:
+	default:
+	}
+}
+func (n natsLog) Errorf(format string, v ...any) { n.l.Error("nats: " + fmt.Sprintf(format, v...)) }
+func (n natsLog) Debugf(format string, v ...any) {}
+func (n natsLog) Tracef(format string, v ...any) {}
