@@ -96,6 +96,11 @@ func (k *Keeper) Reconfigure(pause func(func()), apply func() (config string, er
 type Job struct {
 	Name   string
 	Stages []*Stage
+	// Acting, if set, says whether the job's state may still be saved:
+	// asked again at the moment of the write, so that a group member that
+	// lost a partition meanwhile does not write over its next holder's
+	// snapshot.
+	Acting func() bool
 }
 
 // handled is how far a job's stages have read, in all, and how many
@@ -206,6 +211,9 @@ func (k *Keeper) Save(ctx context.Context, job Job, pause func(func())) (time.Du
 		return paused, err
 	}
 	data := snap.Append(make([]byte, 0, snap.Size()))
+	if job.Acting != nil && !job.Acting() {
+		return paused, errNotActing
+	}
 	if err := k.store.Put(ctx, job.Name, data); err != nil {
 		return paused, fmt.Errorf("snapshot %s: %w", job.Name, err)
 	}
@@ -279,3 +287,5 @@ func (k *Keeper) restore(ctx context.Context, job Job, first uint64) (map[string
 }
 
 var errNotThisStage = errors.New("holds other parts than this stage has")
+
+var errNotActing = errors.New("not written: its partition is no longer this member's")

@@ -402,7 +402,7 @@ func (m *Member) snapshotName(p int) string { return fmt.Sprintf("group.%s.p%d",
 
 // job is the partition's snapshot: its stages.
 func (m *Member) job(pt *partition) engine.Job {
-	j := engine.Job{Name: m.snapshotName(pt.p)}
+	j := engine.Job{Name: m.snapshotName(pt.p), Acting: pt.fence.acting}
 	for _, s := range pt.stages {
 		j.Stages = append(j.Stages, s.Stage)
 	}
