@@ -43,7 +43,9 @@ type Feeds struct {
 // A Feed is one ordered consumer of Feeds.
 type Feed struct {
 	cc      jetstream.ConsumeContext
+	first   uint64        // the first stream sequence it could deliver
 	pending atomic.Uint64 // messages of the filter not yet delivered, as of the last delivered
+	last    atomic.Uint64 // stream sequence of the newest message delivered
 	stopped atomic.Bool   // what it delivers from now on is dropped
 }
 
@@ -76,7 +78,7 @@ func (fs *Feeds) Start(ctx context.Context, c FeedConfig) (feed *Feed, caughtUp 
 	if err != nil {
 		return nil, false, fmt.Errorf("stream %s: consumer of %s: %w", c.Stream, c.Filter, err)
 	}
-	feed = &Feed{}
+	feed = &Feed{first: info.Delivered.Stream + 1} // nothing delivered yet: the sequence before its start
 	feed.pending.Store(info.NumPending)
 	caughtUp = info.NumPending == 0
 	done := caughtUp // owned by the callback from here on
@@ -92,6 +94,7 @@ func (fs *Feeds) Start(ctx context.Context, c FeedConfig) (feed *Feed, caughtUp 
 			in.CaughtUp = !done && md.NumPending == 0
 			done = done || in.CaughtUp
 			feed.pending.Store(md.NumPending)
+			feed.last.Store(in.Seq)
 		}
 		fs.ch <- in
 	}, jetstream.PullMaxMessages(jsBuffer), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
@@ -107,12 +110,21 @@ func (fs *Feeds) Start(ctx context.Context, c FeedConfig) (feed *Feed, caughtUp 
 // it had not delivered yet, when it last delivered one.
 func (f *Feed) Pending() uint64 { return f.pending.Load() }
 
+// First is the first stream sequence the feed could deliver: every
+// message of its filter before it was before where it started.
+func (f *Feed) First() uint64 { return f.first }
+
+// Last is the stream sequence of the newest message it delivered (0:
+// none yet).
+func (f *Feed) Last() uint64 { return f.last.Load() }
+
 // Stop stops the feed at once, dropping what it fetched and did not
-// deliver; it returns once it delivers no more.
-func (f *Feed) Stop() {
+// deliver; it returns once it delivers no more, true, or after 5 s,
+// false: then it may deliver one more message.
+func (f *Feed) Stop() bool {
 	f.stopped.Store(true)
 	f.cc.Stop()
-	f.closed()
+	return f.closed()
 }
 
 // Drain stops the feed once it has delivered what it fetched; it returns
