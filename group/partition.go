@@ -334,6 +334,9 @@ func (m *Member) start(p int, rev uint64) {
 			m.open(ctx, pt, seqs)
 			return
 		}
+		if ctx.Err() != nil {
+			return // stopped already
+		}
 		// What a snapshot of the partition covers is not read again.
 		seqs := m.restore(ctx, pt)
 		if len(seqs) > 0 {
@@ -373,10 +376,7 @@ func (m *Member) open(ctx context.Context, pt *partition, seqs map[string]uint64
 				break
 			}
 			m.log.Warn("group: partition feed not started; retrying", "partition", p, "stage", s.Name, "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
+			pause(ctx, time.Second)
 		}
 	}
 }
@@ -397,22 +397,31 @@ func (m *Member) open(ctx context.Context, pt *partition, seqs map[string]uint64
 // checks are not in the stream.
 func (m *Member) resume(ctx context.Context, pt *partition, holder uint64) map[string]uint64 {
 	w := pt.warm
-	pt.warm = nil
-	if w == nil {
-		return nil
+	if w == nil || ctx.Err() != nil {
+		return nil // stopped already: stop parks it again
 	}
-	ok := holder == w.rev && w.stopped && m.settle(ctx, w)
-	var seqs map[string]uint64
-	if ok {
+	pt.warm = nil
+	why := ""
+	switch {
+	case holder != w.rev:
+		why = "its progress was written by another claim since" // or could not be read
+	case !w.stopped:
+		why = "its feeds did not stop in time"
+	case !m.settle(ctx, w):
+		why = "the pipeline had not handled what its feeds delivered"
+	}
+	seqs := map[string]uint64{}
+	if why == "" {
 		first, _, err := m.bus.Seqs(ctx, m.cfg.Stream)
-		seqs = map[string]uint64{}
 		for _, s := range w.stages {
 			seqs[s.Name] = s.next()
-			ok = ok && err == nil && seqs[s.Name] >= first
+			if err != nil || seqs[s.Name] < first {
+				why = "the stream no longer holds where it stopped"
+			}
 		}
 	}
-	if !ok {
-		m.log.Info("group: partition not resumed: rebuilt", "partition", pt.p, "held_since", holder != w.rev)
+	if why != "" {
+		m.log.Warn("group: partition not resumed: rebuilt", "partition", pt.p, "why", why)
 		m.retireAll(w)
 		return nil
 	}
@@ -552,37 +561,55 @@ func (m *Member) stop(p int, claim uint64, lost bool) {
 // It also returns the claim of the holder that last wrote the key (0:
 // none, or unknown).
 func (m *Member) replayThrough(ctx context.Context, pt *partition) (through map[string]uint64, holder uint64) {
-	for range 3 {
+	// A bucket that does not answer (a NATS node lost, a leader being
+	// elected) is asked again for two leases: the partition cannot answer
+	// before anyway, and going on without its progress would alert again
+	// what its previous holder alerted.
+	deadline := time.Now().Add(2 * m.cfg.Lease)
+	for changed := 0; changed < 3; {
 		var rev uint64
 		var err error
 		through, holder, rev, err = m.progress.get(ctx, pt.p)
-		if err != nil && !errors.Is(err, bus.ErrNoKey) {
-			m.log.Warn("group: progress unknown", "partition", pt.p, "err", err)
-			holder = 0
-			break
-		}
 		if errors.Is(err, bus.ErrNoKey) {
 			last, err := m.bus.LastSeq(ctx, m.cfg.Stream)
 			if err != nil {
 				m.log.Warn("group: stream's last sequence unknown; replaying from the start as live", "err", err)
 			}
 			through = map[string]uint64{stageRoom: last, stageUser: last, stageStray: last, stageAll: last}
+		} else if err != nil {
+			if ctx.Err() != nil || time.Now().After(deadline) {
+				m.log.Warn("group: progress unknown", "partition", pt.p, "err", err)
+				return nil, 0
+			}
+			pause(ctx, 250*time.Millisecond)
+			continue
 		}
 		rev, err = m.progress.take(ctx, pt.p, through, pt.rev, rev)
-		if err == nil {
+		switch {
+		case err == nil:
 			pt.progMu.Lock()
 			pt.progRev, pt.progLast = rev, through
 			pt.progMu.Unlock()
 			return through, holder
-		}
-		if !errors.Is(err, bus.ErrKeyChanged) {
+		case errors.Is(err, bus.ErrKeyChanged): // the previous holder wrote it meanwhile: read it again
+			changed++
+		case ctx.Err() != nil || time.Now().After(deadline):
 			m.log.Warn("group: progress not taken over", "partition", pt.p, "err", err)
 			return through, holder
+		default:
+			pause(ctx, 250*time.Millisecond)
 		}
-		// The previous holder wrote it meanwhile: read it again.
 	}
 	m.log.Warn("group: progress not taken over: the previous holder keeps writing it", "partition", pt.p)
 	return through, 0
+}
+
+// pause waits d, or until ctx is done.
+func pause(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
 }
 
 // saveProgress writes how far partition pt has been handled, if that
