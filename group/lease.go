@@ -526,8 +526,11 @@ func (l *leases) writeOwner(ctx context.Context, p int, ready bool, rev uint64) 
 }
 
 // balance releases the partitions that should now be another member's and
-// claims those that should be ours and are free.
+// claims those that should be ours and are free. Once a claim finds the
+// bucket not answering, it claims no more this turn: each would hold the
+// loop up for a write's deadline.
 func (l *leases) balance(ctx context.Context) {
+	away := false
 	for p := range l.partitions {
 		want := l.wants(p)
 		h := l.mine[p]
@@ -535,7 +538,7 @@ func (l *leases) balance(ctx context.Context) {
 		case h != nil && !want:
 			l.release(ctx, p, false)
 		case h == nil && want:
-			if _, taken := l.owners[p]; taken {
+			if _, taken := l.owners[p]; taken || away {
 				continue // its holder releases it, or its lease runs out
 			}
 			rev, sent, err := l.write(ctx, p, false, 0)
@@ -548,6 +551,7 @@ func (l *leases) balance(ctx context.Context) {
 				continue
 			default: // tried again at the next turn
 				l.log.Warn("group: partition not claimed", "partition", p, "err", err)
+				l.failed, away = l.clock(), true
 				continue
 			}
 			h = &held{claim: rev, rev: rev}
