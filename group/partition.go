@@ -412,10 +412,20 @@ func (m *Member) resume(ctx context.Context, pt *partition, holder uint64) map[s
 	}
 	seqs := map[string]uint64{}
 	if why == "" {
-		first, _, err := m.bus.Seqs(ctx, m.cfg.Stream)
+		// The stream may be electing a leader too (the same node lost).
+		var first uint64
+		var err error
+		for deadline := time.Now().Add(2 * m.cfg.Lease); ; pause(ctx, 250*time.Millisecond) {
+			if first, _, err = m.bus.Seqs(ctx, m.cfg.Stream); err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+				break
+			}
+		}
 		for _, s := range w.stages {
 			seqs[s.Name] = s.next()
-			if err != nil || seqs[s.Name] < first {
+			switch {
+			case err != nil:
+				why = "the stream's first sequence is unknown: " + err.Error()
+			case seqs[s.Name] < first:
 				why = "the stream no longer holds where it stopped"
 			}
 		}
