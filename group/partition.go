@@ -491,6 +491,7 @@ func (m *Member) sweepParked(now time.Time) {
 		if owned && o.Instance != m.cfg.Instance || stale {
 			delete(m.parked, p)
 			gone = append(gone, pt)
+			m.log.Warn("group: parked partition dropped", "partition", p, "owner", o.Instance)
 		}
 	}
 	m.mu.Unlock()
@@ -557,6 +558,9 @@ func (m *Member) stop(p int, claim uint64, lost bool) {
 	if lost && pt.stopped {
 		m.park(pt)
 		return
+	}
+	if lost {
+		m.log.Warn("group: lost partition not kept: its feeds did not stop in time", "partition", p)
 	}
 	m.retireAll(pt)
 }

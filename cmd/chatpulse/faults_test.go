@@ -7,6 +7,7 @@ import (
 	neturl "net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -360,7 +362,7 @@ func starts(ms []*testMain) map[string]float64 {
 // from a snapshot or replayed), every view is exact again, and every
 // crossing is alerted exactly once.
 func TestGroupLeaseLeaderLoss(t *testing.T) {
-	nodes, url, crash := natsCrashCluster(t)
+	nodes, url, crash, gone := natsCrashCluster(t)
 	c := newCrossingTraffic(t, url)
 	ms := startGroup(t, url, "g", 3, nil, append(c.args, "--replicas", "3")...)
 	c.start(time.Now().UnixMilli())
@@ -375,11 +377,21 @@ func TestGroupLeaseLeaderLoss(t *testing.T) {
 	}
 	leader := s.CachedInfo().Cluster.Leader
 	lost := time.Now()
-	for i, ns := range nodes {
-		if ns.Name() == leader {
-			crash(i)
+	lostNode := slices.IndexFunc(nodes, func(ns *server.Server) bool { return ns.Name() == leader })
+	crash(lostNode)
+	// The lease bucket gets a new leader after an election timeout;
+	// then the others notice the lost node's routes are dead.
+	wait.For(t, 30*time.Second, func() error {
+		s, err := js.Stream(context.Background(), "KV_CHATPULSE_GROUP_g")
+		if err != nil {
+			return err
 		}
-	}
+		if l := s.CachedInfo().Cluster.Leader; l == "" || l == leader {
+			return fmt.Errorf("the lease bucket's leader is %q", l)
+		}
+		return nil
+	})
+	gone(lostNode)
 	c.more(20)
 	waitComplete(t, ms[0], 3)
 	c.more(20)

@@ -492,11 +492,14 @@ func natsCluster(t *testing.T) ([]*server.Server, string) {
 }
 
 // natsCrashCluster is natsCluster with every route between two nodes
-// through a TCP proxy of its own; crash(i) loses node i as a crash does:
-// its routes stall (the others hear nothing more from it, not even that
-// it went: they elect new leaders after Raft's election timeout, 4-9 s),
-// then it shuts down (its clients reconnect elsewhere).
-func natsCrashCluster(t *testing.T) (nodes []*server.Server, url string, crash func(i int)) {
+// through a TCP proxy of its own. crash(i) loses node i as a machine that
+// stops does: its routes stall (the others hear nothing more from it, not
+// even that it went: they elect new leaders after Raft's election
+// timeout, 4-9 s), then it shuts down (its clients reconnect elsewhere);
+// gone(i) is the others noticing that its routes are dead (a real
+// cluster does, by pings, within minutes), so that they stop sending it
+// what its clients had asked for before.
+func natsCrashCluster(t *testing.T) (nodes []*server.Server, url string, crash, gone func(i int)) {
 	t.Helper()
 	ports := []int{freePort(t), freePort(t), freePort(t)}
 	via := map[[2]int]*tcpproxy.Proxy{}
@@ -516,15 +519,19 @@ func natsCrashCluster(t *testing.T) (nodes []*server.Server, url string, crash f
 		}
 		return strings.Join(routes, ",")
 	})
-	return nodes, url, func(i int) {
+	routes := func(i int, do func(*tcpproxy.Proxy)) {
 		for pair, p := range via {
 			if pair[0] == i || pair[1] == i {
-				p.Stall()
+				do(p)
 			}
 		}
+	}
+	crash = func(i int) {
+		routes(i, (*tcpproxy.Proxy).Stall)
 		nodes[i].Shutdown()
 		nodes[i].WaitForShutdown()
 	}
+	return nodes, url, crash, func(i int) { routes(i, (*tcpproxy.Proxy).Drop) }
 }
 
 // startCluster starts a node listening for routes on each of ports, node
