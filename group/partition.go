@@ -212,9 +212,11 @@ type partition struct {
 	// once start has decided (before opened is closed).
 	warm *partition
 	// Of a parked partition: when it was parked, and whether every stage's
-	// feed stopped for good (else it cannot be resumed).
+	// feed stopped for good (else it cannot be resumed), known once done
+	// is closed.
 	parkedAt time.Time
 	stopped  bool
+	done     chan struct{} // closed when stop has stopped it
 
 	progMu   sync.Mutex        // guards progRev and progLast: the ticker and stop both save progress
 	progRev  uint64            // revision of our last write of its progress (0: none to compare with)
@@ -244,7 +246,7 @@ func (pt *partition) ready() bool {
 // those in force (the caller holds m.mu, so that a reload finds it in
 // m.parts, or comes before).
 func (m *Member) newPartition(p int, rev uint64) *partition {
-	pt := &partition{p: p, rev: rev, opened: make(chan struct{})}
+	pt := &partition{p: p, rev: rev, opened: make(chan struct{}), done: make(chan struct{})}
 	pt.fence = &fence{live: func() bool { return m.leases.table().valid(p, rev, time.Now()) }, lost: func() { m.leases.expire(p, rev) }}
 	r := m.rules.Load()
 	// A stage that decides policies has a throttle set even when it has
@@ -401,6 +403,10 @@ func (m *Member) resume(ctx context.Context, pt *partition, holder uint64) map[s
 		return nil // stopped already: stop parks it again
 	}
 	pt.warm = nil
+	select { // its stop may still be stopping its feeds
+	case <-w.done:
+	case <-ctx.Done():
+	}
 	why := ""
 	switch {
 	case holder != w.rev:
@@ -460,20 +466,6 @@ func (m *Member) settle(ctx context.Context, pt *partition) bool {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return false
-}
-
-// park keeps the stages of a partition whose lease was lost, for start to
-// resume if this member gets it back; sweepParked drops them if it does
-// not.
-func (m *Member) park(pt *partition) {
-	m.mu.Lock()
-	old := m.parked[pt.p]
-	pt.parkedAt = time.Now()
-	m.parked[pt.p] = pt
-	m.mu.Unlock()
-	if old != nil {
-		m.retireAll(old)
-	}
 }
 
 // sweepParked drops the parked partitions that will not come back: one
@@ -536,31 +528,53 @@ func (m *Member) stop(p int, claim uint64, lost bool) {
 		return
 	}
 	delete(m.parts, p)
+	// A partition whose lease was lost is parked at once, before its
+	// feeds are stopped (which can take seconds): the lease loop may
+	// claim it again meanwhile, and start must find it.
+	var old *partition
+	if lost {
+		old, pt.parkedAt, m.parked[p] = m.parked[p], time.Now(), pt
+	}
 	m.mu.Unlock()
+	if old != nil {
+		m.retireAll(old)
+	}
+	defer close(pt.done)
 	pt.fence.halt()
 	pt.cancel()
 	<-pt.opened
 	ctx, cancel := context.WithTimeout(context.Background(), m.leases.writeTimeout())
 	m.saveProgress(ctx, pt)
 	cancel()
-	if w := pt.warm; w != nil { // stopped before it decided: the parked run stays as it was
-		pt.warm = nil
-		if lost {
-			m.park(w)
-		} else {
-			m.retireAll(w)
-		}
-	}
 	pt.stopped = true
 	for _, s := range pt.stages {
 		pt.stopped = s.feed != nil && s.feed.Stop() && pt.stopped
 	}
-	if lost && pt.stopped {
-		m.park(pt)
-		return
+	unpark := func(keep *partition) bool { // replaces pt with keep (nil: none) if start has not taken it
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if !lost || m.parked[p] != pt {
+			return false
+		}
+		if delete(m.parked, p); keep != nil {
+			m.parked[p] = keep
+		}
+		return true
 	}
-	if lost {
-		m.log.Warn("group: lost partition not kept: its feeds did not stop in time", "partition", p)
+	switch w := pt.warm; {
+	case w != nil: // stopped before it decided: the parked run stays as it was, pt read nothing
+		pt.warm = nil
+		if !unpark(w) {
+			m.retireAll(w)
+		}
+	case lost && !pt.stopped:
+		if unpark(nil) {
+			m.log.Warn("group: lost partition not kept: its feeds did not stop in time", "partition", p)
+			m.retireAll(pt)
+		} // else start took it, and rebuilds it
+		return
+	case lost:
+		return // parked
 	}
 	m.retireAll(pt)
 }
