@@ -47,6 +47,7 @@ type Feed struct {
 	pending atomic.Uint64 // messages of the filter not yet delivered, as of the last delivered
 	last    atomic.Uint64 // stream sequence of the newest message delivered
 	stopped atomic.Bool   // what it delivers from now on is dropped
+	busy    atomic.Int32  // callbacks running, that may still deliver
 }
 
 // NewFeeds returns an empty set of feeds.
@@ -83,6 +84,8 @@ func (fs *Feeds) Start(ctx context.Context, c FeedConfig) (feed *Feed, caughtUp 
 	caughtUp = info.NumPending == 0
 	done := caughtUp // owned by the callback from here on
 	feed.cc, err = cons.Consume(func(m jetstream.Msg) {
+		feed.busy.Add(1)
+		defer feed.busy.Add(-1)
 		if feed.stopped.Load() {
 			return
 		}
@@ -118,13 +121,22 @@ func (f *Feed) First() uint64 { return f.first }
 // none yet).
 func (f *Feed) Last() uint64 { return f.last.Load() }
 
-// Stop stops the feed at once, dropping what it fetched and did not
-// deliver; it returns once it delivers no more, true, or after 5 s,
-// false: then it may deliver one more message.
-func (f *Feed) Stop() bool {
+// Halt makes the feed deliver nothing more, at once: it drops what it
+// fetched and did not deliver, and returns once no message is on its way
+// (which takes no round trip: Stop, after, ends its consumer).
+func (f *Feed) Halt() {
 	f.stopped.Store(true)
+	for f.busy.Load() > 0 { // a callback past its check of stopped: its message is on its way
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Stop halts the feed and ends its consumer; it returns once the consumer
+// is closed, or after 5 s.
+func (f *Feed) Stop() {
+	f.Halt()
 	f.cc.Stop()
-	return f.closed()
+	f.closed()
 }
 
 // Drain stops the feed once it has delivered what it fetched; it returns

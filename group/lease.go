@@ -279,6 +279,7 @@ func (l *leases) run(ctx context.Context) error {
 		var err error
 		if w, err = l.kv.WatchAll(wctx); err != nil {
 			l.log.Warn("group: cannot watch the leases; trying again at the next tick", "err", err)
+			l.failed = l.clock() // the bucket is away as much as when a write fails
 			w = nil
 			return
 		}

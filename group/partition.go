@@ -211,9 +211,9 @@ type partition struct {
 	// lease was lost, that start may resume instead of rebuilding it; nil
 	// once start has decided (before opened is closed).
 	warm *partition
-	// Of a parked partition: when it was parked, and whether every stage's
-	// feed stopped for good (else it cannot be resumed), known once done
-	// is closed.
+	// Of a parked partition: when it was parked, and whether every stage
+	// had its feed (else it cannot be resumed: where it would read on is
+	// not known), known once done is closed.
 	parkedAt time.Time
 	stopped  bool
 	done     chan struct{} // closed when stop has stopped it
@@ -412,7 +412,7 @@ func (m *Member) resume(ctx context.Context, pt *partition, holder uint64) map[s
 	case holder != w.rev:
 		why = "its progress was written by another claim since" // or could not be read
 	case !w.stopped:
-		why = "its feeds did not stop in time"
+		why = "its feeds had not all started"
 	case !m.settle(ctx, w):
 		why = "the pipeline had not handled what its feeds delivered"
 	}
@@ -528,9 +528,10 @@ func (m *Member) stop(p int, claim uint64, lost bool) {
 		return
 	}
 	delete(m.parts, p)
-	// A partition whose lease was lost is parked at once, before its
-	// feeds are stopped (which can take seconds): the lease loop may
-	// claim it again meanwhile, and start must find it.
+	// A partition whose lease was lost is parked at once, before it is
+	// stopped (its progress write can take a write's deadline): the lease
+	// loop may claim it again meanwhile, and start must find it (and waits
+	// for done).
 	var old *partition
 	if lost {
 		old, pt.parkedAt, m.parked[p] = m.parked[p], time.Now(), pt
@@ -543,13 +544,27 @@ func (m *Member) stop(p int, claim uint64, lost bool) {
 	pt.fence.halt()
 	pt.cancel()
 	<-pt.opened
+	// Its feeds deliver nothing more once halted; ending their consumers
+	// can take seconds while the connection is away, and nothing waits
+	// for it.
+	pt.stopped = true
+	var feeds []*bus.Feed
+	for _, s := range pt.stages {
+		if s.feed == nil {
+			pt.stopped = false
+			continue
+		}
+		s.feed.Halt()
+		feeds = append(feeds, s.feed)
+	}
+	go func() {
+		for _, f := range feeds {
+			f.Stop()
+		}
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), m.leases.writeTimeout())
 	m.saveProgress(ctx, pt)
 	cancel()
-	pt.stopped = true
-	for _, s := range pt.stages {
-		pt.stopped = s.feed != nil && s.feed.Stop() && pt.stopped
-	}
 	unpark := func(keep *partition) bool { // replaces pt with keep (nil: none) if start has not taken it
 		m.mu.Lock()
 		defer m.mu.Unlock()
@@ -569,7 +584,7 @@ func (m *Member) stop(p int, claim uint64, lost bool) {
 		}
 	case lost && !pt.stopped:
 		if unpark(nil) {
-			m.log.Warn("group: lost partition not kept: its feeds did not stop in time", "partition", p)
+			m.log.Warn("group: lost partition not kept: its feeds had not all started", "partition", p)
 			m.retireAll(pt)
 		} // else start took it, and rebuilds it
 		return

@@ -70,6 +70,24 @@ func (c *alertCount) counts() (distinct, total int) {
 	return len(c.heard), c.total
 }
 
+// missing lists (up to ten of) the users u0..u<n-1> whose crossing was
+// not heard.
+func (c *alertCount) missing(n int) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	users := map[string]bool{}
+	for a := range c.heard {
+		users[a.User] = true
+	}
+	var out []string
+	for u := 0; u < n && len(out) < 10; u++ {
+		if name := fmt.Sprint("u", u); !users[name] {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 // twice lists the crossings heard more than once.
 func (c *alertCount) twice() []string {
 	c.mu.Lock()
@@ -164,7 +182,7 @@ func (c *crossingTraffic) heard(n int) {
 	c.t.Helper()
 	wait.For(c.t, 30*time.Second, func() error {
 		if d, _ := c.alerts.counts(); d < n {
-			return fmt.Errorf("%d crossings heard, want at least %d", d, n)
+			return fmt.Errorf("%d crossings heard, want at least %d; of the first %d users, not heard: %v", d, n, n, c.alerts.missing(n))
 		}
 		return nil
 	})
