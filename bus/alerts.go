@@ -64,7 +64,7 @@ func (b *Bus) GroupAlerts(ctx context.Context, group string, replicas int) error
 	js, err := jetstream.New(b.nc,
 		jetstream.WithPublishAsyncMaxPending(alertWindow),
 		jetstream.WithPublishAsyncTimeout(alertAckWait),
-		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) { b.alertFailed(as, err) }))
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) { go b.retryAlert(as, m, err) }))
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", name, err)
 	}
@@ -74,12 +74,37 @@ func (b *Bus) GroupAlerts(ctx context.Context, group string, replicas int) error
 }
 
 // AlertFailed is the number of alerts a group's alert stream did not take:
-// not sent, or not acked in time. A duplicate is taken (and dropped).
+// not sent, or not acked in time, however often published again
+// (retryAlert). A duplicate is taken (and dropped).
 func (b *Bus) AlertFailed() uint64 {
 	if as := b.alerts.Load(); as != nil {
 		return as.failed.Load()
 	}
 	return 0
+}
+
+// alertRetries are the pauses before each publish again of an alert the
+// group's alert stream did not take: a stream without a leader (a NATS
+// node lost) has one again within seconds. They add up to well within
+// AlertDuplicates, so that the stream keeps one of each still if an
+// earlier publish got through after all.
+var alertRetries = []time.Duration{250 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second}
+
+// retryAlert publishes msg again, waiting for each ack, until the stream
+// takes it or alertRetries run out: then it counts it failed.
+func (b *Bus) retryAlert(as *alertStream, msg *nats.Msg, err error) {
+	for _, d := range alertRetries {
+		time.Sleep(d)
+		ctx, cancel := context.WithTimeout(context.Background(), alertAckWait)
+		_, err = as.js.PublishMsg(ctx, &nats.Msg{Subject: msg.Subject, Header: msg.Header, Data: msg.Data})
+		cancel()
+		if err == nil || b.nc.IsClosed() {
+			break
+		}
+	}
+	if err != nil {
+		b.alertFailed(as, err)
+	}
 }
 
 func (b *Bus) alertFailed(as *alertStream, err error) {

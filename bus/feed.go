@@ -43,8 +43,11 @@ type Feeds struct {
 // A Feed is one ordered consumer of Feeds.
 type Feed struct {
 	cc      jetstream.ConsumeContext
+	first   uint64        // the first stream sequence it could deliver
 	pending atomic.Uint64 // messages of the filter not yet delivered, as of the last delivered
+	last    atomic.Uint64 // stream sequence of the newest message delivered
 	stopped atomic.Bool   // what it delivers from now on is dropped
+	busy    atomic.Int32  // callbacks running, that may still deliver
 }
 
 // NewFeeds returns an empty set of feeds.
@@ -76,11 +79,13 @@ func (fs *Feeds) Start(ctx context.Context, c FeedConfig) (feed *Feed, caughtUp 
 	if err != nil {
 		return nil, false, fmt.Errorf("stream %s: consumer of %s: %w", c.Stream, c.Filter, err)
 	}
-	feed = &Feed{}
+	feed = &Feed{first: info.Delivered.Stream + 1} // nothing delivered yet: the sequence before its start
 	feed.pending.Store(info.NumPending)
 	caughtUp = info.NumPending == 0
 	done := caughtUp // owned by the callback from here on
 	feed.cc, err = cons.Consume(func(m jetstream.Msg) {
+		feed.busy.Add(1)
+		defer feed.busy.Add(-1)
 		if feed.stopped.Load() {
 			return
 		}
@@ -92,6 +97,7 @@ func (fs *Feeds) Start(ctx context.Context, c FeedConfig) (feed *Feed, caughtUp 
 			in.CaughtUp = !done && md.NumPending == 0
 			done = done || in.CaughtUp
 			feed.pending.Store(md.NumPending)
+			feed.last.Store(in.Seq)
 		}
 		fs.ch <- in
 	}, jetstream.PullMaxMessages(jsBuffer), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
@@ -107,10 +113,28 @@ func (fs *Feeds) Start(ctx context.Context, c FeedConfig) (feed *Feed, caughtUp 
 // it had not delivered yet, when it last delivered one.
 func (f *Feed) Pending() uint64 { return f.pending.Load() }
 
-// Stop stops the feed at once, dropping what it fetched and did not
-// deliver; it returns once it delivers no more.
-func (f *Feed) Stop() {
+// First is the first stream sequence the feed could deliver: every
+// message of its filter before it was before where it started.
+func (f *Feed) First() uint64 { return f.first }
+
+// Last is the stream sequence of the newest message it delivered (0:
+// none yet).
+func (f *Feed) Last() uint64 { return f.last.Load() }
+
+// Halt makes the feed deliver nothing more, at once: it drops what it
+// fetched and did not deliver, and returns once no message is on its way
+// (which takes no round trip: Stop, after, ends its consumer).
+func (f *Feed) Halt() {
 	f.stopped.Store(true)
+	for f.busy.Load() > 0 { // a callback past its check of stopped: its message is on its way
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Stop halts the feed and ends its consumer; it returns once the consumer
+// is closed, or after 5 s.
+func (f *Feed) Stop() {
+	f.Halt()
 	f.cc.Stop()
 	f.closed()
 }

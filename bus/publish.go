@@ -24,7 +24,9 @@ import (
 // that is not kept is counted in DeadLetterFailed.
 func (b *Bus) DeadLetter(m *ingest.Msg, e *ingest.Error) { b.dead.publish(deadLetterMsg(m, e)) }
 
-// Alert publishes a throttle alert. Every instance reading the same
+// Alert publishes a throttle alert (in a group, published again a few
+// times over half a minute while the group's alert stream does not take
+// it: retryAlert). Every instance reading the same
 // stream raises the same alerts, so each carries a Nats-Msg-Id naming the
 // crossing: in a group, the group's alert stream keeps one of each and
 // republishes it on AlertSubject (GroupAlerts); standalone, it goes to
@@ -41,7 +43,7 @@ func (b *Bus) Alert(a throttle.Alert) {
 	if as := b.alerts.Load(); as != nil {
 		msg.Subject = as.subject
 		if _, err := as.js.PublishMsgAsync(msg, jetstream.WithStallWait(alertStallWait)); err != nil {
-			b.alertFailed(as, err)
+			go b.retryAlert(as, msg, err)
 		}
 		return
 	}

@@ -40,6 +40,11 @@ func (s *Stage) Ready() bool { return s.ready.Load() }
 // read, or it has none (core NATS).
 func (s *Stage) MarkReady() { s.ready.Store(true) }
 
+// Behind says the stage has not caught up (any more): it reads on after
+// a pause, and is ready again once its feed says so (a group member
+// resuming a partition it had parked).
+func (s *Stage) Behind() { s.ready.Store(false) }
+
 // Accept takes every event: a stage reads only what its feed selects.
 func (s *Stage) Accept(*ingest.Msg, *chat.Event) *ingest.Error { return nil }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"time"
 
@@ -78,24 +79,32 @@ func openProgress(ctx context.Context, b *bus.Bus, group string, replicas int) (
 
 func progressKey(p int) string { return "p." + strconv.Itoa(p) }
 
-// get is partition p's progress and its revision; bus.ErrNoKey if none
-// was recorded.
-func (pr *progress) get(ctx context.Context, p int) (map[string]uint64, uint64, error) {
+// holderKey is, in a progress value beside the stages' sequences, the
+// claim (the revision of the owner key's write that claimed the
+// partition) of the holder that wrote it: a member that gets a partition
+// back learns from it whether anyone held it in between (resume).
+const holderKey = "claim"
+
+// get is partition p's progress, the claim of the holder that wrote it (0:
+// not said) and its revision; bus.ErrNoKey if none was recorded.
+func (pr *progress) get(ctx context.Context, p int) (seqs map[string]uint64, claim, rev uint64, err error) {
 	e, err := pr.kv.Get(ctx, progressKey(p))
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
-	var seqs map[string]uint64
 	if err := json.Unmarshal(e.Data, &seqs); err != nil {
-		return nil, 0, fmt.Errorf("progress of partition %d: %w", p, err)
+		return nil, 0, 0, fmt.Errorf("progress of partition %d: %w", p, err)
 	}
-	return seqs, e.Revision, nil
+	claim = seqs[holderKey]
+	delete(seqs, holderKey)
+	return seqs, claim, e.Revision, nil
 }
 
-// take writes partition p's progress as seqs if its revision is still rev
-// (0: if it does not exist), and returns the new revision.
-func (pr *progress) take(ctx context.Context, p int, seqs map[string]uint64, rev uint64) (uint64, error) {
-	value, _ := json.Marshal(seqs)
+// take writes partition p's progress as seqs, by the holder of claim, if
+// its revision is still rev (0: if it does not exist), and returns the
+// new revision.
+func (pr *progress) take(ctx context.Context, p int, seqs map[string]uint64, claim, rev uint64) (uint64, error) {
+	value := progressValue(seqs, claim)
 	if rev == 0 {
 		return pr.kv.Create(ctx, progressKey(p), value)
 	}
@@ -104,12 +113,21 @@ func (pr *progress) take(ctx context.Context, p int, seqs map[string]uint64, rev
 
 // put is take by a holder: with rev 0 (its take failed) whatever the
 // revision, unfenced.
-func (pr *progress) put(ctx context.Context, p int, seqs map[string]uint64, rev uint64) (uint64, error) {
+func (pr *progress) put(ctx context.Context, p int, seqs map[string]uint64, claim, rev uint64) (uint64, error) {
 	if rev == 0 {
-		value, _ := json.Marshal(seqs)
-		return pr.kv.Put(ctx, progressKey(p), value)
+		return pr.kv.Put(ctx, progressKey(p), progressValue(seqs, claim))
 	}
-	return pr.take(ctx, p, seqs, rev)
+	return pr.take(ctx, p, seqs, claim, rev)
+}
+
+func progressValue(seqs map[string]uint64, claim uint64) []byte {
+	v := maps.Clone(seqs)
+	if v == nil {
+		v = map[string]uint64{}
+	}
+	v[holderKey] = claim
+	value, _ := json.Marshal(v)
+	return value
 }
 
 // filerKey is where the filer keeps how far it has filed

@@ -339,7 +339,7 @@ func (h *recHand) start(p int, claim uint64) {
 	h.trace.add("start %d", p)
 }
 
-func (h *recHand) stop(p int, claim uint64) {
+func (h *recHand) stop(p int, claim uint64, _ bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if c, ok := h.running[p]; !ok || c != claim {

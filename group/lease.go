@@ -68,10 +68,13 @@ type keyValue interface {
 // (synchronously: when stop returns nothing of it is counted, answered or
 // acted on any more). stop is called by the loop and by a partition's
 // validity timer, maybe at once and more than once for one claim: it stops
-// the partition only if it runs by that claim.
+// the partition only if it runs by that claim. lost says the lease was
+// lost (it ran out, or the bucket lost it) rather than given up: the
+// partition may well come back to this member, so hand may keep its state
+// (Member parks it) to resume from instead of rebuilding it.
 type hand interface {
 	start(p int, claim uint64)
-	stop(p int, claim uint64)
+	stop(p int, claim uint64, lost bool)
 }
 
 // held is a partition this member holds the lease of.
@@ -99,6 +102,7 @@ type table struct {
 	owners  map[int]ownerInfo
 	mine    map[int]grant // partitions held
 	wants   []int         // partitions rendezvous gives us
+	failed  time.Time     // when a write of ours to the bucket last failed (zero: never)
 }
 
 // owns reports whether this member may answer for partition p at now.
@@ -181,12 +185,18 @@ type leases struct {
 	// and owners; nil while no new watch is being read.
 	nextMembers map[string]memberInfo
 	nextOwners  map[int]ownerInfo
+	// failed is when a write of ours last failed for want of the bucket
+	// (not for a compare-and-set); vanished, the members whose keys went
+	// while or soon after ours could not be written, and when: they are
+	// counted live a lease longer (wants).
+	failed   time.Time
+	vanished map[string]time.Time
 }
 
 func newLeases(kv keyValue, self memberInfo, partitions int, ttl time.Duration, h hand, log *slog.Logger) *leases {
 	l := &leases{kv: kv, clock: time.Now, after: afterFunc, self: self, partitions: partitions, ttl: ttl, hand: h, log: log,
 		caught: map[int]uint64{}, expired: map[int]uint64{}, notes: make(chan struct{}, 1),
-		members: map[string]memberInfo{}, owners: map[int]ownerInfo{}, mine: map[int]*held{}}
+		members: map[string]memberInfo{}, owners: map[int]ownerInfo{}, mine: map[int]*held{}, vanished: map[string]time.Time{}}
 	l.publish()
 	return l
 }
@@ -212,7 +222,7 @@ func (l *leases) ready(p int, claim uint64) {
 // it finds the validity over first): it stops the partition at once, then
 // tells the loop, which may be stuck in a write.
 func (l *leases) expire(p int, claim uint64) {
-	l.hand.stop(p, claim)
+	l.hand.stop(p, claim, true)
 	l.notesMu.Lock()
 	l.expired[p] = claim
 	l.notesMu.Unlock()
@@ -269,6 +279,7 @@ func (l *leases) run(ctx context.Context) error {
 		var err error
 		if w, err = l.kv.WatchAll(wctx); err != nil {
 			l.log.Warn("group: cannot watch the leases; trying again at the next tick", "err", err)
+			l.failed = l.clock() // the bucket is away as much as when a write fails
 			w = nil
 			return
 		}
@@ -351,7 +362,7 @@ func (l *leases) takeNotes(ctx context.Context) {
 	l.notesMu.Unlock()
 	for _, p := range expired {
 		l.log.Warn("group: partition lease ran out before it was renewed", "partition", p)
-		l.release(ctx, p)
+		l.release(ctx, p, true)
 	}
 }
 
@@ -365,6 +376,11 @@ func (l *leases) apply(e *bus.Entry) {
 	}
 	if e == nil {
 		if l.nextMembers != nil {
+			for name := range l.members {
+				if _, still := l.nextMembers[name]; !still {
+					l.vanish(name)
+				}
+			}
 			l.members, l.owners = l.nextMembers, l.nextOwners
 			l.nextMembers, l.nextOwners = nil, nil
 		}
@@ -377,9 +393,13 @@ func (l *leases) apply(e *bus.Entry) {
 		name := key[len(memberKey):]
 		var m memberInfo
 		if gone || json.Unmarshal(e.Data, &m) != nil {
+			if _, was := members[name]; was && l.nextMembers == nil {
+				l.vanish(name)
+			}
 			delete(members, name)
 			return
 		}
+		delete(l.vanished, name)
 		if m.Clock != 0 && !e.Created.IsZero() {
 			m.offset = m.Clock - e.Created.UnixMilli()
 		}
@@ -420,6 +440,7 @@ func (l *leases) beat(ctx context.Context) {
 	defer cancel()
 	if _, err := l.kv.Put(ctx, memberKey+l.self.Instance, value); err != nil {
 		l.log.Warn("group: member key not renewed", "err", err)
+		l.failed = l.clock()
 	}
 }
 
@@ -463,12 +484,16 @@ func (l *leases) renew(ctx context.Context, now time.Time) {
 		case err == nil:
 			l.log.Warn("group: lost partition: renewed after its lease ran out", "partition", p)
 			h.rev = r.rev
-			l.release(ctx, p)
+			l.release(ctx, p, true)
 		case errors.Is(err, bus.ErrKeyChanged) || now.After(h.validUntil):
 			l.log.Warn("group: lost partition", "partition", p, "err", err)
-			l.drop(p)
+			if !errors.Is(err, bus.ErrKeyChanged) {
+				l.failed = back
+			}
+			l.drop(p, true)
 		default:
 			l.log.Warn("group: partition lease not renewed", "partition", p, "err", err)
+			l.failed = back
 		}
 	}
 	l.publish() // before the validity readers know runs out
@@ -502,16 +527,19 @@ func (l *leases) writeOwner(ctx context.Context, p int, ready bool, rev uint64) 
 }
 
 // balance releases the partitions that should now be another member's and
-// claims those that should be ours and are free.
+// claims those that should be ours and are free. Once a claim finds the
+// bucket not answering, it claims no more this turn: each would hold the
+// loop up for a write's deadline.
 func (l *leases) balance(ctx context.Context) {
+	away := false
 	for p := range l.partitions {
 		want := l.wants(p)
 		h := l.mine[p]
 		switch {
 		case h != nil && !want:
-			l.release(ctx, p)
+			l.release(ctx, p, false)
 		case h == nil && want:
-			if _, taken := l.owners[p]; taken {
+			if _, taken := l.owners[p]; taken || away {
 				continue // its holder releases it, or its lease runs out
 			}
 			rev, sent, err := l.write(ctx, p, false, 0)
@@ -524,6 +552,7 @@ func (l *leases) balance(ctx context.Context) {
 				continue
 			default: // tried again at the next turn
 				l.log.Warn("group: partition not claimed", "partition", p, "err", err)
+				l.failed, away = l.clock(), true
 				continue
 			}
 			h = &held{claim: rev, rev: rev}
@@ -543,7 +572,7 @@ func (l *leases) balance(ctx context.Context) {
 			case err == nil || errors.Is(err, bus.ErrKeyChanged):
 				l.log.Warn("group: lost partition", "partition", p, "err", err)
 				h.rev = rev
-				l.release(ctx, p)
+				l.release(ctx, p, true)
 			default: // said again at the next turn, or at the next renewal
 				l.log.Warn("group: partition not said to be ready", "partition", p, "err", err)
 			}
@@ -564,9 +593,15 @@ func (l *leases) until(sent time.Time) time.Time { return sent.Add(l.ttl * 3 / 4
 // wants reports whether rendezvous hashing gives partition p to this
 // member, among the members the loop knows to be live.
 func (l *leases) wants(p int) bool {
-	live := make([]string, 0, len(l.members)+1)
+	live := make([]string, 0, len(l.members)+len(l.vanished)+1)
 	for name := range l.members {
 		live = append(live, name)
+	}
+	now := l.clock()
+	for name, at := range l.vanished {
+		if now.Sub(at) < l.ttl {
+			live = append(live, name)
+		}
 	}
 	if !slices.Contains(live, l.self.Instance) {
 		live = append(live, l.self.Instance) // we are live whatever the watch has seen yet
@@ -574,10 +609,25 @@ func (l *leases) wants(p int) bool {
 	return owner(p, live) == l.self.Instance
 }
 
-// release stops partition p and gives up its lease.
-func (l *leases) release(ctx context.Context, p int) {
+// vanish notes that member name's key is gone. If that is within a lease
+// of a write of ours failing for want of the bucket, the bucket is more
+// likely to have been away (a NATS node lost, its leader being elected
+// again: longer than a lease) than the member dead: its key ran out as
+// ours did. It is counted live for a lease more, so that it gets its own
+// partitions back, resumed from the state it kept (Member parks it),
+// rather than have another member claim them and rebuild them, only to
+// give them back once it writes its key again. A member that did die
+// then is taken over a lease later.
+func (l *leases) vanish(name string) {
+	if now := l.clock(); !l.failed.IsZero() && now.Sub(l.failed) < l.ttl {
+		l.vanished[name] = now
+	}
+}
+
+// release stops partition p and gives up its lease; lost as hand.stop's.
+func (l *leases) release(ctx context.Context, p int, lost bool) {
 	rev := l.mine[p].rev
-	l.drop(p)
+	l.drop(p, lost)
 	ctx, cancel := context.WithTimeout(ctx, l.writeTimeout())
 	defer cancel()
 	if err := l.kv.Delete(ctx, ownerKey+strconv.Itoa(p), rev); err != nil {
@@ -588,12 +638,12 @@ func (l *leases) release(ctx context.Context, p int) {
 
 // drop stops partition p and forgets that we hold it, and says so to
 // readers at once: before anyone can learn that the lease is free.
-func (l *leases) drop(p int) {
+func (l *leases) drop(p int, lost bool) {
 	h := l.mine[p]
 	if h.expiry != nil {
 		h.expiry()
 	}
-	l.hand.stop(p, h.claim)
+	l.hand.stop(p, h.claim, lost)
 	delete(l.mine, p)
 	delete(l.owners, p)
 	l.publish()
@@ -605,7 +655,7 @@ func (l *leases) drop(p int) {
 func (l *leases) leave() {
 	ctx := context.Background()
 	for p := range l.mine {
-		l.release(ctx, p)
+		l.release(ctx, p, false)
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.writeTimeout())
 	defer cancel()
@@ -617,7 +667,9 @@ func (l *leases) leave() {
 
 // publish makes the loop's state visible to readers.
 func (l *leases) publish() {
-	t := &table{synced: l.synced, members: maps.Clone(l.members), owners: maps.Clone(l.owners), mine: make(map[int]grant, len(l.mine))}
+	now := l.clock()
+	maps.DeleteFunc(l.vanished, func(_ string, at time.Time) bool { return now.Sub(at) >= l.ttl })
+	t := &table{synced: l.synced, members: maps.Clone(l.members), owners: maps.Clone(l.owners), mine: make(map[int]grant, len(l.mine)), failed: l.failed}
 	for p, h := range l.mine {
 		t.mine[p] = grant{claim: h.claim, until: h.validUntil}
 	}

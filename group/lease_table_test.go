@@ -566,3 +566,55 @@ func TestLeaseGhost(t *testing.T) {
 		t.Error("b is still a member")
 	}
 }
+
+// A member whose key runs out within a lease of one of our writes failing
+// (the bucket away: a NATS node lost, its leader being elected) is counted
+// live a lease longer, so that it can claim its own partitions back, and
+// resume them, rather than have us claim and rebuild them; one whose key
+// runs out while our writes go through is taken over at once.
+func TestLeaseVanishedWhileBucketAway(t *testing.T) {
+	s := time.Second
+	var bs []int // b's partitions among a and b
+	for p := range 4 {
+		if owner(p, []string{"a", "b"}) == "b" {
+			bs = append(bs, p)
+		}
+	}
+	for _, c := range []struct {
+		name    string
+		away    bool          // our member key's writes fail until 4 s
+		claimed time.Duration // when we claim b's partitions
+	}{
+		{name: "bucket answering", claimed: fenceTTL},
+		{name: "bucket away", away: true, claimed: 2 * fenceTTL},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			keys := [][2]string{{memberKey + "b", string(memberValue("b"))}}
+			for _, p := range bs {
+				keys = append(keys, [2]string{ownerKey + strconv.Itoa(p), string(ownerValue("b", true))})
+			}
+			r := newRig(t, "a", 4, keys...)
+			r.watchTurn()
+			if c.away {
+				r.kv.fault = func(op, key string) error {
+					if key == memberKey+"a" {
+						return errFakeTimeout
+					}
+					return nil
+				}
+			}
+			for at := s; at <= 2*fenceTTL; at += s { // b never writes again: its keys run out at 4 s
+				if at > fenceTTL {
+					r.kv.fault = nil
+				}
+				r.tickAt(at)
+				for _, p := range bs {
+					if _, running := r.hand.claim(p); running != (at >= c.claimed) {
+						t.Fatalf("at %v: runs b's partition %d: %v, want it claimed at %v", at, p, running, c.claimed)
+					}
+				}
+				r.checkFence(fmt.Sprint("tick at ", at))
+			}
+		})
+	}
+}

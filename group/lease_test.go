@@ -89,7 +89,7 @@ func (h *fakeHand) start(p int, claim uint64) {
 	h.l.ready(p, claim) // caught up at once
 }
 
-func (h *fakeHand) stop(p int, claim uint64) {
+func (h *fakeHand) stop(p int, claim uint64, _ bool) {
 	tr := h.tr
 	tr.mu.Lock()
 	defer tr.mu.Unlock()

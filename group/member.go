@@ -72,11 +72,13 @@ type Member struct {
 	query    *nats.Subscription
 	alerts   *nats.Subscription
 	metrics  *metrics
+	starts   *prometheus.CounterVec // partition starts, by how
 
 	mu      sync.RWMutex // guards parts, filing, retired and running
 	running bool         // Run was called
 	parts   map[int]*partition
-	filing  *filing // this member holds the filer's lease
+	parked  map[int]*partition // lost leases, kept to resume (park)
+	filing  *filing            // this member holds the filer's lease
 	// Counters of partitions this member no longer holds, so that what it
 	// exports never goes down.
 	retired map[string]throttle.PolicyStats
@@ -104,7 +106,7 @@ func New(cfg Config, reg prometheus.Registerer) (*Member, error) {
 	case cfg.Unowned != "" && cfg.Unowned != UnownedAllow && cfg.Unowned != UnownedDeny:
 		return nil, fmt.Errorf("%w: --throttle-unowned %q: allow or deny", ErrConfig, cfg.Unowned)
 	}
-	m := &Member{cfg: cfg, log: cfg.Log, parts: map[int]*partition{}, retired: map[string]throttle.PolicyStats{}, done: make(chan struct{})}
+	m := &Member{cfg: cfg, log: cfg.Log, parts: map[int]*partition{}, parked: map[int]*partition{}, retired: map[string]throttle.PolicyStats{}, done: make(chan struct{})}
 	var err error
 	if m.windows, err = aggregator.New(cfg.Windows); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
@@ -127,6 +129,12 @@ func New(cfg Config, reg prometheus.Registerer) (*Member, error) {
 		m.filer = newFiler(cfg, m.consumer, reg)
 	}
 	m.metrics = newMetrics(m, reg)
+	m.starts = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "chatpulse_group_partition_starts_total",
+		Help: "Partitions this member started, by how: from their snapshot, by reading one largest window again, or warm (resumed from the state it kept when it lost their lease)."}, []string{"how"})
+	for _, how := range []string{startSnapshot, startReplay, startWarm} {
+		m.starts.WithLabelValues(how)
+	}
+	reg.MustRegister(m.starts)
 	m.reg = reg
 	return m, nil
 }
@@ -134,10 +142,13 @@ func New(cfg Config, reg prometheus.Registerer) (*Member, error) {
 // deadLetter publishes the dead letter of a message of a partition that
 // may still act.
 func (m *Member) deadLetter(msg *ingest.Msg, err *ingest.Error) {
-	if s, ok := msg.Sink.(*stage); ok && !s.fence.acting() {
-		return // its next holder handles it again
+	s, ok := msg.Sink.(*stage)
+	if !ok {
+		m.bus.DeadLetter(msg, err)
+		return
 	}
-	m.bus.DeadLetter(msg, err)
+	kept := *msg
+	s.act(func() { m.bus.DeadLetter(&kept, err) }) // or its next holder handles it again
 }
 
 // Attach joins the group over b: it checks the configuration against the

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/chatpulse/chatpulse/aggregator"
@@ -44,6 +46,17 @@ type stage struct {
 	// handled, sent by Handled if the fence allows.
 	held []throttle.Alert
 	send func(throttle.Alert)
+
+	// applied is the stream sequence of the newest message the pipeline
+	// has handled for the stage, whether the fence let it act or not: the
+	// stage's state (aggregator, policies) is exactly that of its
+	// messages up to there, once the pipeline holds none of it
+	// (settled). What the fence held back of them (alerts, dead letters)
+	// waits in unsent, under the fence's mu: a parked stage that resumes
+	// sends it, one that does not leaves it to the next holder, who
+	// handles those messages again.
+	applied atomic.Uint64
+	unsent  []func()
 }
 
 // A fence says whether a partition may still act: alerts, dead letters,
@@ -103,7 +116,8 @@ func (s *stage) hold(a throttle.Alert) { s.held = append(s.held, a) }
 
 // Handled sends the run's alerts and records how far the stage has read,
 // if the partition may still act; if it may not, neither: the next holder
-// handles the run again, and alerts it.
+// handles the run again, and alerts it, or, if this member gets the
+// partition back and resumes the stage, it sends them then.
 func (s *stage) Handled(seq uint64, caughtUp bool) {
 	f := s.fence
 	f.mu.Lock()
@@ -115,10 +129,52 @@ func (s *stage) Handled(seq uint64, caughtUp bool) {
 			}
 		}
 		s.Stage.Handled(seq, caughtUp)
+	} else if send := s.send; send != nil {
+		for _, a := range s.held {
+			s.unsent = append(s.unsent, func() { send(a) })
+		}
+	}
+	if seq > s.applied.Load() { // only this goroutine writes it
+		s.applied.Store(seq)
 	}
 	clear(s.held)
 	s.held = s.held[:0]
 }
+
+// act does f (a dead letter) now if the partition may act, or keeps it
+// for a resume.
+func (s *stage) act(f func()) {
+	s.fence.mu.Lock()
+	defer s.fence.mu.Unlock()
+	if s.fence.check() {
+		f()
+		return
+	}
+	s.unsent = append(s.unsent, f)
+}
+
+// flush sends what the fence held back, if the partition may act now, and
+// records the stage as handled through everything it took in.
+func (s *stage) flush() {
+	s.fence.mu.Lock()
+	defer s.fence.mu.Unlock()
+	if !s.fence.check() {
+		return // lost again: it stays unsent
+	}
+	for _, f := range s.unsent {
+		f()
+	}
+	s.unsent = nil
+	s.Stage.Handled(s.applied.Load(), false)
+}
+
+// next is the first stream sequence a settled stage has not read: where
+// it resumes.
+func (s *stage) next() uint64 { return max(s.feed.First(), s.applied.Load()+1) }
+
+// settled reports whether the pipeline holds nothing more of the stage's
+// stopped feed.
+func (s *stage) settled() bool { return s.applied.Load() >= s.feed.Last() }
 
 // Quiet says whether the stage is a second reading of what another
 // reports.
@@ -151,6 +207,16 @@ type partition struct {
 	through map[string]uint64 // per stage, what the previous holder handled; set before opened is closed
 	cancel  context.CancelFunc
 	opened  chan struct{} // closed once its feeds are started, or given up
+	// warm is this member's earlier run of the partition, parked when its
+	// lease was lost, that start may resume instead of rebuilding it; nil
+	// once start has decided (before opened is closed).
+	warm *partition
+	// Of a parked partition: when it was parked, and whether every stage
+	// had its feed (else it cannot be resumed: where it would read on is
+	// not known), known once done is closed.
+	parkedAt time.Time
+	stopped  bool
+	done     chan struct{} // closed when stop has stopped it
 
 	progMu   sync.Mutex        // guards progRev and progLast: the ticker and stop both save progress
 	progRev  uint64            // revision of our last write of its progress (0: none to compare with)
@@ -180,7 +246,7 @@ func (pt *partition) ready() bool {
 // those in force (the caller holds m.mu, so that a reload finds it in
 // m.parts, or comes before).
 func (m *Member) newPartition(p int, rev uint64) *partition {
-	pt := &partition{p: p, rev: rev, opened: make(chan struct{})}
+	pt := &partition{p: p, rev: rev, opened: make(chan struct{}), done: make(chan struct{})}
 	pt.fence = &fence{live: func() bool { return m.leases.table().valid(p, rev, time.Now()) }, lost: func() { m.leases.expire(p, rev) }}
 	r := m.rules.Load()
 	// A stage that decides policies has a throttle set even when it has
@@ -240,11 +306,13 @@ func matchSubject(subject string) func(*ingest.Msg, *chat.Event) bool {
 }
 
 // start opens partition p's feeds, on a goroutine of its own (opening
-// takes round trips the lease loop must not wait for). Each stage replays
-// from one largest window back; what the previous holder had handled
-// (its progress) is marked Replay: no alerts or dead letters again.
-// The lease one past the last partition is the filer's: it starts the
-// filing instead (filer.go).
+// takes round trips the lease loop must not wait for). If this member
+// parked the partition when it lost its lease, and nobody held it since,
+// its stages resume where they stopped (resume). Otherwise each stage
+// loads the partition's snapshot, or replays from one largest window
+// back. What the previous holder had handled (its progress) is marked
+// Replay: no alerts or dead letters again. The lease one past the last
+// partition is the filer's: it starts the filing instead (filer.go).
 func (m *Member) start(p int, rev uint64) {
 	if p == m.cfg.Partitions {
 		m.startFiling(rev)
@@ -253,39 +321,185 @@ func (m *Member) start(p int, rev uint64) {
 	}
 	m.mu.Lock()
 	pt := m.newPartition(p, rev)
+	pt.warm = m.parked[p]
+	delete(m.parked, p)
 	m.parts[p] = pt
 	m.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	pt.cancel = cancel
 	go func() {
 		defer close(pt.opened)
-		through := m.replayThrough(ctx, pt)
+		through, holder := m.replayThrough(ctx, pt)
 		pt.through = through
+		if seqs := m.resume(ctx, pt, holder); seqs != nil {
+			m.starts.WithLabelValues(startWarm).Inc()
+			m.open(ctx, pt, seqs)
+			return
+		}
+		if ctx.Err() != nil {
+			return // stopped already
+		}
 		// What a snapshot of the partition covers is not read again.
 		seqs := m.restore(ctx, pt)
-		from := m.cfg.ReplayFrom()
-		for _, s := range pt.stages {
-			for ctx.Err() == nil {
-				feed, caughtUp, err := m.feeds.Start(ctx, bus.FeedConfig{
-					Stream: m.cfg.Stream, Filter: m.filter(p, s.Name), FromTime: from, FromSeq: seqs[s.Name],
-					ReplayThrough: through[s.Name], Sink: s, Subject: m.cfg.Subject,
-				})
-				if err == nil {
-					s.feed = feed
-					if caughtUp {
-						s.MarkReady()
-						m.caughtUp(pt)
-					}
-					break
+		if len(seqs) > 0 {
+			m.starts.WithLabelValues(startSnapshot).Inc()
+		} else {
+			m.starts.WithLabelValues(startReplay).Inc()
+		}
+		m.open(ctx, pt, seqs)
+	}()
+}
+
+// How a partition was started, for chatpulse_group_partition_starts_total.
+const (
+	startSnapshot = "snapshot" // its snapshot loaded, what came after it read
+	startReplay   = "replay"   // one largest window read again
+	startWarm     = "warm"     // resumed from the state this member had parked
+)
+
+// open starts the feeds of pt's stages, each from seqs[its name] (none:
+// one largest window back), retrying each until it starts or ctx is
+// done.
+func (m *Member) open(ctx context.Context, pt *partition, seqs map[string]uint64) {
+	p, through := pt.p, pt.through
+	from := m.cfg.ReplayFrom()
+	for _, s := range pt.stages {
+		for ctx.Err() == nil {
+			feed, caughtUp, err := m.feeds.Start(ctx, bus.FeedConfig{
+				Stream: m.cfg.Stream, Filter: m.filter(p, s.Name), FromTime: from, FromSeq: seqs[s.Name],
+				ReplayThrough: through[s.Name], Sink: s, Subject: m.cfg.Subject,
+			})
+			if err == nil {
+				s.feed = feed
+				if caughtUp {
+					s.MarkReady()
+					m.caughtUp(pt)
 				}
-				m.log.Warn("group: partition feed not started; retrying", "partition", p, "stage", s.Name, "err", err)
-				select {
-				case <-ctx.Done():
-				case <-time.After(time.Second):
-				}
+				break
+			}
+			m.log.Warn("group: partition feed not started; retrying", "partition", p, "stage", s.Name, "err", err)
+			pause(ctx, time.Second)
+		}
+	}
+}
+
+// resume makes pt's stages those of this member's parked run of the
+// partition (pt.warm), if it can be resumed exactly: nobody held the
+// partition since (holder, the claim its progress was last written by,
+// is the parked run's), the pipeline has taken in everything its feeds
+// delivered, and the stream still holds what comes after. It sends what
+// the fence held back when the lease was lost, under pt's claim, and
+// returns where each stage reads on; nil if pt is to be built afresh.
+//
+// Exact: a parked stage's aggregator and policies are the stream's
+// state up to the message it last took in, whatever consuming checks
+// recorded there were this member's own (no one else held it); reading
+// on from the next message gives what a rebuild would. A partition held
+// by someone else meanwhile is not resumed: that holder's consuming
+// checks are not in the stream.
+func (m *Member) resume(ctx context.Context, pt *partition, holder uint64) map[string]uint64 {
+	w := pt.warm
+	if w == nil || ctx.Err() != nil {
+		return nil // stopped already: stop parks it again
+	}
+	pt.warm = nil
+	select { // its stop may still be stopping its feeds
+	case <-w.done:
+	case <-ctx.Done():
+	}
+	why := ""
+	switch {
+	case holder != w.rev:
+		why = "its progress was written by another claim since" // or could not be read
+	case !w.stopped:
+		why = "its feeds had not all started"
+	case !m.settle(ctx, w):
+		why = "the pipeline had not handled what its feeds delivered"
+	}
+	seqs := map[string]uint64{}
+	if why == "" {
+		// The stream may be electing a leader too (the same node lost).
+		var first uint64
+		var err error
+		for deadline := time.Now().Add(2 * m.cfg.Lease); ; pause(ctx, 250*time.Millisecond) {
+			if first, _, err = m.bus.Seqs(ctx, m.cfg.Stream); err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+				break
 			}
 		}
-	}()
+		for _, s := range w.stages {
+			seqs[s.Name] = s.next()
+			switch {
+			case err != nil:
+				why = "the stream's first sequence is unknown: " + err.Error()
+			case seqs[s.Name] < first:
+				why = "the stream no longer holds where it stopped"
+			}
+		}
+	}
+	if why != "" {
+		m.log.Warn("group: partition not resumed: rebuilt", "partition", pt.p, "why", why)
+		m.retireAll(w)
+		return nil
+	}
+	for _, s := range w.stages {
+		s.fence = pt.fence
+		s.OnCaughtUp = func() { m.caughtUp(pt) }
+		s.Behind()
+	}
+	m.mu.Lock()
+	pt.stages = w.stages
+	m.mu.Unlock()
+	for _, s := range pt.stages {
+		s.flush()
+	}
+	return seqs
+}
+
+// settle waits, up to a write's deadline, until the pipeline holds
+// nothing more of pt's stopped feeds.
+func (m *Member) settle(ctx context.Context, pt *partition) bool {
+	deadline := time.Now().Add(m.leases.writeTimeout())
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		if !slices.ContainsFunc(pt.stages, func(s *stage) bool { return !s.settled() }) {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
+
+// sweepParked drops the parked partitions that will not come back: one
+// another member holds now, or one parked two leases ago, unless the
+// bucket has been failing this member's writes within a lease (it is
+// then likely that the lease loop will claim it again once the bucket
+// answers).
+func (m *Member) sweepParked(now time.Time) {
+	t := m.leases.table()
+	var gone []*partition
+	m.mu.Lock()
+	for p, pt := range m.parked {
+		o, owned := t.owners[p]
+		stale := now.Sub(pt.parkedAt) >= 2*m.cfg.Lease && now.Sub(t.failed) >= m.cfg.Lease
+		if owned && o.Instance != m.cfg.Instance || stale {
+			delete(m.parked, p)
+			gone = append(gone, pt)
+			m.log.Warn("group: parked partition dropped", "partition", p, "owner", o.Instance)
+		}
+	}
+	m.mu.Unlock()
+	for _, pt := range gone {
+		m.retireAll(pt)
+	}
+}
+
+// retireAll keeps the counters of a partition's policies that is going
+// away.
+func (m *Member) retireAll(pt *partition) {
+	for _, s := range pt.stages {
+		if s.Thr != nil {
+			m.retire(s.Thr.Stats())
+		}
+	}
 }
 
 // caughtUp tells the leases that a partition is ready once all of its
@@ -300,8 +514,9 @@ func (m *Member) caughtUp(pt *partition) {
 // of it is answered or acted on any more (what its feeds delivered and the
 // pipeline has not handled yet goes to sinks that neither alert nor
 // record it), and how far it was handled is saved for the next holder.
-// The filer's lease stops the filing.
-func (m *Member) stop(p int, claim uint64) {
+// A partition whose lease was lost (lost) is parked, for start to resume
+// if it comes back. The filer's lease stops the filing.
+func (m *Member) stop(p int, claim uint64, lost bool) {
 	if p == m.cfg.Partitions {
 		m.stopFiling(claim)
 		return
@@ -313,21 +528,70 @@ func (m *Member) stop(p int, claim uint64) {
 		return
 	}
 	delete(m.parts, p)
+	// A partition whose lease was lost is parked at once, before it is
+	// stopped (its progress write can take a write's deadline): the lease
+	// loop may claim it again meanwhile, and start must find it (and waits
+	// for done).
+	var old *partition
+	if lost {
+		old, pt.parkedAt, m.parked[p] = m.parked[p], time.Now(), pt
+	}
 	m.mu.Unlock()
+	if old != nil {
+		m.retireAll(old)
+	}
+	defer close(pt.done)
 	pt.fence.halt()
 	pt.cancel()
 	<-pt.opened
+	// Its feeds deliver nothing more once halted; ending their consumers
+	// can take seconds while the connection is away, and nothing waits
+	// for it.
+	pt.stopped = true
+	var feeds []*bus.Feed
+	for _, s := range pt.stages {
+		if s.feed == nil {
+			pt.stopped = false
+			continue
+		}
+		s.feed.Halt()
+		feeds = append(feeds, s.feed)
+	}
+	go func() {
+		for _, f := range feeds {
+			f.Stop()
+		}
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), m.leases.writeTimeout())
 	m.saveProgress(ctx, pt)
 	cancel()
-	for _, s := range pt.stages {
-		if s.feed != nil {
-			s.feed.Stop()
+	unpark := func(keep *partition) bool { // replaces pt with keep (nil: none) if start has not taken it
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if !lost || m.parked[p] != pt {
+			return false
 		}
-		if s.Thr != nil {
-			m.retire(s.Thr.Stats())
+		if delete(m.parked, p); keep != nil {
+			m.parked[p] = keep
 		}
+		return true
 	}
+	switch w := pt.warm; {
+	case w != nil: // stopped before it decided: the parked run stays as it was, pt read nothing
+		pt.warm = nil
+		if !unpark(w) {
+			m.retireAll(w)
+		}
+	case lost && !pt.stopped:
+		if unpark(nil) {
+			m.log.Warn("group: lost partition not kept: its feeds had not all started", "partition", p)
+			m.retireAll(pt)
+		} // else start took it, and rebuilds it
+		return
+	case lost:
+		return // parked
+	}
+	m.retireAll(pt)
 }
 
 // replayThrough is, per stage, the newest stream sequence that the
@@ -336,38 +600,59 @@ func (m *Member) stop(p int, claim uint64) {
 // takes the progress key over (writes it, compare-and-set, as it found
 // it), so that a previous holder that still writes to it fails from then
 // on: what it handles after that is handled again here, and alerted once.
-func (m *Member) replayThrough(ctx context.Context, pt *partition) map[string]uint64 {
-	var through map[string]uint64
-	for range 3 {
+//
+// It also returns the claim of the holder that last wrote the key (0:
+// none, or unknown).
+func (m *Member) replayThrough(ctx context.Context, pt *partition) (through map[string]uint64, holder uint64) {
+	// A bucket that does not answer (a NATS node lost, a leader being
+	// elected) is asked again for two leases: the partition cannot answer
+	// before anyway, and going on without its progress would alert again
+	// what its previous holder alerted.
+	deadline := time.Now().Add(2 * m.cfg.Lease)
+	for changed := 0; changed < 3; {
 		var rev uint64
 		var err error
-		through, rev, err = m.progress.get(ctx, pt.p)
-		if err != nil && !errors.Is(err, bus.ErrNoKey) {
-			m.log.Warn("group: progress unknown", "partition", pt.p, "err", err)
-			break
-		}
+		through, holder, rev, err = m.progress.get(ctx, pt.p)
 		if errors.Is(err, bus.ErrNoKey) {
 			last, err := m.bus.LastSeq(ctx, m.cfg.Stream)
 			if err != nil {
 				m.log.Warn("group: stream's last sequence unknown; replaying from the start as live", "err", err)
 			}
 			through = map[string]uint64{stageRoom: last, stageUser: last, stageStray: last, stageAll: last}
+		} else if err != nil {
+			if ctx.Err() != nil || time.Now().After(deadline) {
+				m.log.Warn("group: progress unknown", "partition", pt.p, "err", err)
+				return nil, 0
+			}
+			pause(ctx, 250*time.Millisecond)
+			continue
 		}
-		rev, err = m.progress.take(ctx, pt.p, through, rev)
-		if err == nil {
+		rev, err = m.progress.take(ctx, pt.p, through, pt.rev, rev)
+		switch {
+		case err == nil:
 			pt.progMu.Lock()
 			pt.progRev, pt.progLast = rev, through
 			pt.progMu.Unlock()
-			return through
-		}
-		if !errors.Is(err, bus.ErrKeyChanged) {
+			return through, holder
+		case errors.Is(err, bus.ErrKeyChanged): // the previous holder wrote it meanwhile: read it again
+			changed++
+		case ctx.Err() != nil || time.Now().After(deadline):
 			m.log.Warn("group: progress not taken over", "partition", pt.p, "err", err)
-			return through
+			return through, holder
+		default:
+			pause(ctx, 250*time.Millisecond)
 		}
-		// The previous holder wrote it meanwhile: read it again.
 	}
 	m.log.Warn("group: progress not taken over: the previous holder keeps writing it", "partition", pt.p)
-	return through
+	return through, 0
+}
+
+// pause waits d, or until ctx is done.
+func pause(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
 }
 
 // saveProgress writes how far partition pt has been handled, if that
@@ -386,7 +671,7 @@ func (m *Member) saveProgress(ctx context.Context, pt *partition) {
 	if maps.Equal(seqs, pt.progLast) {
 		return
 	}
-	rev, err := m.progress.put(ctx, pt.p, seqs, pt.progRev)
+	rev, err := m.progress.put(ctx, pt.p, seqs, pt.rev, pt.progRev)
 	if err != nil {
 		m.log.Warn("group: progress not recorded", "partition", pt.p, "err", err)
 		return

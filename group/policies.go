@@ -83,7 +83,7 @@ func (m *Member) Reconfigure(policies []throttle.Policy) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		var err error
-		for _, pt := range m.parts {
+		for pt := range m.held() { // a parked partition resumes under the policies in force
 			for _, s := range pt.stages {
 				if s.Thr == nil {
 					continue

@@ -2,6 +2,7 @@ package group
 
 import (
 	"context"
+	"iter"
 	"maps"
 	"slices"
 	"sync"
@@ -159,6 +160,7 @@ func (m *Member) recordProgress(ctx context.Context) {
 			m.saveProgress(wctx, pt)
 			cancel()
 		}
+		m.sweepParked(time.Now())
 	}
 }
 
@@ -195,20 +197,37 @@ func (m *Member) ThrottleStats() []throttle.PolicyStats {
 		out[i].Policy = p.Name
 		out[i].Allowed, out[i].Denied, out[i].ShadowDenied = m.metrics.decisions(p.Name)
 	}
-	for _, pt := range m.parts {
+	for pt := range m.held() {
+		live := m.parts[pt.p] == pt // a parked one's keys are not tracked now
 		for _, s := range pt.stages {
 			if s.Thr == nil {
 				continue
 			}
 			for _, ps := range s.Thr.Stats() {
 				o := &out[r.order[ps.Policy]]
-				o.Keys += ps.Keys
+				if live {
+					o.Keys += ps.Keys
+				}
 				o.Evicted += ps.Evicted
 				o.Expired += ps.Expired
 			}
 		}
 	}
 	return out
+}
+
+// held is every partition this member keeps state of, running or
+// parked; the caller holds m.mu.
+func (m *Member) held() iter.Seq[*partition] {
+	return func(yield func(*partition) bool) {
+		for _, pts := range []map[int]*partition{m.parts, m.parked} {
+			for _, pt := range pts {
+				if !yield(pt) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // retire keeps the counters of a stage's policies that is going away.

@@ -36,6 +36,7 @@ var groupOnly = []string{
 	"chatpulse_group_partitions_owned",
 	"chatpulse_group_lag_messages",
 	"chatpulse_group_complete",
+	"chatpulse_group_partition_starts_total",
 }
 
 // prometheusOwn are series Prometheus makes itself while scraping.

@@ -7,18 +7,24 @@ import (
 	neturl "net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/chatpulse/chatpulse/aggregator/oracle"
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/group"
 	tcpproxy "github.com/chatpulse/chatpulse/internal/proxy"
 	"github.com/chatpulse/chatpulse/internal/wait"
+	"github.com/chatpulse/chatpulse/rolling"
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
@@ -64,6 +70,24 @@ func (c *alertCount) counts() (distinct, total int) {
 	return len(c.heard), c.total
 }
 
+// missing lists (up to ten of) the users u0..u<n-1> whose crossing was
+// not heard.
+func (c *alertCount) missing(n int) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	users := map[string]bool{}
+	for a := range c.heard {
+		users[a.User] = true
+	}
+	var out []string
+	for u := 0; u < n && len(out) < 10; u++ {
+		if name := fmt.Sprint("u", u); !users[name] {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 // twice lists the crossings heard more than once.
 func (c *alertCount) twice() []string {
 	c.mu.Lock()
@@ -77,9 +101,17 @@ func (c *alertCount) twice() []string {
 	return out
 }
 
-// crossings publishes, user after user, the three messages that take each
-// over a limit of two an hour, until stop is closed; it returns how many
-// users it published.
+// crossingEvents are the three messages that take user u over a limit
+// of two an hour, at now.
+func crossingEvents(u int, now int64) []chat.Event {
+	e := chat.Event{Room: fmt.Sprint("r", u%5), User: fmt.Sprint("u", u), TS: now}
+	return []chat.Event{e, e, e}
+}
+
+// crossings publishes, user after user, the crossingEvents of each, until
+// stop is closed; it returns how many users it published. As a chat
+// server would, it publishes again while the stream has no leader (a
+// node lost), with one Nats-Msg-Id, so that the stream keeps each once.
 func crossings(t *testing.T, url string, now int64, stop <-chan struct{}) int {
 	nc, err := nats.Connect(url)
 	if err != nil {
@@ -94,10 +126,13 @@ func crossings(t *testing.T, url string, now int64, stop <-chan struct{}) int {
 			return u
 		default:
 		}
-		user := fmt.Sprint("u", u)
-		for i := range 3 {
-			e := chat.Event{Room: fmt.Sprint("r", u%5), User: user, TS: now}
-			if _, err := js.Publish(context.Background(), "chat."+e.Room+"."+e.User, []byte(eventJSON(e, u*3+i))); err != nil {
+		for i, e := range crossingEvents(u, now) {
+			id := u*3 + i
+			msg := &nats.Msg{Subject: "chat." + e.Room + "." + e.User, Data: []byte(eventJSON(e, id)), Header: nats.Header{"Nats-Msg-Id": {fmt.Sprint("crossing-", id)}}}
+			if err := wait.Until(30*time.Second, func() error {
+				_, err := js.PublishMsg(context.Background(), msg)
+				return err
+			}); err != nil {
 				t.Error(err)
 				return u
 			}
@@ -116,6 +151,7 @@ type crossingTraffic struct {
 	stop   chan struct{}
 	done   chan struct{}
 	users  atomic.Int64
+	now    int64 // the events' ts
 }
 
 func newCrossingTraffic(t *testing.T, url string) *crossingTraffic {
@@ -126,6 +162,7 @@ func newCrossingTraffic(t *testing.T, url string) *crossingTraffic {
 
 // start counts alerts from now on and starts the traffic at now.
 func (c *crossingTraffic) start(now int64) {
+	c.now = now
 	c.alerts, _ = countAlerts(c.t, c.url)
 	c.stop, c.done = make(chan struct{}), make(chan struct{})
 	go func() {
@@ -145,7 +182,7 @@ func (c *crossingTraffic) heard(n int) {
 	c.t.Helper()
 	wait.For(c.t, 30*time.Second, func() error {
 		if d, _ := c.alerts.counts(); d < n {
-			return fmt.Errorf("%d crossings heard, want at least %d", d, n)
+			return fmt.Errorf("%d crossings heard, want at least %d; of the first %d users, not heard: %v", d, n, n, c.alerts.missing(n))
 		}
 		return nil
 	})
@@ -155,6 +192,19 @@ func (c *crossingTraffic) heard(n int) {
 // every crossing was heard, stops the members cleanly, and checks that
 // each crossing was alerted exactly once.
 func (c *crossingTraffic) end(ms []*testMain, what string) {
+	c.t.Helper()
+	c.finish(ms)
+	for _, tm := range ms {
+		if err := tm.Close(); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	c.once(what)
+}
+
+// finish stops the traffic, waits until every member has read it all and
+// every crossing was heard, and returns the events published.
+func (c *crossingTraffic) finish(ms []*testMain) []chat.Event {
 	c.t.Helper()
 	close(c.stop)
 	<-c.done
@@ -168,11 +218,18 @@ func (c *crossingTraffic) end(ms []*testMain, what string) {
 		}
 		return nil
 	})
-	for _, tm := range ms {
-		if err := tm.Close(); err != nil {
-			c.t.Fatal(err)
-		}
+	var evs []chat.Event
+	for u := range n {
+		evs = append(evs, crossingEvents(u, c.now)...)
 	}
+	return evs
+}
+
+// once checks, once the members have stopped, that each crossing was
+// alerted exactly once.
+func (c *crossingTraffic) once(what string) {
+	c.t.Helper()
+	n := int(c.users.Load())
 	_, nc := countAlerts(c.t, c.url) // a round trip on the server after every alert it republished
 	nc.Flush()
 	if d, total := c.alerts.counts(); d != n || total != n {
@@ -278,4 +335,147 @@ func TestGroupSkewedClock(t *testing.T) {
 			t.Errorf("%s's log does not name the skewed member", tm.url)
 		}
 	}
+}
+
+// sampleUsers is the events of n of evs's users, spread over them: the
+// users whose views a test compares one by one (the overview and rooms
+// views count them all).
+func sampleUsers(evs []chat.Event, n int) []chat.Event {
+	users := map[string]bool{}
+	for _, e := range evs {
+		users[e.User] = true
+	}
+	every := max(len(users)/n, 1)
+	var out []chat.Event
+	seen := map[string]int{}
+	for _, e := range evs {
+		if _, ok := seen[e.User]; !ok {
+			seen[e.User] = len(seen)
+		}
+		if seen[e.User]%every == 0 {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// starts sums chatpulse_group_partition_starts_total over the members, by
+// how the partitions were started.
+func starts(ms []*testMain) map[string]float64 {
+	n := map[string]float64{}
+	for _, tm := range ms {
+		for _, how := range []string{"snapshot", "replay", "warm"} {
+			n[how] += tm.metric(`chatpulse_group_partition_starts_total{how="` + how + `"}`)
+		}
+	}
+	return n
+}
+
+// Losing the NATS node that leads the lease bucket (3 members on a 3-node
+// cluster, everything at three replicas) while events and crossings flow:
+// the bucket answers nothing until a new leader is elected, which can take
+// longer than a lease, so the members' leases run out. Each member parks
+// the partitions it lost and, once the bucket answers, gets them back and
+// resumes them from where they stopped: no partition is rebuilt (loaded
+// from a snapshot or replayed), every view is exact again, and every
+// crossing is alerted exactly once.
+func TestGroupLeaseLeaderLoss(t *testing.T) {
+	nodes, url, crash, gone := natsCrashCluster(t)
+	c := newCrossingTraffic(t, url)
+	ms := startGroup(t, url, "g", 3, nil, append(c.args, "--replicas", "3")...)
+	c.start(time.Now().UnixMilli())
+	c.more(20)
+	before := starts(ms)
+	nc, _ := nats.Connect(url)
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	s, err := js.Stream(context.Background(), "KV_CHATPULSE_GROUP_g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := s.CachedInfo().Cluster.Leader
+	lost := time.Now()
+	lostNode := slices.IndexFunc(nodes, func(ns *server.Server) bool { return ns.Name() == leader })
+	crash(lostNode)
+	// The lease bucket gets a new leader after an election timeout;
+	// then the others notice the lost node's routes are dead.
+	wait.For(t, 30*time.Second, func() error {
+		s, err := js.Stream(context.Background(), "KV_CHATPULSE_GROUP_g")
+		if err != nil {
+			return err
+		}
+		if l := s.CachedInfo().Cluster.Leader; l == "" || l == leader {
+			return fmt.Errorf("the lease bucket's leader is %q", l)
+		}
+		return nil
+	})
+	gone(lostNode)
+	c.more(20)
+	waitComplete(t, ms[0], 3)
+	c.more(20)
+	evs := c.finish(ms)
+	t.Logf("node %s, leading the lease bucket, lost: complete again, %d crossings later and caught up, after %v", leader, len(evs)/3, time.Since(lost).Round(time.Millisecond))
+	ws, _ := rolling.ParseWindows(rolling.DefaultWindows)
+	o := oracle.New(ws)
+	o.Observe(c.now, evs)
+	for _, tm := range ms {
+		tm.compareGroup(o, sampleUsers(evs, 20))
+	}
+	after := starts(ms)
+	t.Logf("partition starts after the loss: %v warm, %v from snapshots, %v replayed", after["warm"]-before["warm"], after["snapshot"]-before["snapshot"], after["replay"]-before["replay"])
+	if after["snapshot"] != before["snapshot"] || after["replay"] != before["replay"] {
+		t.Errorf("partitions rebuilt after the loss of the lease bucket's leader: starts %v before, %v after", before, after)
+	}
+	for _, tm := range ms {
+		if err := tm.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.once("across the loss of the lease bucket's leader")
+}
+
+// A member paused (SIGSTOP) for twice the lease while crossings flow, and
+// resumed (SIGCONT): its leases ran out, the others took its partitions
+// over; it comes back to partitions whose validity it knows has ended
+// (leases run on the monotonic clock, which went on while it was
+// stopped), acts for none of them, and takes its share again. Every view
+// is exact and every crossing alerted exactly once.
+func TestGroupAlertsOnceAcrossAPausedMember(t *testing.T) {
+	url := natsServer(t)
+	c := newCrossingTraffic(t, url)
+	ms := startGroup(t, url, "g", 2, nil, c.args...)
+	paused, pm := startBinary(t, append([]string{"--nats-url", url, "--group", "g", "--instance", "paused", "--partitions", "8"}, c.args...)...)
+	waitComplete(t, ms[0], 3)
+	c.start(time.Now().UnixMilli())
+	c.more(20)
+	if err := paused.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	waitComplete(t, ms[0], 2) // its keys ran out: the others own everything
+	c.more(20)
+	time.Sleep(time.Until(stopped.Add(2 * group.DefaultLease))) // the fault's length, not a wait for a result
+	if err := paused.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitComplete(t, ms[0], 3)
+	c.more(20)
+	all := append([]*testMain{pm}, ms...)
+	evs := c.finish(all)
+	ws, _ := rolling.ParseWindows(rolling.DefaultWindows)
+	o := oracle.New(ws)
+	o.Observe(c.now, evs)
+	for _, tm := range all {
+		tm.compareGroup(o, sampleUsers(evs, 20))
+	}
+	if err := paused.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	paused.Wait()
+	for _, tm := range ms {
+		if err := tm.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.once("across a member paused for twice the lease")
 }

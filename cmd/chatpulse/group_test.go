@@ -23,6 +23,7 @@ import (
 
 	"github.com/chatpulse/chatpulse/aggregator/oracle"
 	"github.com/chatpulse/chatpulse/chat"
+	tcpproxy "github.com/chatpulse/chatpulse/internal/proxy"
 	"github.com/chatpulse/chatpulse/internal/wait"
 	"github.com/chatpulse/chatpulse/rolling"
 	"github.com/chatpulse/chatpulse/throttle"
@@ -487,14 +488,66 @@ func natsCluster(t *testing.T) ([]*server.Server, string) {
 	t.Helper()
 	ports := []int{freePort(t), freePort(t), freePort(t)}
 	routes := fmt.Sprintf("nats://127.0.0.1:%d,nats://127.0.0.1:%d,nats://127.0.0.1:%d", ports[0], ports[1], ports[2])
+	return startCluster(t, ports, func(int) string { return routes })
+}
+
+// natsCrashCluster is natsCluster with every route between two nodes
+// through a TCP proxy of its own. crash(i) loses node i as a machine that
+// stops does: its routes stall (the others hear nothing more from it, not
+// even that it went: they elect new leaders after Raft's election
+// timeout, 4-9 s), then it shuts down (its clients reconnect elsewhere);
+// gone(i) is the others noticing that its routes are dead (a real
+// cluster does, by pings, within minutes), so that they stop sending it
+// what its clients had asked for before.
+func natsCrashCluster(t *testing.T) (nodes []*server.Server, url string, crash, gone func(i int)) {
+	t.Helper()
+	ports := []int{freePort(t), freePort(t), freePort(t)}
+	via := map[[2]int]*tcpproxy.Proxy{}
+	for i := range 3 {
+		for j := range 3 {
+			if i != j {
+				via[[2]int{i, j}] = tcpproxy.New(t, fmt.Sprint("127.0.0.1:", ports[j]))
+			}
+		}
+	}
+	nodes, url = startCluster(t, ports, func(i int) string {
+		var routes []string
+		for j := range 3 {
+			if p := via[[2]int{i, j}]; p != nil {
+				routes = append(routes, "nats://"+p.Addr())
+			}
+		}
+		return strings.Join(routes, ",")
+	})
+	routes := func(i int, do func(*tcpproxy.Proxy)) {
+		for pair, p := range via {
+			if pair[0] == i || pair[1] == i {
+				do(p)
+			}
+		}
+	}
+	crash = func(i int) {
+		routes(i, (*tcpproxy.Proxy).Stall)
+		nodes[i].Shutdown()
+		nodes[i].WaitForShutdown()
+	}
+	return nodes, url, crash, func(i int) { routes(i, (*tcpproxy.Proxy).Drop) }
+}
+
+// startCluster starts a node listening for routes on each of ports, node
+// i with routes(i), and waits until JetStream has a meta leader.
+func startCluster(t *testing.T, ports []int, routes func(i int) string) ([]*server.Server, string) {
+	t.Helper()
 	var nodes []*server.Server
 	var urls []string
-	for i := range 3 {
+	for i := range ports {
 		ns, err := server.NewServer(&server.Options{
 			ServerName: fmt.Sprint("n", i), Host: "127.0.0.1", Port: -1,
 			JetStream: true, StoreDir: t.TempDir(),
-			Cluster: server.ClusterOpts{Name: "chatpulse-test", Host: "127.0.0.1", Port: ports[i]},
-			Routes:  server.RoutesFromStr(routes),
+			// Routes only as listed: none learnt from the others around
+			// the proxies.
+			Cluster: server.ClusterOpts{Name: "chatpulse-test", Host: "127.0.0.1", Port: ports[i], NoAdvertise: true},
+			Routes:  server.RoutesFromStr(routes(i)),
 			NoSigs:  true, NoLog: true,
 		})
 		if err != nil {

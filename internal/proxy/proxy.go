@@ -109,6 +109,7 @@ func (p *Proxy) pipe(src, dst net.Conn) {
 			}
 		}
 		if err != nil {
+			p.gate() // nor does a close get through a stall
 			return
 		}
 	}
