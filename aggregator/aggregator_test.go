@@ -167,6 +167,9 @@ func (s *sim) step(i int) {
 			s.t.Fatalf("seed %d step %d: tracking %d rooms, %d users, %d with joins or leaves; want %d, %d, %d",
 				s.seed, i, st.Rooms, st.Users, st.Crowds, rooms, users, crowds)
 		}
+		if least, most := s.ora.Members(s.now); st.Members < least || st.Members > most {
+			s.t.Fatalf("seed %d step %d: %d memberships remembered, want %d to %d", s.seed, i, st.Members, least, most)
+		}
 	}
 }
 
@@ -304,7 +307,7 @@ func TestLoadStateRefuses(t *testing.T) {
 	}{
 		{"windows", "1m,5m", saved, "3 windows, not 2"},
 		{"window", "1m,5m,2h", saved, `window "1h" of 60 buckets of 60000 ms, not "2h" of 60 of 120000`},
-		{"version", "1m,5m,1h", append([]byte{9}, saved[1:]...), "format version 9, not 3 (or 2)"},
+		{"version", "1m,5m,1h", append([]byte{9}, saved[1:]...), "format version 9, not 4 (or 3, 2)"},
 		{"empty", "1m,5m,1h", nil, "truncated: 1 byte wanted, 0 left"},
 		{"truncated", "1m,5m,1h", saved[:len(saved)-1], "truncated: "},
 		{"trailing", "1m,5m,1h", append(slices.Clip(saved), 0), "1 bytes after the last user"},

@@ -174,6 +174,7 @@ func (m *Member) Stats() aggregator.Stats {
 		st.Rooms += r.Rooms
 		st.Pairs += r.Pairs
 		st.Crowds += r.Crowds
+		st.Members += r.Members
 		st.Users += u.Users
 		for i, n := range r.Late {
 			st.Late[i] += n
