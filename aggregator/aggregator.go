@@ -175,8 +175,9 @@ func (w *window) advance(b int64) {
 // older than every window are appended to late and not counted. A join or
 // a leave that repeats its (room, user)'s last one (members.go) is counted
 // nowhere, and its Kind set to chat.KindRepeat, so that the throttle
-// policies fed the batch next skip it too. Only Room, User, TS and Kind of
-// an event are read.
+// policies fed the batch next skip it too (so a batch is for one
+// aggregator: another would take its repeats for no join or leave at all).
+// Only Room, User, TS and Kind of an event are read.
 func (a *Aggregator) Observe(now int64, evs []chat.Event, late []int) []int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
