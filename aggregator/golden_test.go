@@ -80,21 +80,30 @@ func TestGoldenStates(t *testing.T) {
 	}
 }
 
-// A state of format 3, saved before memberships were kept, still loads:
-// as a state that knows none, with the same counts, and saves again as
-// it was, but for its version and the (empty) memberships.
-func TestGoldenStateFormat3(t *testing.T) {
-	golden, err := os.ReadFile(filepath.Join("testdata", "state-v3.golden"))
+// loadOldGolden loads testdata/state-v<version>.golden, a state of an
+// older format, into a fresh aggregator.
+func loadOldGolden(t *testing.T, version byte) ([]byte, *aggregator.Aggregator) {
+	t.Helper()
+	name := fmt.Sprintf("state-v%d.golden", version)
+	golden, err := os.ReadFile(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if golden[0] != 3 {
-		t.Fatalf("testdata/state-v3.golden is of format %d", golden[0])
+	if golden[0] != version {
+		t.Fatalf("testdata/%s is of format %d", name, golden[0])
 	}
 	fresh, _ := aggregator.New(mustWindows(t, goldenWindows))
 	if err := fresh.LoadState(golden); err != nil {
 		t.Fatal(err)
 	}
+	return golden, fresh
+}
+
+// A state of format 3, saved before memberships were kept, still loads:
+// as a state that knows none, with the same counts, and saves again as
+// it was, but for its version and the (empty) memberships.
+func TestGoldenStateFormat3(t *testing.T) {
+	golden, fresh := loadOldGolden(t, 3)
 	if st := fresh.Stats(); st.Members != 0 || st.Crowds == 0 {
 		t.Errorf("loaded, holds %+v", st)
 	}
@@ -118,17 +127,7 @@ func TestGoldenStateFormat2(t *testing.T) {
 	for i := range 600 {
 		s.step(i)
 	}
-	golden, err := os.ReadFile(filepath.Join("testdata", "state-v2.golden"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if golden[0] != 2 {
-		t.Fatalf("testdata/state-v2.golden is of format %d", golden[0])
-	}
-	fresh, _ := aggregator.New(mustWindows(t, goldenWindows))
-	if err := fresh.LoadState(golden); err != nil {
-		t.Fatal(err)
-	}
+	_, fresh := loadOldGolden(t, 2)
 	if got, want := canonicalState(t, fresh.AppendState(nil)), canonicalState(t, s.agg.AppendState(nil)); !reflect.DeepEqual(got, want) {
 		t.Errorf("loaded, saves as\n%q\nnot as the trace's aggregator\n%q", got, want)
 	}
