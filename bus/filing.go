@@ -54,6 +54,7 @@ func (b *Bus) Read(ctx context.Context, stream string, from uint64) (*Source, er
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: consume: %w", stream, err)
 	}
+	var src *Source
 	conv := func(m jetstream.Msg) (ingest.Msg, bool) {
 		in := ingest.Msg{Subject: m.Subject(), Data: m.Data(), Header: m.Headers()}
 		md, err := m.Metadata()
@@ -61,13 +62,15 @@ func (b *Bus) Read(ctx context.Context, stream string, from uint64) (*Source, er
 			return in, false // not a stream's message
 		}
 		in.Received, in.Seq = md.Timestamp.UnixMilli(), md.Sequence.Stream
+		src.pending.Store(md.NumPending)
 		return in, true
 	}
-	return newSource(ch, conv, func() {
+	src = newSource(ch, conv, func() {
 		close(stopping)
 		cc.Stop()
 		<-cc.Closed()
-	}), nil
+	})
+	return src, nil
 }
 
 // File publishes msgs to JetStream, all at once, and returns once every

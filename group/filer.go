@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -56,6 +58,10 @@ type filer struct {
 	log      *slog.Logger
 	// Events filed, and those of them the chat stream already had.
 	filed, again prometheus.Counter
+	// The backlog of the filing on this member (backlog), by the copy's
+	// sequences: the last it holds, as last seen, and the last filed (or
+	// skipped). Both 0 while this member does not file.
+	seen, done atomic.Uint64
 }
 
 // filing is the filer's run on this member, while it holds the lease.
@@ -63,6 +69,9 @@ type filing struct {
 	rev    uint64 // the claim it runs by
 	cancel context.CancelFunc
 	done   chan struct{}
+	// caughtUp: it has filed all that the copy held when it began, and
+	// the lease says it is ready (as a partition that has replayed).
+	caughtUp atomic.Bool
 }
 
 // newFiler is the filer of a member with --source-stream; Attach gives it
@@ -105,9 +114,14 @@ func (m *Member) startFiling(rev uint64) {
 	m.filing = f
 	m.mu.Unlock()
 	m.log.Info("group: filing", "copy", m.filer.copy, "on", m.filer.prefix+">")
+	p := m.cfg.Partitions
+	caughtUp := sync.OnceFunc(func() {
+		f.caughtUp.Store(true)
+		m.leases.ready(p, rev)
+	})
 	go func() {
 		defer close(f.done)
-		m.filer.run(ctx)
+		m.filer.run(ctx, caughtUp)
 	}()
 }
 
@@ -125,13 +139,23 @@ func (m *Member) stopFiling(claim uint64) {
 	m.mu.Unlock()
 	f.cancel()
 	<-f.done
+	m.filer.seen.Store(0)
+	m.filer.done.Store(0)
 	m.log.Info("group: filing stopped")
 }
 
-// run files until ctx is done, starting again after an error.
-func (f *filer) run(ctx context.Context) {
+// backlog is how many messages of the copy this member's filing has yet
+// to file (0: it does not file): part of its lag.
+func (f *filer) backlog() uint64 {
+	done, seen := f.done.Load(), f.seen.Load()
+	return seen - min(done, seen)
+}
+
+// run files until ctx is done, starting again after an error, and calls
+// caughtUp once it has filed what the copy held when it began.
+func (f *filer) run(ctx context.Context, caughtUp func()) {
 	for {
-		err := f.file(ctx)
+		err := f.file(ctx, caughtUp)
 		if ctx.Err() != nil {
 			return
 		}
@@ -145,9 +169,17 @@ func (f *filer) run(ctx context.Context) {
 }
 
 // file reads the copy from where the filing stopped last, and files what
-// it reads, a batch of what has arrived at a time.
-func (f *filer) file(ctx context.Context) error {
-	src, err := f.bus.Read(ctx, f.copy, f.resume(ctx))
+// it reads, a batch of what has arrived at a time, calling caughtUp once
+// it has filed what the copy held when it began.
+func (f *filer) file(ctx context.Context, caughtUp func()) error {
+	from, first, last := f.resume(ctx)
+	f.seen.Store(last)
+	f.done.Store(max(from, first, 1) - 1)
+	through := last // what must be filed to be caught up
+	if f.done.Load() >= through {
+		caughtUp()
+	}
+	src, err := f.bus.Read(ctx, f.copy, from)
 	if err != nil {
 		return err
 	}
@@ -166,9 +198,14 @@ func (f *filer) file(ctx context.Context) error {
 			return err // stopped: no new batch
 		}
 		if len(batch) > 0 {
+			seq := batch[len(batch)-1].Seq
+			f.seen.Store(max(f.seen.Load(), seq+src.Pending()))
 			out = f.encode(batch, out[:0])
-			if err := f.fileBatch(ctx, out, batch[len(batch)-1].Seq); err != nil {
+			if err := f.fileBatch(ctx, out, seq); err != nil {
 				return err
+			}
+			if f.done.Store(seq); seq >= through {
+				caughtUp()
 			}
 		}
 		if !more {
@@ -219,17 +256,22 @@ func (f *filer) fileOnce(ctx context.Context, out []*nats.Msg, last uint64) erro
 const fileWait = 5 * time.Second
 
 // resume is the copy's first sequence not filed yet (0: the copy's
-// first), from the progress the last filer recorded.
-func (f *filer) resume(ctx context.Context) uint64 {
+// first), from the progress the last filer recorded, and the copy's first
+// and last sequences now (0 if they cannot be read: nothing to catch up).
+func (f *filer) resume(ctx context.Context) (from, first, last uint64) {
+	first, last, err := f.bus.Seqs(ctx, f.copy)
+	if err != nil {
+		first, last = 0, 0
+	}
 	p, ok := f.progress.filed(ctx)
 	if !ok || p.Copy != f.copy {
-		return 0
+		return 0, first, last
 	}
-	if _, last, err := f.bus.Seqs(ctx, f.copy); err == nil && last < p.Seq {
+	if err == nil && last < p.Seq {
 		f.log.Warn("group: the copy holds less than was filed from it (made again?): filing all it holds", "copy", f.copy, "filed", p.Seq, "last", last)
-		return 0
+		return 0, first, last
 	}
-	return p.Seq + 1
+	return p.Seq + 1, first, last
 }
 
 // encode decodes a batch read from the copy, dead-letters or counts what

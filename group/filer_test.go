@@ -25,9 +25,10 @@ import (
 // over its copy, as a member with --input matrix --source-stream Foreign
 // has.
 type filerRig struct {
-	b  *bus.Bus
-	js jetstream.JetStream
-	f  *filer
+	b      *bus.Bus
+	js     jetstream.JetStream
+	f      *filer
+	stream bus.StreamConfig // the chat stream
 }
 
 func newFilerRig(tb testing.TB) *filerRig {
@@ -60,7 +61,7 @@ func newFilerRig(tb testing.TB) *filerRig {
 	if m.filer.progress, err = openProgress(ctx, b, "g", 1); err != nil {
 		tb.Fatal(err)
 	}
-	return &filerRig{b: b, js: js, f: m.filer}
+	return &filerRig{b: b, js: js, f: m.filer, stream: stream}
 }
 
 // matrixSamples are the payloads of ingest/testdata/matrix.
@@ -120,7 +121,7 @@ func (r *filerRig) fileAll(tb testing.TB, seq uint64) {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); r.f.run(ctx) }()
+	go func() { defer close(done); r.f.run(ctx, func() {}) }()
 	wait.For(tb, 60*time.Second, func() error {
 		if p, _ := r.f.progress.filed(context.Background()); p.Seq < seq {
 			return fmt.Errorf("filed up to %d of %d", p.Seq, seq)
@@ -186,6 +187,65 @@ func TestFilerFilesOnce(t *testing.T) {
 	if n := value(r.f.filed); n != float64(2*len(want)) {
 		t.Errorf("filed_total %v, want %d", n, 2*len(want))
 	}
+}
+
+// The filer's backlog, what the copy holds that it has not filed, is
+// part of its member's lag, and it is caught up (its lease ready: the
+// member is ready, the group complete) only once it has filed what the
+// copy held when it began. While the chat stream is missing nothing can
+// be filed: the backlog is all of the copy, and it is not caught up;
+// once the stream is back it files it all, is caught up and has no
+// backlog.
+func TestFilerBacklog(t *testing.T) {
+	r := newFilerRig(t)
+	samples := matrixSamples(t)
+	r.publish(t, samples)
+	ctx := context.Background()
+	if err := r.js.DeleteStream(ctx, "CHAT"); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.f.backlog(); n != 0 {
+		t.Fatalf("a filer that does not run has a backlog of %d", n)
+	}
+	caught := make(chan uint64, 1)
+	run, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.f.run(run, func() { caught <- r.f.done.Load() })
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	wait.For(t, 30*time.Second, func() error {
+		if n := r.f.backlog(); n != uint64(len(samples)) {
+			return fmt.Errorf("backlog %d, want %d", n, len(samples))
+		}
+		return nil
+	})
+	select {
+	case seq := <-caught:
+		t.Fatalf("caught up at %d with the chat stream missing", seq)
+	default:
+	}
+	if err := r.b.EnsureStreams(ctx, r.stream, 8); err != nil {
+		t.Fatal(err)
+	}
+	if seq := <-caught; seq < uint64(len(samples)) {
+		t.Errorf("caught up having filed up to %d of %d", seq, len(samples))
+	}
+	wait.For(t, 30*time.Second, func() error {
+		if n := r.f.backlog(); n != 0 {
+			return fmt.Errorf("backlog %d once caught up", n)
+		}
+		return nil
+	})
+	more := samples[:5]
+	r.publish(t, more)
+	wait.For(t, 30*time.Second, func() error {
+		if p, _ := r.f.progress.filed(ctx); p.Seq < uint64(len(samples)+len(more)) || r.f.backlog() != 0 {
+			return fmt.Errorf("filed up to %d, backlog %d", p.Seq, r.f.backlog())
+		}
+		return nil
+	})
 }
 
 // BenchmarkFiler is the filing of one member: b.N Matrix envelopes (the

@@ -285,7 +285,8 @@ func (m *Member) Sweep(now int64) {
 }
 
 // Ready reports whether this member holds, caught up, every partition
-// that is its share of the group.
+// that is its share of the group, and the filing if it is its share: the
+// filing is caught up once it has filed what the copy held when it began.
 func (m *Member) Ready() bool {
 	t := m.leases.table()
 	if !t.synced {
@@ -294,8 +295,8 @@ func (m *Member) Ready() bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	for _, p := range t.wants {
-		if p == m.cfg.Partitions { // the filer's
-			if m.filing == nil {
+		if p == m.cfg.Partitions { // the filer's: caught up with the copy
+			if m.filing == nil || !m.filing.caughtUp.Load() {
 				return false
 			}
 			continue
