@@ -24,6 +24,9 @@ type Status struct {
 	// --source-stream (docs/contract.md section 13; chatpulse's addition);
 	// empty while none does, absent without --source-stream.
 	Filer *string `json:"filer,omitempty"`
+	// FilerReady says the filing has caught up: it has filed what the
+	// copy held when it began (chatpulse's addition; with Filer).
+	FilerReady *bool `json:"filer_ready,omitempty"`
 	// Skewed names the members whose clocks are further than --max-skew
 	// from the group's (chatpulse's addition).
 	Skewed []string `json:"skewed"`
@@ -95,8 +98,10 @@ func (m *Member) status() Status {
 		s.Members = append(s.Members, ms)
 	}
 	if m.filer != nil {
-		filer := t.owners[m.cfg.Partitions].Instance
-		s.Filer = &filer
+		o := t.owners[m.cfg.Partitions]
+		_, live := t.members[o.Instance]
+		ready := o.Ready && live
+		s.Filer, s.FilerReady = &o.Instance, &ready
 	}
 	return s
 }
