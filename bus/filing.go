@@ -2,8 +2,10 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -103,3 +105,43 @@ func (b *Bus) File(ctx context.Context, msgs []*nats.Msg) (duplicates int, err e
 
 // MaxPayload is the largest message the server takes.
 func (b *Bus) MaxPayload() int { return int(b.nc.MaxPayload()) }
+
+// FiledAfter is the sequences in copy, past after, of the events the
+// chat stream holds that were filed from it (by their Nats-Msg-Id,
+// FiledID), read from the stream's end back to the first filed at or
+// before after, or to its first message; false if that takes more than
+// back messages (then the set is not known in full). A filer that died
+// between a batch's acknowledgements and the record of its progress left
+// some of the batch stored, or all of it, or none: this says which, so
+// that the next files the rest and nothing twice, whenever it comes.
+func (b *Bus) FiledAfter(ctx context.Context, stream, copy string, after uint64, back int) (map[uint64]bool, bool, error) {
+	s, err := b.js.Stream(ctx, stream)
+	if err != nil {
+		return nil, false, fmt.Errorf("stream %s: %w", stream, err)
+	}
+	st := s.CachedInfo().State
+	prefix := copy + ":"
+	filed := map[uint64]bool{}
+	for seq := st.LastSeq; seq >= max(st.FirstSeq, 1); seq-- {
+		if st.LastSeq-seq >= uint64(back) {
+			return filed, false, nil
+		}
+		m, err := s.GetMsg(ctx, seq)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			continue // deleted
+		case err != nil:
+			return nil, false, fmt.Errorf("stream %s: message %d: %w", stream, seq, err)
+		}
+		rest, ok := strings.CutPrefix(m.Header.Get(nats.MsgIdHdr), prefix)
+		n, err := strconv.ParseUint(rest, 10, 64)
+		switch {
+		case !ok || err != nil: // not filed from copy
+		case n <= after:
+			return filed, true, nil
+		default:
+			filed[n] = true
+		}
+	}
+	return filed, true, nil
+}

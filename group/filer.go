@@ -36,10 +36,12 @@ import (
 // Nats-Msg-Id bus.FiledID(copy, its sequence there); after each batch is
 // acknowledged, the filer writes the copy's sequence it has filed up to
 // in the group's progress bucket (key filer), and whoever files next
-// starts after it. What a holder filed after its last progress write is
-// filed again and dropped by the chat stream's duplicate window (2
-// minutes by default); only a group that is down altogether for longer
-// than that files the last batch before it went down twice.
+// starts after it. What a holder filed after its last progress write
+// (it died in between) the next finds in the chat stream by its
+// Nats-Msg-Id, reading the stream back from its end (resume), and does
+// not file again, however long the group was down: the chat stream's
+// duplicate window (2 minutes by default) is only the second guard, for
+// when that cannot be read.
 //
 // What does not decode is dead-lettered as a standalone instance would
 // (too_large, malformed, invalid, unmapped, future; each read from the
@@ -50,10 +52,14 @@ type filer struct {
 	bus      *bus.Bus
 	format   *ingest.Format
 	copy     string // the stream that sources the foreign one
+	chat     string // the chat stream, where it files
 	prefix   string // chat.: where events are filed
 	skew     time.Duration
 	grace    time.Duration // how long a batch under way may take once the filing stops: a lease tick
 	progress *progress
+	// skip: the copy's sequences that the chat stream holds already,
+	// though the progress recorded did not say so (resume).
+	skip     map[uint64]bool
 	consumer *ingest.Consumer // counts what is not filed
 	log      *slog.Logger
 	// Events filed, and those of them the chat stream already had.
@@ -77,7 +83,7 @@ type filing struct {
 // newFiler is the filer of a member with --source-stream; Attach gives it
 // its bus and the copy it reads.
 func newFiler(cfg Config, consumer *ingest.Consumer, reg prometheus.Registerer) *filer {
-	f := &filer{format: cfg.Input, prefix: strings.TrimSuffix(cfg.Subject, ">"), skew: cfg.MaxSkew, grace: cfg.Lease / 4,
+	f := &filer{format: cfg.Input, chat: cfg.Stream, prefix: strings.TrimSuffix(cfg.Subject, ">"), skew: cfg.MaxSkew, grace: cfg.Lease / 4,
 		consumer: consumer, log: cfg.Log,
 		filed: prometheus.NewCounter(prometheus.CounterOpts{Name: "chatpulse_events_filed_total",
 			Help: "Events of a foreign stream this member filed on chat.<room>.<user>, in a group with --source-stream."}),
@@ -115,10 +121,10 @@ func (m *Member) startFiling(rev uint64) {
 	m.mu.Unlock()
 	m.log.Info("group: filing", "copy", m.filer.copy, "on", m.filer.prefix+">")
 	p := m.cfg.Partitions
-	caughtUp := sync.OnceFunc(func() {
+	caughtUp := func() {
 		f.caughtUp.Store(true)
 		m.leases.ready(p, rev)
-	})
+	}
 	go func() {
 		defer close(f.done)
 		m.filer.run(ctx, caughtUp)
@@ -154,6 +160,7 @@ func (f *filer) backlog() uint64 {
 // run files until ctx is done, starting again after an error, and calls
 // caughtUp once it has filed what the copy held when it began.
 func (f *filer) run(ctx context.Context, caughtUp func()) {
+	caughtUp = sync.OnceFunc(caughtUp)
 	for {
 		err := f.file(ctx, caughtUp)
 		if ctx.Err() != nil {
@@ -189,7 +196,7 @@ func (f *filer) file(ctx context.Context, caughtUp func()) error {
 			src.Stop()
 		}
 	}()
-	batch := make([]ingest.Msg, 0, 1024)
+	batch := make([]ingest.Msg, 0, fileBatchMax)
 	var out []*nats.Msg
 	for {
 		var more bool
@@ -252,27 +259,52 @@ func (f *filer) fileOnce(ctx context.Context, out []*nats.Msg, last uint64) erro
 	return nil
 }
 
-// fileWait is how long a batch's acknowledgements may take.
-const fileWait = 5 * time.Second
+// fileWait is how long a batch's acknowledgements may take;
+// fileBatchMax, the most events a batch has.
+const (
+	fileWait     = 5 * time.Second
+	fileBatchMax = 1024
+)
 
 // resume is the copy's first sequence not filed yet (0: the copy's
-// first), from the progress the last filer recorded, and the copy's first
-// and last sequences now (0 if they cannot be read: nothing to catch up).
+// first), and the copy's first and last sequences now (0 if they cannot
+// be read: nothing to catch up), from the progress the last filer
+// recorded. A filer that died after some of a batch was stored and
+// before it recorded so left the record behind: what the chat stream
+// holds from the copy past the record is set in f.skip, not to be filed
+// again (once the chat stream's duplicate window is over, it would be
+// stored twice).
 func (f *filer) resume(ctx context.Context) (from, first, last uint64) {
 	first, last, err := f.bus.Seqs(ctx, f.copy)
 	if err != nil {
 		first, last = 0, 0
 	}
-	p, ok := f.progress.filed(ctx)
-	if !ok || p.Copy != f.copy {
+	var done uint64 // the last sequence recorded (0: none)
+	if p, ok := f.progress.filed(ctx); ok && p.Copy == f.copy {
+		done = p.Seq
+	}
+	if err == nil && last < done {
+		f.log.Warn("group: the copy holds less than was filed from it (made again?): filing all it holds", "copy", f.copy, "filed", done, "last", last)
+		done = 0
+	}
+	f.skip = nil
+	switch skip, known, err := f.bus.FiledAfter(ctx, f.chat, f.copy, done, filedBack); {
+	case err != nil || !known:
+		f.log.Warn("group: what was filed after the progress recorded is not known: filing it again (the chat stream drops what it has within its duplicate window)", "recorded", done, "err", err)
+	case len(skip) > 0:
+		f.log.Info("group: the chat stream holds events filed after the progress recorded: not filing them again", "recorded", done, "events", len(skip))
+		f.skip = skip
+	}
+	if done == 0 {
 		return 0, first, last
 	}
-	if err == nil && last < p.Seq {
-		f.log.Warn("group: the copy holds less than was filed from it (made again?): filing all it holds", "copy", f.copy, "filed", p.Seq, "last", last)
-		return 0, first, last
-	}
-	return p.Seq + 1, first, last
+	return done + 1, first, last
 }
+
+// filedBack is how far back from the chat stream's end resume looks for
+// what was filed after the progress recorded: a batch, and what others
+// may have published there meanwhile.
+const filedBack = 4 * fileBatchMax
 
 // encode decodes a batch read from the copy, dead-letters or counts what
 // it does not file, and appends to out what it files.
@@ -283,6 +315,10 @@ func (f *filer) encode(batch []ingest.Msg, out []*nats.Msg) []*nats.Msg {
 		m := &batch[i]
 		if strings.HasPrefix(m.Subject, bus.OwnPrefix) {
 			continue // never our own subjects, as ingest
+		}
+		if f.skip[m.Seq] {
+			delete(f.skip, m.Seq) // filed by the filer before, which died before it said so
+			continue
 		}
 		ev, err := f.format.Decode(m.Data, m.Received, skew)
 		if err != nil {

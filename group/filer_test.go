@@ -187,6 +187,19 @@ func TestFilerFilesOnce(t *testing.T) {
 	if n := value(r.f.filed); n != float64(2*len(want)) {
 		t.Errorf("filed_total %v, want %d", n, 2*len(want))
 	}
+	// A filer that died once the chat stream had its last batch and
+	// before it recorded so: the record is of the first round. The next
+	// files the third round and nothing of the second again, though the
+	// chat stream would drop it (filed_again_total says what it drops):
+	// after its duplicate window it would not.
+	if err := r.f.progress.putFiled(context.Background(), filed{Copy: r.f.copy, Seq: uint64(len(samples))}); err != nil {
+		t.Fatal(err)
+	}
+	r.publish(t, samples)
+	r.fileAll(t, uint64(3*len(samples)))
+	if n, m := value(r.f.again), value(r.f.filed); n != 0 || m != float64(3*len(want)) {
+		t.Errorf("after a filer that did not record its last batch: filed_total %v (want %d), filed_again_total %v (want 0)", m, 3*len(want), n)
+	}
 }
 
 // The filer's backlog, what the copy holds that it has not filed, is
