@@ -31,6 +31,28 @@ func SourceCopy(stream string) string { return stream + "_SOURCE" }
 // stream copy: "<copy>:<seq>".
 func FiledID(copy string, seq uint64) string { return copy + ":" + strconv.FormatUint(seq, 10) }
 
+// FiledFrom is the sequence in copy of the event filed with Nats-Msg-Id
+// id, if FiledID(copy, seq) wrote it.
+func FiledFrom(copy, id string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(id, copy+":")
+	seq, err := strconv.ParseUint(rest, 10, 64)
+	return seq, ok && err == nil
+}
+
+// Original is message seq of stream (the copy a filed event came from),
+// as ingest reads it.
+func (b *Bus) Original(ctx context.Context, stream string, seq uint64) (ingest.Msg, error) {
+	s, err := b.js.Stream(ctx, stream)
+	if err != nil {
+		return ingest.Msg{}, fmt.Errorf("stream %s: %w", stream, err)
+	}
+	m, err := s.GetMsg(ctx, seq)
+	if err != nil {
+		return ingest.Msg{}, fmt.Errorf("stream %s: message %d: %w", stream, seq, err)
+	}
+	return ingest.Msg{Subject: m.Subject, Data: m.Data, Header: m.Header, Received: m.Time.UnixMilli(), Seq: m.Sequence}, nil
+}
+
 // Read reads stream in order from sequence from (0: from its first
 // message) with an ordered consumer, as a Source of messages marked for
 // no sink; Stop ends it.
@@ -120,7 +142,6 @@ func (b *Bus) FiledAfter(ctx context.Context, stream, copy string, after uint64,
 		return nil, false, fmt.Errorf("stream %s: %w", stream, err)
 	}
 	st := s.CachedInfo().State
-	prefix := copy + ":"
 	filed := map[uint64]bool{}
 	for seq := st.LastSeq; seq >= max(st.FirstSeq, 1); seq-- {
 		if st.LastSeq-seq >= uint64(back) {
@@ -133,10 +154,9 @@ func (b *Bus) FiledAfter(ctx context.Context, stream, copy string, after uint64,
 		case err != nil:
 			return nil, false, fmt.Errorf("stream %s: message %d: %w", stream, seq, err)
 		}
-		rest, ok := strings.CutPrefix(m.Header.Get(nats.MsgIdHdr), prefix)
-		n, err := strconv.ParseUint(rest, 10, 64)
+		n, ok := FiledFrom(copy, m.Header.Get(nats.MsgIdHdr))
 		switch {
-		case !ok || err != nil: // not filed from copy
+		case !ok: // not filed from copy
 		case n <= after:
 			return filed, true, nil
 		default:

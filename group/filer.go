@@ -64,6 +64,10 @@ type filer struct {
 	log      *slog.Logger
 	// Events filed, and those of them the chat stream already had.
 	filed, again prometheus.Counter
+	// The dead letters of filed events (deadLetterFiled) under way, and
+	// a place for each.
+	originals sync.WaitGroup
+	fetching  chan struct{}
 	// The backlog of the filing on this member (backlog), by the copy's
 	// sequences: the last it holds, as last seen, and the last filed (or
 	// skipped). Both 0 while this member does not file.
@@ -93,6 +97,7 @@ func newFiler(cfg Config, consumer *ingest.Consumer, reg prometheus.Registerer) 
 	if f.format == nil {
 		f.format = ingest.Native()
 	}
+	f.fetching = make(chan struct{}, originalsAtOnce)
 	reg.MustRegister(f.filed, f.again)
 	return f
 }
@@ -343,6 +348,43 @@ func (f *filer) encode(batch []ingest.Msg, out []*nats.Msg) []*nats.Msg {
 	}
 	return out
 }
+
+// deadLetterFiled dead-letters, if m is an event the filer filed, the
+// message of the copy it was filed from in its place, and reports
+// whether it was one: a partition rejects a filed event (as late, the one
+// reason a filed event can have that its original did not), and its dead
+// letter must be the chat system's payload, not chatpulse's form of it,
+// named by its sequence in the copy, as the filer's own dead letters
+// are. Fetching it takes round trips, which ingest does not wait for: up
+// to originalsAtOnce run on goroutines of their own, and past that ingest
+// waits for one. If the copy no longer has it, the filed event is
+// dead-lettered, with a log line.
+func (f *filer) deadLetterFiled(m *ingest.Msg, err *ingest.Error) bool {
+	seq, ok := bus.FiledFrom(f.copy, nats.Header(m.Header).Get(nats.MsgIdHdr))
+	if !ok || f.bus == nil {
+		return false
+	}
+	filed := *m
+	f.originals.Add(1)
+	f.fetching <- struct{}{}
+	go func() {
+		defer func() { <-f.fetching; f.originals.Done() }()
+		ctx, cancel := context.WithTimeout(context.Background(), fileWait)
+		defer cancel()
+		orig, e := f.bus.Original(ctx, f.copy, seq)
+		if e != nil {
+			f.log.Warn("group: a filed event's original not found: dead-lettering the filed event", "copy", f.copy, "seq", seq, "err", e)
+			f.bus.DeadLetter(&filed, err)
+			return
+		}
+		f.bus.DeadLetter(&orig, err)
+	}()
+	return true
+}
+
+// originalsAtOnce is how many dead letters of filed events may be
+// fetching their originals at once.
+const originalsAtOnce = 64
 
 func (f *filer) reject(m *ingest.Msg, err *ingest.Error) {
 	f.consumer.Unfiled(err.Reason)

@@ -202,6 +202,50 @@ func TestFilerFilesOnce(t *testing.T) {
 	}
 }
 
+// A filed event that a partition rejects (as late) is dead-lettered as
+// the chat system sent it: the message of the copy it was filed from, its
+// payload and subject, named by its sequence there as the filer's own
+// dead letters are.
+func TestFilerDeadLettersOriginals(t *testing.T) {
+	r := newFilerRig(t)
+	samples := matrixSamples(t)
+	r.publish(t, samples)
+	r.fileAll(t, uint64(len(samples)))
+	ctx := context.Background()
+	chat, err := r.js.Stream(ctx, "CHAT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := chat.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	filed := ingest.Msg{Subject: raw.Subject, Data: raw.Data, Header: raw.Header, Seq: raw.Sequence}
+	seq, ok := bus.FiledFrom("CHAT_SOURCE", raw.Header.Get(nats.MsgIdHdr))
+	if !ok {
+		t.Fatalf("the chat stream's first message has Nats-Msg-Id %q", raw.Header.Get(nats.MsgIdHdr))
+	}
+	if !r.f.deadLetterFiled(&filed, &ingest.Error{Reason: ingest.ReasonLate, Msg: "ts: older than every window"}) {
+		t.Fatal("a filed event not taken for one")
+	}
+	if r.f.deadLetterFiled(&ingest.Msg{Subject: "chat.a.b", Data: []byte(`{}`), Seq: 9}, &ingest.Error{Reason: ingest.ReasonLate}) {
+		t.Error("an event not filed taken for a filed one")
+	}
+	r.f.originals.Wait()
+	dl, err := r.js.Stream(ctx, bus.DeadLetterStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m *jetstream.RawStreamMsg
+	wait.For(t, 30*time.Second, func() error {
+		m, err = dl.GetLastMsgForSubject(ctx, bus.DeadLetterPrefix+string(ingest.ReasonLate))
+		return err
+	})
+	if string(m.Data) != string(samples[seq-1]) || m.Header.Get(bus.SubjectHeader) != "Foreign" || m.Header.Get(nats.MsgIdHdr) != fmt.Sprintf("%d|Foreign", seq) {
+		t.Errorf("dead letter on %s, headers %v:\n%s\nwant the original, message %d of the copy:\n%s", m.Subject, m.Header, m.Data, seq, samples[seq-1])
+	}
+}
+
 // The filer's backlog, what the copy holds that it has not filed, is
 // part of its member's lag, and it is caught up (its lease ready: the
 // member is ready, the group complete) only once it has filed what the

@@ -137,6 +137,9 @@ func (m *Member) deadLetter(msg *ingest.Msg, err *ingest.Error) {
 	if s, ok := msg.Sink.(*stage); ok && !s.fence.acting() {
 		return // its next holder handles it again
 	}
+	if m.filer != nil && m.filer.deadLetterFiled(msg, err) {
+		return
+	}
 	m.bus.DeadLetter(msg, err)
 }
 
@@ -263,7 +266,11 @@ func (m *Member) Close(ctx context.Context) error {
 		m.alerts.Unsubscribe()
 	}
 	m.feeds.Source().Stop()
-	return m.consumer.Wait(ctx)
+	err := m.consumer.Wait(ctx)
+	if m.filer != nil {
+		m.filer.originals.Wait() // the dead letters of filed events under way
+	}
+	return err
 }
 
 // Sweep brings the aggregators of every partition this member holds up to
