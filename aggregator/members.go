@@ -35,7 +35,9 @@ import (
 // costs one entry for at most 2.5 largest windows after its last join
 // or leave. The rule holds whatever the sweeps' timing, which is why a
 // snapshot (which holds the entries) followed by the stream read again
-// decides as the run it was taken from did.
+// decides as the run it was taken from did. A state writes the entries
+// at StartState, under the lock, as it writes the crowds: a few bytes
+// and a map read each.
 type members struct {
 	rooms   map[string]map[string]membership
 	n       int   // entries
