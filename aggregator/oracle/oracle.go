@@ -25,6 +25,11 @@ type Oracle struct {
 	// section 12).
 	last    map[[2]string]chat.Event
 	horizon int64
+	// Decided counts the joins and leaves by what the rule made of them:
+	// repeats, changes after one of the other kind, and changes after the
+	// last fell out of the horizon (or none was known), for tests to see
+	// that their traces have each.
+	Decided struct{ Repeats, Changes, Forgotten int }
 }
 
 // New returns an oracle over the given windows.
@@ -49,7 +54,16 @@ func (o *Oracle) repeats(e chat.Event) bool {
 		key = [2]string{strings.Clone(e.Room), strings.Clone(e.User)}
 	}
 	o.last[key] = chat.Event{TS: e.TS, Kind: e.Kind}
-	return ok && prev.Kind == e.Kind && e.TS-prev.TS < o.horizon
+	switch {
+	case !ok || e.TS-prev.TS >= o.horizon:
+		o.Decided.Forgotten++
+	case prev.Kind != e.Kind:
+		o.Decided.Changes++
+	default:
+		o.Decided.Repeats++
+		return true
+	}
+	return false
 }
 
 // Observe takes a batch as the aggregator does and returns the indexes of
