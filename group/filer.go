@@ -309,7 +309,7 @@ func (f *filer) resume(ctx context.Context) (from, first, last uint64) {
 // filedBack is how far back from the chat stream's end resume looks for
 // what was filed after the progress recorded: a batch, and what others
 // may have published there meanwhile.
-const filedBack = 4 * fileBatchMax
+const filedBack = 2 * fileBatchMax
 
 // encode decodes a batch read from the copy, dead-letters or counts what
 // it does not file, and appends to out what it files.
