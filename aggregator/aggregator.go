@@ -23,12 +23,14 @@ type Aggregator struct {
 	ws    []*window
 	rooms map[string]*room
 	users map[string]*user
-	// Rooms with joins or leaves: crowds.go.
-	crowds map[string]*crowd
-	clock  int64 // as_of so far: the latest now or accepted event time seen
-	late   []uint64
-	pairs  pairTable
-	peak   struct{ rooms, users, crowds int } // the maps' sizes, for shrunk
+	// Rooms with joins or leaves: crowds.go; the last membership of
+	// each (room, user): members.go.
+	crowds  map[string]*crowd
+	members members
+	clock   int64 // as_of so far: the latest now or accepted event time seen
+	late    []uint64
+	pairs   pairTable
+	peak    struct{ rooms, users, crowds int } // the maps' sizes, for shrunk
 
 	buckets []int64 // scratch: an event's bucket in each window
 	found   []*pair // scratch: the pairs of a batch's events
@@ -78,6 +80,11 @@ func (a *Aggregator) init(windows []rolling.Window) {
 	a.ws, a.found, a.peak, a.cow = nil, nil, struct{ rooms, users, crowds int }{}, nil
 	a.rooms, a.users, a.pairs = make(map[string]*room), make(map[string]*user), newPairTable()
 	a.crowds = make(map[string]*crowd)
+	var largest int64
+	for _, spec := range windows {
+		largest = max(largest, spec.Size.Milliseconds())
+	}
+	a.members = newMembers(largest)
 	a.clock, a.late, a.buckets = chat.Never, make([]uint64, len(windows)), make([]int64, len(windows))
 	for i, spec := range windows {
 		n := spec.Buckets()
@@ -165,8 +172,12 @@ func (w *window) advance(b int64) {
 // Observe counts a batch of events, received at wall-clock time now:
 // messages, and joins and leaves apart from them (crowds.go). An event
 // older than a window is skipped by that window; the indexes of events
-// older than every window are appended to late and not counted. Only Room,
-// User, TS and Kind of an event are read.
+// older than every window are appended to late and not counted. A join or
+// a leave that repeats its (room, user)'s last one (members.go) is counted
+// nowhere, and its Kind set to chat.KindRepeat, so that the throttle
+// policies fed the batch next skip it too (so a batch is for one
+// aggregator: another would take its repeats for no join or leave at all).
+// Only Room, User, TS and Kind of an event are read.
 func (a *Aggregator) Observe(now int64, evs []chat.Event, late []int) []int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -184,12 +195,16 @@ func (a *Aggregator) Observe(now int64, evs []chat.Event, late []int) []int {
 	}
 	for i := range evs {
 		ev := &evs[i]
-		if !a.place(ev.TS) {
+		changes := ev.Kind == chat.KindMessage || a.members.changes(ev, a.clock)
+		switch {
+		case !a.place(ev.TS):
 			late = append(late, i)
-		} else if ev.Kind == chat.KindMessage {
+		case ev.Kind == chat.KindMessage:
 			a.observe(ev, found[i])
-		} else {
+		case changes:
 			a.observeCrowd(ev)
+		default:
+			ev.Kind = chat.KindRepeat
 		}
 	}
 	clear(found) // keep no forgotten pair reachable
@@ -290,4 +305,5 @@ func (a *Aggregator) advance(now int64) {
 			w.advance(w.bucket(t))
 		}
 	}
+	a.members.sweep(t)
 }

@@ -98,9 +98,18 @@ func (s *sim) event(maxLate int64) chat.Event {
 		case 0:
 			// A join by anyone, most often a user who never talks: joins
 			// must not make talkers or distinct users.
-			ev.Kind, ev.User = chat.KindJoin, fmt.Sprintf("new%d", s.r.IntN(50))
+			ev.Kind = chat.KindJoin
+			if s.r.IntN(3) > 0 {
+				ev.User = fmt.Sprintf("new%d", s.r.IntN(50))
+			}
 		case 1:
+			// A leave, of those users too half the time: joins, repeats
+			// and leaves of one member in turn (docs/contract.md section
+			// 12).
 			ev.Kind = chat.KindLeave
+			if s.r.IntN(2) > 0 {
+				ev.User = fmt.Sprintf("new%d", s.r.IntN(50))
+			}
 		}
 	}
 	return ev
@@ -167,6 +176,9 @@ func (s *sim) step(i int) {
 			s.t.Fatalf("seed %d step %d: tracking %d rooms, %d users, %d with joins or leaves; want %d, %d, %d",
 				s.seed, i, st.Rooms, st.Users, st.Crowds, rooms, users, crowds)
 		}
+		if least, most := s.ora.Members(s.now); st.Members < least || st.Members > most {
+			s.t.Fatalf("seed %d step %d: %d memberships remembered, want %d to %d", s.seed, i, st.Members, least, most)
+		}
 	}
 }
 
@@ -217,11 +229,19 @@ func (s *sim) same(i int, what string, got, want any) {
 func TestOracle(t *testing.T) {
 	for _, windows := range []string{"5s:1s,12s:3s,1m", "1m,5m,1h", "10s:2s"} {
 		t.Run(windows, func(t *testing.T) {
+			var decided struct{ Repeats, Changes, Forgotten int }
 			for seed := range uint64(60) {
 				s := newSim(t, seed, windows)
 				for i := range 600 {
 					s.step(i)
 				}
+				d := s.ora.Decided
+				decided.Repeats, decided.Changes, decided.Forgotten = decided.Repeats+d.Repeats, decided.Changes+d.Changes, decided.Forgotten+d.Forgotten
+			}
+			// The traces have joins and leaves of every sort
+			// (docs/contract.md section 12).
+			if decided.Repeats < 100 || decided.Changes < 100 || decided.Forgotten < 100 {
+				t.Errorf("the traces' joins and leaves: %+v", decided)
 			}
 		})
 	}
@@ -304,7 +324,7 @@ func TestLoadStateRefuses(t *testing.T) {
 	}{
 		{"windows", "1m,5m", saved, "3 windows, not 2"},
 		{"window", "1m,5m,2h", saved, `window "1h" of 60 buckets of 60000 ms, not "2h" of 60 of 120000`},
-		{"version", "1m,5m,1h", append([]byte{9}, saved[1:]...), "format version 9, not 3 (or 2)"},
+		{"version", "1m,5m,1h", append([]byte{9}, saved[1:]...), "format version 9, not 4 (or 3, 2)"},
 		{"empty", "1m,5m,1h", nil, "truncated: 1 byte wanted, 0 left"},
 		{"truncated", "1m,5m,1h", saved[:len(saved)-1], "truncated: "},
 		{"trailing", "1m,5m,1h", append(slices.Clip(saved), 0), "1 bytes after the last user"},

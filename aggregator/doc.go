@@ -2,7 +2,8 @@
 // overall count and series, the messages of every active room and user,
 // distinct users per room and overall, the top talkers and rooms, and
 // the joins and leaves of every room (docs/contract.md section 12,
-// crowds.go: counted apart from the messages). It owns all of that state
+// crowds.go: counted apart from the messages; members.go remembers each
+// member's last join or leave, so that a repeated one counts nowhere). It owns all of that state
 // behind one lock and answers the contract's views (section 3) at any
 // as_of.
 //

@@ -80,6 +80,43 @@ func TestGoldenStates(t *testing.T) {
 	}
 }
 
+// loadOldGolden loads testdata/state-v<version>.golden, a state of an
+// older format, into a fresh aggregator.
+func loadOldGolden(t *testing.T, version byte) ([]byte, *aggregator.Aggregator) {
+	t.Helper()
+	name := fmt.Sprintf("state-v%d.golden", version)
+	golden, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if golden[0] != version {
+		t.Fatalf("testdata/%s is of format %d", name, golden[0])
+	}
+	fresh, _ := aggregator.New(mustWindows(t, goldenWindows))
+	if err := fresh.LoadState(golden); err != nil {
+		t.Fatal(err)
+	}
+	return golden, fresh
+}
+
+// A state of format 3, saved before memberships were kept, still loads:
+// as a state that knows none, with the same counts, and saves again as
+// it was, but for its version and the (empty) memberships.
+func TestGoldenStateFormat3(t *testing.T) {
+	golden, fresh := loadOldGolden(t, 3)
+	if st := fresh.Stats(); st.Members != 0 || st.Crowds == 0 {
+		t.Errorf("loaded, holds %+v", st)
+	}
+	want := canonicalState(t, golden)
+	got := canonicalState(t, fresh.AppendState(nil))
+	if got[0] != "head 04"+want[0][len("head 03"):] {
+		t.Errorf("saved again, begins %q, not %q", got[0], want[0])
+	}
+	if i := slices.Index(got, "members in 0 rooms"); i < 0 || !reflect.DeepEqual(slices.Delete(got, i, i+1)[1:], want[1:]) {
+		t.Errorf("saved again as\n%q\nnot as loaded\n%q", got, want)
+	}
+}
+
 // A state of format 2, saved before joins and leaves were counted, still
 // loads: as a state without any, answering as the aggregator it was saved
 // from (the same trace of messages alone), and saving again as that one
@@ -90,17 +127,7 @@ func TestGoldenStateFormat2(t *testing.T) {
 	for i := range 600 {
 		s.step(i)
 	}
-	golden, err := os.ReadFile(filepath.Join("testdata", "state-v2.golden"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if golden[0] != 2 {
-		t.Fatalf("testdata/state-v2.golden is of format %d", golden[0])
-	}
-	fresh, _ := aggregator.New(mustWindows(t, goldenWindows))
-	if err := fresh.LoadState(golden); err != nil {
-		t.Fatal(err)
-	}
+	_, fresh := loadOldGolden(t, 2)
 	if got, want := canonicalState(t, fresh.AppendState(nil)), canonicalState(t, s.agg.AppendState(nil)); !reflect.DeepEqual(got, want) {
 		t.Errorf("loaded, saves as\n%q\nnot as the trace's aggregator\n%q", got, want)
 	}
@@ -116,8 +143,9 @@ func TestGoldenStateFormat2(t *testing.T) {
 	}
 }
 
-// canonicalState is a state's bytes with its users and crowds sorted: what
-// comes before the crowds as it is, each crowd's record (name, cells),
+// canonicalState is a state's bytes with its users, crowds and members
+// sorted: what comes before the crowds as it is, each crowd's record
+// (name, cells), each membership (format 4: room, user, ts, join),
 // each room's record (name, pairs), and each user's record with its pairs'
 // room numbers replaced by the rooms' names. It reads with encoding/binary
 // alone, apart from the readers it checks; a state of format 2 has no
@@ -195,6 +223,25 @@ func canonicalState(t *testing.T, b []byte) []string {
 		slices.Sort(crowds)
 		out = append(out, fmt.Sprintf("crowds %d", ncrowds))
 		out = append(out, crowds...)
+	}
+	if version >= 4 {
+		nrooms := uvarint()
+		var members []string
+		for range nrooms {
+			room := str()
+			for range uvarint() {
+				user := str()
+				ts, n := binary.Varint(b)
+				if n <= 0 || len(b) == n {
+					fail("member")
+				}
+				members = append(members, fmt.Sprintf("member %q %q %d %d", room, user, ts, b[n]))
+				b = b[n+1:]
+			}
+		}
+		slices.Sort(members)
+		out = append(out, fmt.Sprintf("members in %d rooms", nrooms))
+		out = append(out, members...)
 	}
 	head := len(out)
 	var rooms []string

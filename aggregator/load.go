@@ -47,8 +47,8 @@ const maxStateCount = 1 << 40
 
 func (a *Aggregator) load(r *snapshot.Reader) error {
 	v := r.Byte()
-	if r.Err() == nil && v != stateVersion && v != stateVersionOld {
-		return fmt.Errorf("format version %d, not %d (or %d)", v, stateVersion, stateVersionOld)
+	if r.Err() == nil && v != stateVersion && v != stateVersionCrowds && v != stateVersionOld {
+		return fmt.Errorf("format version %d, not %d (or %d, %d)", v, stateVersion, stateVersionCrowds, stateVersionOld)
 	}
 	if n := r.Uvarint(); r.Err() == nil && n != uint64(len(a.ws)) {
 		return fmt.Errorf("%d windows, not %d", n, len(a.ws))
@@ -69,8 +69,13 @@ func (a *Aggregator) load(r *snapshot.Reader) error {
 		}
 		a.advance(clock)
 	}
-	if v == stateVersion {
+	if v >= stateVersionCrowds {
 		if err := a.loadCrowds(r); err != nil {
+			return err
+		}
+	}
+	if v >= stateVersion {
+		if err := a.members.load(r, a.clock); err != nil {
 			return err
 		}
 	}

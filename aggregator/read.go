@@ -224,6 +224,7 @@ type Stats struct {
 	Rooms, Users int      // tracked: with messages in some window
 	Pairs        int      // tracked (room, user) pairs
 	Crowds       int      // tracked rooms with joins or leaves in some window
+	Members      int      // (room, user) memberships remembered (members.go)
 	Late         []uint64 // per window, events it skipped as too old
 }
 
@@ -231,7 +232,7 @@ type Stats struct {
 func (a *Aggregator) Stats() Stats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return Stats{Rooms: len(a.rooms), Users: len(a.users), Pairs: a.pairs.n, Crowds: len(a.crowds), Late: slices.Clone(a.late)}
+	return Stats{Rooms: len(a.rooms), Users: len(a.users), Pairs: a.pairs.n, Crowds: len(a.crowds), Members: a.members.n, Late: slices.Clone(a.late)}
 }
 
 // RoomActive reports whether room has messages, joins or leaves in some

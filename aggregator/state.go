@@ -30,14 +30,18 @@ import (
 // been forgotten).
 //
 // Joins and leaves (crowds.go) are kept per room, not per pair, and rooms
-// are few: StartState writes them all at once, under the lock.
+// are few: StartState writes them all at once, under the lock. So it does
+// the last membership of each (room, user) (members.go): one small entry
+// each, of those that joined or left within two largest windows.
 
-// stateVersion is the format written; LoadState also reads format 2, of
-// before joins and leaves were counted (docs/contract.md section 12), as a
-// state without any.
+// stateVersion is the format written; LoadState also reads format 3, of
+// before memberships were kept (a state that knows none), and format 2,
+// of before joins and leaves were counted (docs/contract.md section 12),
+// as a state without any.
 const (
-	stateVersion    = 3
-	stateVersionOld = 2
+	stateVersion       = 4
+	stateVersionCrowds = 3
+	stateVersionOld    = 2
 )
 
 // The layout of a state:
@@ -48,6 +52,8 @@ const (
 //	uvarint late events, per window
 //	uvarint crowds (format 3 on); per crowd: name, then per window: the
 //	  joins' cells, the leaves' cells, each as a pair's below
+//	the memberships (format 4): uvarint rooms; per room: name, uvarint
+//	  members; per member: name, varint ts, byte 1 (join) or 0 (leave)
 //	uvarint rooms; per room: name, uvarint pairs
 //	uvarint users, uvarint pairs
 //	per user: name, uvarint pairs; per pair: uvarint room's number, then
@@ -86,7 +92,8 @@ func (a *Aggregator) StartState() *StateWriter {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.clock != chat.Never {
-		a.advance(a.clock) // a read moves only its own window: bring all to the clock
+		a.members.sweepAt = chat.Never // a state holds no membership too old to matter
+		a.advance(a.clock)             // a read moves only its own window: bring all to the clock
 	}
 	a.epoch++
 	sw := &StateWriter{a: a, epoch: a.epoch}
@@ -110,6 +117,7 @@ func (a *Aggregator) StartState() *StateWriter {
 			b = appendCells(b, head, &c.w[i].leaves)
 		}
 	}
+	b = a.members.append(b)
 	sw.head = b
 	sw.body = make([]byte, 0, a.pairs.n*(2+6*len(a.ws))+len(a.users)*16) // about what it takes
 	a.cow = sw

@@ -2,8 +2,10 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -28,6 +30,28 @@ func SourceCopy(stream string) string { return stream + "_SOURCE" }
 // FiledID is the Nats-Msg-Id of the event filed from message seq of the
 // stream copy: "<copy>:<seq>".
 func FiledID(copy string, seq uint64) string { return copy + ":" + strconv.FormatUint(seq, 10) }
+
+// FiledFrom is the sequence in copy of the event filed with Nats-Msg-Id
+// id, if FiledID(copy, seq) wrote it.
+func FiledFrom(copy, id string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(id, copy+":")
+	seq, err := strconv.ParseUint(rest, 10, 64)
+	return seq, ok && err == nil
+}
+
+// Original is message seq of stream (the copy a filed event came from),
+// as ingest reads it.
+func (b *Bus) Original(ctx context.Context, stream string, seq uint64) (ingest.Msg, error) {
+	s, err := b.js.Stream(ctx, stream)
+	if err != nil {
+		return ingest.Msg{}, fmt.Errorf("stream %s: %w", stream, err)
+	}
+	m, err := s.GetMsg(ctx, seq)
+	if err != nil {
+		return ingest.Msg{}, fmt.Errorf("stream %s: message %d: %w", stream, seq, err)
+	}
+	return ingest.Msg{Subject: m.Subject, Data: m.Data, Header: m.Header, Received: m.Time.UnixMilli(), Seq: m.Sequence}, nil
+}
 
 // Read reads stream in order from sequence from (0: from its first
 // message) with an ordered consumer, as a Source of messages marked for
@@ -54,6 +78,7 @@ func (b *Bus) Read(ctx context.Context, stream string, from uint64) (*Source, er
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: consume: %w", stream, err)
 	}
+	var src *Source
 	conv := func(m jetstream.Msg) (ingest.Msg, bool) {
 		in := ingest.Msg{Subject: m.Subject(), Data: m.Data(), Header: m.Headers()}
 		md, err := m.Metadata()
@@ -61,13 +86,15 @@ func (b *Bus) Read(ctx context.Context, stream string, from uint64) (*Source, er
 			return in, false // not a stream's message
 		}
 		in.Received, in.Seq = md.Timestamp.UnixMilli(), md.Sequence.Stream
+		src.pending.Store(md.NumPending)
 		return in, true
 	}
-	return newSource(ch, conv, func() {
+	src = newSource(ch, conv, func() {
 		close(stopping)
 		cc.Stop()
 		<-cc.Closed()
-	}), nil
+	})
+	return src, nil
 }
 
 // File publishes msgs to JetStream, all at once, and returns once every
@@ -100,3 +127,41 @@ func (b *Bus) File(ctx context.Context, msgs []*nats.Msg) (duplicates int, err e
 
 // MaxPayload is the largest message the server takes.
 func (b *Bus) MaxPayload() int { return int(b.nc.MaxPayload()) }
+
+// FiledAfter is the sequences in copy, past after, of the events the
+// chat stream holds that were filed from it (by their Nats-Msg-Id,
+// FiledID), read from the stream's end back to the first filed at or
+// before after, or to its first message; false if that takes more than
+// back messages (then the set is not known in full). A filer that died
+// between a batch's acknowledgements and the record of its progress left
+// some of the batch stored, or all of it, or none: this says which, so
+// that the next files the rest and nothing twice, whenever it comes.
+func (b *Bus) FiledAfter(ctx context.Context, stream, copy string, after uint64, back int) (map[uint64]bool, bool, error) {
+	s, err := b.js.Stream(ctx, stream)
+	if err != nil {
+		return nil, false, fmt.Errorf("stream %s: %w", stream, err)
+	}
+	st := s.CachedInfo().State
+	filed := map[uint64]bool{}
+	for seq := st.LastSeq; seq >= max(st.FirstSeq, 1); seq-- {
+		if st.LastSeq-seq >= uint64(back) {
+			return filed, false, nil
+		}
+		m, err := s.GetMsg(ctx, seq)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			continue // deleted
+		case err != nil:
+			return nil, false, fmt.Errorf("stream %s: message %d: %w", stream, seq, err)
+		}
+		n, ok := FiledFrom(copy, m.Header.Get(nats.MsgIdHdr))
+		switch {
+		case !ok: // not filed from copy
+		case n <= after:
+			return filed, true, nil
+		default:
+			filed[n] = true
+		}
+	}
+	return filed, true, nil
+}

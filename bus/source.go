@@ -3,6 +3,7 @@ package bus
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,7 +26,13 @@ type Source struct {
 	next    func(buf []ingest.Msg) ([]ingest.Msg, bool)
 	stop    func()
 	stopped chan struct{}
+	pending atomic.Uint64
 }
+
+// Pending is how many messages the stream held past the last one Next
+// took, as JetStream said when it delivered that one (Bus.Read only; 0
+// before the first).
+func (s *Source) Pending() uint64 { return s.pending.Load() }
 
 // Next appends what has arrived to buf, up to cap(buf), waiting until
 // something has or delivery has stopped.

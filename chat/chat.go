@@ -38,6 +38,11 @@ const (
 	KindMessage Kind = iota // a message posted in the room
 	KindJoin                // the user joined the room
 	KindLeave               // the user left the room
+	// KindRepeat is a join or a leave that repeats its (room, user)'s
+	// last one (a display name change is a join of a joined member): the
+	// aggregator marks it so, and nothing counts it (docs/contract.md
+	// section 12).
+	KindRepeat
 )
 
 func (k Kind) String() string {
@@ -48,6 +53,8 @@ func (k Kind) String() string {
 		return "join"
 	case KindLeave:
 		return "leave"
+	case KindRepeat:
+		return "repeat"
 	}
 	return "Kind(" + strconv.Itoa(int(k)) + ")"
 }

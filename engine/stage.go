@@ -48,7 +48,8 @@ func (s *Stage) Behind() { s.ready.Store(false) }
 // Accept takes every event: a stage reads only what its feed selects.
 func (s *Stage) Accept(*ingest.Msg, *chat.Event) *ingest.Error { return nil }
 
-// Count counts evs in the aggregator.
+// Count counts evs in the aggregator, which marks the repeated joins and
+// leaves in them (chat.KindRepeat) for Throttle.
 func (s *Stage) Count(now int64, evs []chat.Event, late []int) []int {
 	if s.Agg == nil {
 		return late

@@ -25,9 +25,10 @@ import (
 // over its copy, as a member with --input matrix --source-stream Foreign
 // has.
 type filerRig struct {
-	b  *bus.Bus
-	js jetstream.JetStream
-	f  *filer
+	b      *bus.Bus
+	js     jetstream.JetStream
+	f      *filer
+	stream bus.StreamConfig // the chat stream
 }
 
 func newFilerRig(tb testing.TB) *filerRig {
@@ -60,7 +61,7 @@ func newFilerRig(tb testing.TB) *filerRig {
 	if m.filer.progress, err = openProgress(ctx, b, "g", 1); err != nil {
 		tb.Fatal(err)
 	}
-	return &filerRig{b: b, js: js, f: m.filer}
+	return &filerRig{b: b, js: js, f: m.filer, stream: stream}
 }
 
 // matrixSamples are the payloads of ingest/testdata/matrix.
@@ -120,7 +121,7 @@ func (r *filerRig) fileAll(tb testing.TB, seq uint64) {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); r.f.run(ctx) }()
+	go func() { defer close(done); r.f.run(ctx, func() {}) }()
 	wait.For(tb, 60*time.Second, func() error {
 		if p, _ := r.f.progress.filed(context.Background()); p.Seq < seq {
 			return fmt.Errorf("filed up to %d of %d", p.Seq, seq)
@@ -186,6 +187,122 @@ func TestFilerFilesOnce(t *testing.T) {
 	if n := value(r.f.filed); n != float64(2*len(want)) {
 		t.Errorf("filed_total %v, want %d", n, 2*len(want))
 	}
+	// A filer that died once the chat stream had its last batch and
+	// before it recorded so: the record is of the first round. The next
+	// files the third round and nothing of the second again, though the
+	// chat stream would drop it (filed_again_total says what it drops):
+	// after its duplicate window it would not.
+	if err := r.f.progress.putFiled(context.Background(), filed{Copy: r.f.copy, Seq: uint64(len(samples))}); err != nil {
+		t.Fatal(err)
+	}
+	r.publish(t, samples)
+	r.fileAll(t, uint64(3*len(samples)))
+	if n, m := value(r.f.again), value(r.f.filed); n != 0 || m != float64(3*len(want)) {
+		t.Errorf("after a filer that did not record its last batch: filed_total %v (want %d), filed_again_total %v (want 0)", m, 3*len(want), n)
+	}
+}
+
+// A filed event that a partition rejects (as late) is dead-lettered as
+// the chat system sent it: the message of the copy it was filed from, its
+// payload and subject, named by its sequence there as the filer's own
+// dead letters are.
+func TestFilerDeadLettersOriginals(t *testing.T) {
+	r := newFilerRig(t)
+	samples := matrixSamples(t)
+	r.publish(t, samples)
+	r.fileAll(t, uint64(len(samples)))
+	ctx := context.Background()
+	chat, err := r.js.Stream(ctx, "CHAT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := chat.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	filed := ingest.Msg{Subject: raw.Subject, Data: raw.Data, Header: raw.Header, Seq: raw.Sequence}
+	seq, ok := bus.FiledFrom("CHAT_SOURCE", raw.Header.Get(nats.MsgIdHdr))
+	if !ok {
+		t.Fatalf("the chat stream's first message has Nats-Msg-Id %q", raw.Header.Get(nats.MsgIdHdr))
+	}
+	if !r.f.deadLetterFiled(&filed, &ingest.Error{Reason: ingest.ReasonLate, Msg: "ts: older than every window"}) {
+		t.Fatal("a filed event not taken for one")
+	}
+	if r.f.deadLetterFiled(&ingest.Msg{Subject: "chat.a.b", Data: []byte(`{}`), Seq: 9}, &ingest.Error{Reason: ingest.ReasonLate}) {
+		t.Error("an event not filed taken for a filed one")
+	}
+	r.f.originals.Wait()
+	dl, err := r.js.Stream(ctx, bus.DeadLetterStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m *jetstream.RawStreamMsg
+	wait.For(t, 30*time.Second, func() error {
+		m, err = dl.GetLastMsgForSubject(ctx, bus.DeadLetterPrefix+string(ingest.ReasonLate))
+		return err
+	})
+	if string(m.Data) != string(samples[seq-1]) || m.Header.Get(bus.SubjectHeader) != "Foreign" || m.Header.Get(nats.MsgIdHdr) != fmt.Sprintf("%d|Foreign", seq) {
+		t.Errorf("dead letter on %s, headers %v:\n%s\nwant the original, message %d of the copy:\n%s", m.Subject, m.Header, m.Data, seq, samples[seq-1])
+	}
+}
+
+// The filer's backlog, what the copy holds that it has not filed, is
+// part of its member's lag, and it is caught up (its lease ready: the
+// member is ready, the group complete) only once it has filed what the
+// copy held when it began. While the chat stream is missing nothing can
+// be filed: the backlog is all of the copy, and it is not caught up;
+// once the stream is back it files it all, is caught up and has no
+// backlog.
+func TestFilerBacklog(t *testing.T) {
+	r := newFilerRig(t)
+	samples := matrixSamples(t)
+	r.publish(t, samples)
+	ctx := context.Background()
+	if err := r.js.DeleteStream(ctx, "CHAT"); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.f.backlog(); n != 0 {
+		t.Fatalf("a filer that does not run has a backlog of %d", n)
+	}
+	caught := make(chan uint64, 1)
+	run, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.f.run(run, func() { caught <- r.f.done.Load() })
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	wait.For(t, 30*time.Second, func() error {
+		if n := r.f.backlog(); n != uint64(len(samples)) {
+			return fmt.Errorf("backlog %d, want %d", n, len(samples))
+		}
+		return nil
+	})
+	select {
+	case seq := <-caught:
+		t.Fatalf("caught up at %d with the chat stream missing", seq)
+	default:
+	}
+	if err := r.b.EnsureStreams(ctx, r.stream, 8); err != nil {
+		t.Fatal(err)
+	}
+	if seq := <-caught; seq < uint64(len(samples)) {
+		t.Errorf("caught up having filed up to %d of %d", seq, len(samples))
+	}
+	wait.For(t, 30*time.Second, func() error {
+		if n := r.f.backlog(); n != 0 {
+			return fmt.Errorf("backlog %d once caught up", n)
+		}
+		return nil
+	})
+	more := samples[:5]
+	r.publish(t, more)
+	wait.For(t, 30*time.Second, func() error {
+		if p, _ := r.f.progress.filed(ctx); p.Seq < uint64(len(samples)+len(more)) || r.f.backlog() != 0 {
+			return fmt.Errorf("filed up to %d, backlog %d", p.Seq, r.f.backlog())
+		}
+		return nil
+	})
 }
 
 // BenchmarkFiler is the filing of one member: b.N Matrix envelopes (the

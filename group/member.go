@@ -148,7 +148,11 @@ func (m *Member) deadLetter(msg *ingest.Msg, err *ingest.Error) {
 		return
 	}
 	kept := *msg
-	s.act(func() { m.bus.DeadLetter(&kept, err) }) // or its next holder handles it again
+	s.act(func() { // or its next holder handles it again
+		if m.filer == nil || !m.filer.deadLetterFiled(&kept, err) {
+			m.bus.DeadLetter(&kept, err)
+		}
+	})
 }
 
 // Attach joins the group over b: it checks the configuration against the
@@ -274,7 +278,11 @@ func (m *Member) Close(ctx context.Context) error {
 		m.alerts.Unsubscribe()
 	}
 	m.feeds.Source().Stop()
-	return m.consumer.Wait(ctx)
+	err := m.consumer.Wait(ctx)
+	if m.filer != nil {
+		m.filer.originals.Wait() // the dead letters of filed events under way
+	}
+	return err
 }
 
 // Sweep brings the aggregators of every partition this member holds up to
@@ -296,7 +304,8 @@ func (m *Member) Sweep(now int64) {
 }
 
 // Ready reports whether this member holds, caught up, every partition
-// that is its share of the group.
+// that is its share of the group, and the filing if it is its share: the
+// filing is caught up once it has filed what the copy held when it began.
 func (m *Member) Ready() bool {
 	t := m.leases.table()
 	if !t.synced {
@@ -305,8 +314,8 @@ func (m *Member) Ready() bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	for _, p := range t.wants {
-		if p == m.cfg.Partitions { // the filer's
-			if m.filing == nil {
+		if p == m.cfg.Partitions { // the filer's: caught up with the copy
+			if m.filing == nil || !m.filing.caughtUp.Load() {
 				return false
 			}
 			continue

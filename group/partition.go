@@ -315,8 +315,7 @@ func matchSubject(subject string) func(*ingest.Msg, *chat.Event) bool {
 // partition is the filer's: it starts the filing instead (filer.go).
 func (m *Member) start(p int, rev uint64) {
 	if p == m.cfg.Partitions {
-		m.startFiling(rev)
-		m.leases.ready(p, rev) // it has nothing to catch up
+		m.startFiling(rev) // ready once it has filed what the copy holds
 		return
 	}
 	m.mu.Lock()

@@ -25,6 +25,9 @@ type Status struct {
 	// --source-stream (docs/contract.md section 13; chatpulse's addition);
 	// empty while none does, absent without --source-stream.
 	Filer *string `json:"filer,omitempty"`
+	// FilerReady says the filing has caught up: it has filed what the
+	// copy held when it began (chatpulse's addition; with Filer).
+	FilerReady *bool `json:"filer_ready,omitempty"`
 	// Skewed names the members whose clocks are further than --max-skew
 	// from the group's (chatpulse's addition).
 	Skewed []string `json:"skewed"`
@@ -96,15 +99,23 @@ func (m *Member) status() Status {
 		s.Members = append(s.Members, ms)
 	}
 	if m.filer != nil {
-		filer := t.owners[m.cfg.Partitions].Instance
-		s.Filer = &filer
+		o := t.owners[m.cfg.Partitions]
+		_, live := t.members[o.Instance]
+		ready := o.Ready && live
+		s.Filer, s.FilerReady = &o.Instance, &ready
 	}
 	return s
 }
 
-// complete reports whether every partition has a live, caught-up owner.
+// complete reports whether every partition has a live, caught-up owner,
+// and, with --source-stream, the filing too (it has filed what the copy
+// held when it began).
 func (m *Member) complete(t *table) bool {
-	for p := range m.cfg.Partitions {
+	n := m.cfg.Partitions
+	if m.filer != nil {
+		n++ // the filer's lease, one past the last partition
+	}
+	for p := range n {
 		o, ok := t.owners[p]
 		if _, live := t.members[o.Instance]; !ok || !o.Ready || !live {
 			return false
@@ -113,11 +124,15 @@ func (m *Member) complete(t *table) bool {
 	return true
 }
 
-// lag is how many messages this member's partitions have yet to read.
+// lag is how many messages this member's partitions have yet to read,
+// and, if it files, how many of the copy it has yet to file.
 func (m *Member) lag() uint64 {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	var n uint64
+	if m.filer != nil {
+		n = m.filer.backlog()
+	}
 	for _, pt := range m.parts {
 		if !isOpen(pt) { // its feeds are still being set
 			continue
@@ -176,6 +191,7 @@ func (m *Member) Stats() aggregator.Stats {
 		st.Rooms += r.Rooms
 		st.Pairs += r.Pairs
 		st.Crowds += r.Crowds
+		st.Members += r.Members
 		st.Users += u.Users
 		for i, n := range r.Late {
 			st.Late[i] += n
@@ -261,8 +277,8 @@ func newMetrics(m *Member, reg prometheus.Registerer) *metrics {
 		}
 		return float64(len(mine))
 	})
-	gauge("chatpulse_group_lag_messages", "Messages this member's partitions have yet to read.", func() float64 { return float64(m.lag()) })
-	gauge("chatpulse_group_complete", "1 when every partition has a live, caught-up owner.", func() float64 {
+	gauge("chatpulse_group_lag_messages", "Messages this member's partitions have yet to read, and, if it files a foreign stream, messages of its copy it has yet to file.", func() float64 { return float64(m.lag()) })
+	gauge("chatpulse_group_complete", "1 when every partition has a live, caught-up owner (and, with --source-stream, the filing has caught up).", func() float64 {
 		if m.complete(m.leases.table()) {
 			return 1
 		}

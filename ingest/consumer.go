@@ -44,7 +44,9 @@ type Sink interface {
 	// subject_mismatch, in a group).
 	Accept(m *Msg, ev *chat.Event) *Error
 	// Count counts evs at now (Unix ms) and appends to late the indexes
-	// of those older than every window, in order.
+	// of those older than every window, in order. It may mark a join or
+	// a leave it counts nowhere (one that repeats its member's last) as
+	// chat.KindRepeat: Throttle is given the batch as Count left it.
 	Count(now int64, evs []chat.Event, late []int) []int
 	// Throttle feeds evs to the throttle policies and calls alert with
 	// each crossing of an event that is not a replay (replay[i]).

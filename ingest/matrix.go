@@ -39,7 +39,9 @@ var matrixMapping = mapping{
 //
 // A member event of a user already joined (a display name or avatar
 // change) is a join here as well: only the room's membership, which the
-// event does not carry, tells it apart.
+// event does not carry, tells it apart, and the aggregator, which
+// remembers each member's last join or leave, counts it nowhere
+// (docs/contract.md section 12).
 func matrixKind(d *mapper) (chat.Kind, bool, int) {
 	if !d.is(mEnvelope, "new_room_event") {
 		return 0, false, 0

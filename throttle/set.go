@@ -184,14 +184,15 @@ func (p *policy) counts(e *chat.Event, hasText bool) bool {
 }
 
 // posted notes what e tells beside the policies' counts: a post in a room
-// under slow mode, a user seen in a room.
+// under slow mode, a user seen in a room (by a message or a join; a
+// repeated join, chat.KindRepeat, shows nobody new).
 func (s *Set) posted(st *state, e *chat.Event) {
 	if e.Kind == chat.KindMessage {
 		if book := s.book.Load(); book != nil && !book.Empty() {
 			s.slowPost(book, e.Room, e.User, e.TS)
 		}
 	}
-	if st.newMembers > 0 && e.Kind != chat.KindLeave {
+	if st.newMembers > 0 && (e.Kind == chat.KindMessage || e.Kind == chat.KindJoin) {
 		s.seen(e.Room, e.User, e.TS)
 	}
 }

@@ -20,18 +20,59 @@ type Oracle struct {
 	clock   int64
 	evs     []chat.Event
 	kept    int // events kept at the last prune
+	// last is every (room, user)'s last join or leave, late ones too,
+	// never forgotten; horizon, the largest window (docs/contract.md
+	// section 12).
+	last    map[[2]string]chat.Event
+	horizon int64
+	// Decided counts the joins and leaves by what the rule made of them:
+	// repeats, changes after one of the other kind, and changes after the
+	// last fell out of the horizon (or none was known), for tests to see
+	// that their traces have each.
+	Decided struct{ Repeats, Changes, Forgotten int }
 }
 
 // New returns an oracle over the given windows.
 func New(windows []rolling.Window) *Oracle {
-	return &Oracle{windows: windows, clock: chat.Never}
+	o := &Oracle{windows: windows, clock: chat.Never, last: map[[2]string]chat.Event{}}
+	for _, w := range windows {
+		o.horizon = max(o.horizon, w.Size.Milliseconds())
+	}
+	return o
+}
+
+// repeats reports whether e is a join or a leave that repeats the last of
+// its room and user, of the same kind and less than the horizon before
+// it, and makes e the last.
+func (o *Oracle) repeats(e chat.Event) bool {
+	if e.Kind != chat.KindJoin && e.Kind != chat.KindLeave {
+		return false
+	}
+	key := [2]string{e.Room, e.User}
+	prev, ok := o.last[key]
+	if !ok {
+		key = [2]string{strings.Clone(e.Room), strings.Clone(e.User)}
+	}
+	o.last[key] = chat.Event{TS: e.TS, Kind: e.Kind}
+	switch {
+	case !ok || e.TS-prev.TS >= o.horizon:
+		o.Decided.Forgotten++
+	case prev.Kind != e.Kind:
+		o.Decided.Changes++
+	default:
+		o.Decided.Repeats++
+		return true
+	}
+	return false
 }
 
 // Observe takes a batch as the aggregator does and returns the indexes of
-// the events that were too old for every window.
+// the events that were too old for every window. A join or a leave that
+// repeats its room and user's last is kept by no window.
 func (o *Oracle) Observe(now int64, evs []chat.Event) (late []int) {
 	o.clock = max(o.clock, now)
 	for i, e := range evs {
+		repeat := o.repeats(e)
 		counted := false
 		for _, w := range o.windows {
 			if w.Bucket(e.TS) > w.Bucket(o.clock)-int64(w.Buckets()) {
@@ -43,6 +84,9 @@ func (o *Oracle) Observe(now int64, evs []chat.Event) (late []int) {
 			continue
 		}
 		o.clock = max(o.clock, e.TS)
+		if repeat {
+			continue
+		}
 		e.Room, e.User = strings.Clone(e.Room), strings.Clone(e.User)
 		o.evs = append(o.evs, e)
 	}
@@ -267,4 +311,22 @@ func (o *Oracle) Tracked(now int64) (rooms, users, crowds int) {
 		}
 	}
 	return len(rs), len(us), len(cs)
+}
+
+// Members bounds the memberships an aggregator holds at as_of now: at
+// least every (room, user) whose last join or leave is less than two
+// horizons old (the entries that may still decide a count), at most
+// those less than two and a half (it sweeps the older a quarter of that
+// at a time, docs/contract.md section 12).
+func (o *Oracle) Members(now int64) (least, most int) {
+	t := o.at(now)
+	for _, e := range o.last {
+		if age := t - e.TS; age < 2*o.horizon {
+			least++
+			most++
+		} else if age < 2*o.horizon+o.horizon/2 {
+			most++
+		}
+	}
+	return least, most
 }

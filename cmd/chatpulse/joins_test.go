@@ -31,8 +31,9 @@ func policiesFile(t *testing.T, yaml string) string {
 // beside the messages and apart from them (docs/contract.md section 12):
 // a room's view and the overview say how many, with series_joins, as the
 // oracle does; a join makes nobody a talker, a distinct user or a room
-// active; a late join is rejected as a late message is. A join_wave policy
-// alerts once when a room's joins cross it, and lists the room as active.
+// active; a late join is rejected as a late message is; a join of a user
+// already joined counts nowhere. A join_wave policy alerts once when a
+// room's joins cross it, and lists the room as active.
 func TestJoinsEndToEnd(t *testing.T) {
 	clock := newFrozen()
 	tm := startMainAt(t, clock.Now, "--policies", policiesFile(t, `policies:
@@ -54,6 +55,7 @@ func TestJoinsEndToEnd(t *testing.T) {
 		ev(chat.KindMessage, "lobby", "alice", 800),
 		ev(chat.KindJoin, "lobby", "newcomer1", 120_000), // the 5m and 1h windows only, out of order
 		ev(chat.KindJoin, "lobby", "newcomer2", 700),
+		ev(chat.KindJoin, "lobby", "newcomer2", 650), // again, joined: counted nowhere, nor by the raid
 		ev(chat.KindLeave, "lobby", "newcomer0", 600),
 		ev(chat.KindJoin, "lobby", "newcomer3", 500),    // the fourth: the wave crosses
 		ev(chat.KindJoin, "lobby", "newcomer4", 400),    // still over: no second alert

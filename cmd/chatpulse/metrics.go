@@ -17,7 +17,7 @@ type statsCollector struct {
 	windows []string
 	labels  func() []throttle.DecisionLabel // of the policies in force
 
-	rooms, users, pairs, late, decisions, keys, evicted, drops *prometheus.Desc
+	rooms, users, pairs, members, late, decisions, keys, evicted, drops *prometheus.Desc
 }
 
 // stats are the numbers behind the metrics: one aggregator and throttle
@@ -33,6 +33,7 @@ func newStatsCollector(st stats, windows []string, labels func() []throttle.Deci
 		rooms:     prometheus.NewDesc("chatpulse_tracked_rooms", "Rooms with messages in some window.", nil, nil),
 		users:     prometheus.NewDesc("chatpulse_tracked_users", "Users with messages in some window.", nil, nil),
 		pairs:     prometheus.NewDesc("chatpulse_tracked_room_users", "(room, user) pairs with messages in some window.", nil, nil),
+		members:   prometheus.NewDesc("chatpulse_tracked_members", "(room, user) memberships remembered: the last join or leave of each, for two largest windows (docs/contract.md section 12).", nil, nil),
 		late:      prometheus.NewDesc("chatpulse_events_late_total", "Events a window skipped because they were older than it.", []string{"window"}, nil),
 		decisions: prometheus.NewDesc("chatpulse_throttle_decisions_total", "Throttle check decisions per policy.", []string{"policy", "result"}, nil),
 		keys:      prometheus.NewDesc("chatpulse_throttle_keys", "Keys a throttle policy tracks.", []string{"policy"}, nil),
@@ -42,7 +43,7 @@ func newStatsCollector(st stats, windows []string, labels func() []throttle.Deci
 }
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.rooms, c.users, c.pairs, c.late, c.decisions, c.keys, c.evicted, c.drops} {
+	for _, d := range []*prometheus.Desc{c.rooms, c.users, c.pairs, c.members, c.late, c.decisions, c.keys, c.evicted, c.drops} {
 		ch <- d
 	}
 }
@@ -52,6 +53,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.rooms, prometheus.GaugeValue, float64(st.Rooms))
 	ch <- prometheus.MustNewConstMetric(c.users, prometheus.GaugeValue, float64(st.Users))
 	ch <- prometheus.MustNewConstMetric(c.pairs, prometheus.GaugeValue, float64(st.Pairs))
+	ch <- prometheus.MustNewConstMetric(c.members, prometheus.GaugeValue, float64(st.Members))
 	ch <- prometheus.MustNewConstMetric(c.drops, prometheus.CounterValue, float64(c.dropped()))
 	for i, w := range c.windows {
 		ch <- prometheus.MustNewConstMetric(c.late, prometheus.CounterValue, float64(st.Late[i]), w)

@@ -149,9 +149,13 @@ function render() {
   const missing = unowned(st);
   let warning = '';
   if (!st.complete) {
-    warning = missing.length
-      ? `Views are partial: ${plural(missing.length, 'partition has', 'partitions have')} no owner (${ranges(missing)}).`
-      : 'Views are partial: partitions taken over are still being replayed.';
+    if (missing.length) {
+      warning = `Views are partial: ${plural(missing.length, 'partition has', 'partitions have')} no owner (${ranges(missing)}).`;
+    } else if (st.filer_ready === false) {
+      warning = "Views are behind: the chat system's events are still being filed for the partitions.";
+    } else {
+      warning = 'Views are partial: partitions taken over are still being replayed.';
+    }
   } else if (group.viewMissing > 0) {
     warning = `Views are partial: ${plural(group.viewMissing, 'partition did', 'partitions did')} not answer (a member is unreachable).`;
   }
