@@ -24,14 +24,14 @@ import (
 // hot key and for 50,000 users in 100 rooms (Zipf). First saturated
 // (workers in a closed loop): decisions per second, the server's CPU from
 // /proc, decisions per CPU-second, latency; then at half the saturating
-// rate, in rounds, each beside an HTTP echo handler in this process at the
-// same rate and the same time, whose latency is the transport's own.
+// rate, in rounds, each followed by an HTTP echo handler's in this process
+// at the same rate, whose latency is the transport's own.
 func decideCmd(args []string) error {
 	fs := flag.NewFlagSet("decide", flag.ExitOnError)
 	workers := fs.Int("workers", 8, "clients, each one keep-alive connection, in a closed loop")
 	d := fs.Duration("duration", 10*time.Second, "length of each run")
 	bin := fs.String("bin", "", "the chatpulse binary (default: go build ./cmd/chatpulse)")
-	rounds := fs.Int("rounds", 3, "runs at half the saturating rate, each beside the echo")
+	rounds := fs.Int("rounds", 3, "runs at half the saturating rate, each followed by the echo's")
 	gub := fs.String("gubernator", "", "the gubernator binary (default: on PATH or in $GOPATH/bin)")
 	fs.Parse(args)
 
@@ -115,7 +115,7 @@ func decideCmd(args []string) error {
 			fmt.Printf("  %-30s %8.0f/s on %.2f cores: %7.0f per CPU-second  p50 %s  p99 %s\n",
 				tg.name, rate, cpu/d.Seconds(), float64(len(lat))/cpu, ms(p[0]), ms(p[1]))
 		}
-		fmt.Printf("%s, at half the saturating rate of each (the echo at the same rate, at the same time):\n", ks.name)
+		fmt.Printf("%s, at half the saturating rate of each (each round followed by the echo's at the same rate):\n", ks.name)
 		for _, tg := range targets[:3] {
 			half := int(sat[tg.name] / 2)
 			bodies := make([][]byte, 400_000)
@@ -128,17 +128,13 @@ func decideCmd(args []string) error {
 				var n atomic.Int64
 				return func(int) error { return post(client, to, bodies[int(n.Add(1))%len(bodies)]) }
 			}
-			// The echo runs at the same time, so that whatever else the
-			// machine does meanwhile slows both: each round's ratio, and
-			// their median.
+			// Each round runs the echo right after, at the same rate, so
+			// that what else the machine does slows both alike as far as
+			// it can: each round's ratio, and their median.
 			var ratios []float64
 			for round := range *rounds {
-				var lat, base []time.Duration
-				var errs int
-				var wg sync.WaitGroup
-				wg.Go(func() { lat, errs = steady(half, *d, 64, call(url)) })
-				wg.Go(func() { base, _ = steady(half, *d, 64, call(echo)) })
-				wg.Wait()
+				lat, errs := steady(half, *d, 64, call(url))
+				base, _ := steady(half, *d, 64, call(echo))
 				p, b := percentiles(lat, 0.5, 0.99), percentiles(base, 0.5, 0.99)
 				ratios = append(ratios, float64(p[1])/float64(b[1]))
 				fmt.Printf("  %-30s at %6d/s, round %d: p50 %s  p99 %s (%.2fx the echo's %s)  errors %d\n",
