@@ -31,7 +31,7 @@ func decideCmd(args []string) error {
 	workers := fs.Int("workers", 8, "clients, each one keep-alive connection, in a closed loop")
 	d := fs.Duration("duration", 10*time.Second, "length of each run")
 	bin := fs.String("bin", "", "the chatpulse binary (default: go build ./cmd/chatpulse)")
-	rounds := fs.Int("rounds", 3, "runs at half the saturating rate, each followed by the echo's")
+	rounds := fs.Int("rounds", 5, "runs at half the saturating rate, each followed by the echo's")
 	gub := fs.String("gubernator", "", "the gubernator binary (default: on PATH or in $GOPATH/bin)")
 	fs.Parse(args)
 
