@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"errors"
-	"sync"
 	"sync/atomic"
 
 	"github.com/chatpulse/chatpulse/aggregator"
@@ -86,23 +84,22 @@ func (s *Stage) Handled(seq uint64, caughtUp bool) {
 // Quiet is false: a stage reports what it rejects.
 func (s *Stage) Quiet() bool { return false }
 
-// load loads a snapshot's stage into s, a fresh stage: the aggregator and
-// the throttle set side by side, each on a core of its own where there
-// are two (a start waits for it).
+// load loads a snapshot's stage into s, a fresh stage.
 func (s *Stage) load(agg, thr []byte) error {
 	if (s.Agg != nil) != (len(agg) > 0) || (s.Thr != nil) != (len(thr) > 0) {
 		return errNotThisStage
 	}
-	var aggErr, thrErr error
-	var wg sync.WaitGroup
 	if s.Agg != nil {
-		wg.Go(func() { aggErr = s.Agg.LoadState(agg) })
+		if err := s.Agg.LoadState(agg); err != nil {
+			return err
+		}
 	}
 	if s.Thr != nil {
-		thrErr = s.Thr.LoadState(thr)
+		if err := s.Thr.LoadState(thr); err != nil {
+			return err
+		}
 	}
-	wg.Wait()
-	return errors.Join(aggErr, thrErr)
+	return nil
 }
 
 // reset empties a stage that may have been loaded in part.
