@@ -118,7 +118,9 @@ func Open(o Options) (*Bus, error) {
 			said = time.Now()
 		}
 	}
-	b.log.Info("embedded NATS ready", "seconds", time.Since(start).Seconds())
+	if took := time.Since(start); took >= time.Second { // a recovery; a start takes milliseconds
+		b.log.Info("embedded NATS ready", "seconds", took.Seconds())
+	}
 	nc, err := nats.Connect("", append(opts, nats.InProcessServer(ns))...)
 	if err != nil {
 		ns.Shutdown()
