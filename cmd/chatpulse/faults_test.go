@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chatpulse/chatpulse/aggregator/oracle"
+	"github.com/chatpulse/chatpulse/bus"
 	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/group"
 	tcpproxy "github.com/chatpulse/chatpulse/internal/proxy"
@@ -61,6 +62,43 @@ func countAlerts(t *testing.T, url string) (*alertCount, *nats.Conn) {
 		t.Fatal(err)
 	}
 	return c, nc
+}
+
+// countStreamAlerts counts the alerts group's alert stream keeps, read
+// from its start with an ordered consumer. Where a NATS node is lost,
+// this is what to count: the stream republishes what it keeps on
+// chatpulse.alerts.throttle over core NATS, which reaches a subscriber
+// at most once, and not while the route to the node republishing is
+// stalled; the stream itself keeps each crossing once, for consumers.
+func countStreamAlerts(t *testing.T, url, group string) *alertCount {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	cons, err := js.OrderedConsumer(context.Background(), bus.AlertStream(group), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &alertCount{heard: map[throttle.Alert]int{}}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		var a throttle.Alert
+		if err := json.Unmarshal(m.Data(), &a); err != nil {
+			t.Errorf("alert %s: %v", m.Data(), err)
+			return
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.heard[a]++
+		c.total++
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
+	return c
 }
 
 // distinct is how many crossings were heard, and how many alerts.
@@ -151,7 +189,8 @@ type crossingTraffic struct {
 	stop   chan struct{}
 	done   chan struct{}
 	users  atomic.Int64
-	now    int64 // the events' ts
+	now    int64  // the events' ts
+	group  string // set: count the alerts its alert stream keeps (countStreamAlerts)
 }
 
 func newCrossingTraffic(t *testing.T, url string) *crossingTraffic {
@@ -163,7 +202,11 @@ func newCrossingTraffic(t *testing.T, url string) *crossingTraffic {
 // start counts alerts from now on and starts the traffic at now.
 func (c *crossingTraffic) start(now int64) {
 	c.now = now
-	c.alerts, _ = countAlerts(c.t, c.url)
+	if c.group != "" {
+		c.alerts = countStreamAlerts(c.t, c.url, c.group)
+	} else {
+		c.alerts, _ = countAlerts(c.t, c.url)
+	}
 	c.stop, c.done = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(c.done)
@@ -232,6 +275,19 @@ func (c *crossingTraffic) once(what string) {
 	n := int(c.users.Load())
 	_, nc := countAlerts(c.t, c.url) // a round trip on the server after every alert it republished
 	nc.Flush()
+	if c.group != "" { // every alert the stream keeps read
+		js, _ := jetstream.New(nc)
+		wait.For(c.t, 30*time.Second, func() error {
+			s, err := js.Stream(context.Background(), bus.AlertStream(c.group))
+			if err != nil {
+				return err
+			}
+			if _, total := c.alerts.counts(); uint64(total) < s.CachedInfo().State.Msgs {
+				return fmt.Errorf("read %d of the %d alerts the stream keeps", total, s.CachedInfo().State.Msgs)
+			}
+			return nil
+		})
+	}
 	if d, total := c.alerts.counts(); d != n || total != n {
 		c.t.Errorf("%d users crossed once each: heard %d crossings in %d alerts; twice: %v", n, d, total, c.alerts.twice())
 	} else {
@@ -382,6 +438,7 @@ func starts(ms []*testMain) map[string]float64 {
 func TestGroupLeaseLeaderLoss(t *testing.T) {
 	nodes, url, crash, gone := natsCrashCluster(t)
 	c := newCrossingTraffic(t, url)
+	c.group = "g"
 	ms := startGroup(t, url, "g", 3, nil, append(c.args, "--replicas", "3")...)
 	c.start(time.Now().UnixMilli())
 	c.more(20)
