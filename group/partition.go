@@ -468,17 +468,18 @@ func (m *Member) settle(ctx context.Context, pt *partition) bool {
 }
 
 // sweepParked drops the parked partitions that will not come back: one
-// another member holds now, or one parked two leases ago, unless the
-// bucket has been failing this member's writes within a lease (it is
-// then likely that the lease loop will claim it again once the bucket
-// answers).
+// another member holds now, or one parked two leases ago that is not
+// this member's share, unless the bucket has been failing this member's
+// writes within a lease (it is then likely that the lease loop will
+// claim it again once the bucket answers). One of its share that nobody
+// holds is kept: the lease loop claims it next.
 func (m *Member) sweepParked(now time.Time) {
 	t := m.leases.table()
 	var gone []*partition
 	m.mu.Lock()
 	for p, pt := range m.parked {
 		o, owned := t.owners[p]
-		stale := now.Sub(pt.parkedAt) >= 2*m.cfg.Lease && now.Sub(t.failed) >= m.cfg.Lease
+		stale := now.Sub(pt.parkedAt) >= 2*m.cfg.Lease && now.Sub(t.failed) >= m.cfg.Lease && !(slices.Contains(t.wants, p) && !owned)
 		if owned && o.Instance != m.cfg.Instance || stale {
 			delete(m.parked, p)
 			gone = append(gone, pt)

@@ -45,17 +45,7 @@ func countAlerts(t *testing.T, url string) (*alertCount, *nats.Conn) {
 	}
 	t.Cleanup(nc.Close)
 	c := &alertCount{heard: map[throttle.Alert]int{}}
-	if _, err := nc.Subscribe("chatpulse.alerts.throttle", func(m *nats.Msg) {
-		var a throttle.Alert
-		if err := json.Unmarshal(m.Data, &a); err != nil {
-			t.Errorf("alert %s: %v", m.Data, err)
-			return
-		}
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.heard[a]++
-		c.total++
-	}); err != nil {
+	if _, err := nc.Subscribe("chatpulse.alerts.throttle", func(m *nats.Msg) { c.add(t, m.Data) }); err != nil {
 		t.Fatal(err)
 	}
 	if err := nc.Flush(); err != nil {
@@ -83,22 +73,25 @@ func countStreamAlerts(t *testing.T, url, group string) *alertCount {
 		t.Fatal(err)
 	}
 	c := &alertCount{heard: map[throttle.Alert]int{}}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		var a throttle.Alert
-		if err := json.Unmarshal(m.Data(), &a); err != nil {
-			t.Errorf("alert %s: %v", m.Data(), err)
-			return
-		}
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.heard[a]++
-		c.total++
-	})
+	cc, err := cons.Consume(func(m jetstream.Msg) { c.add(t, m.Data()) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cc.Stop)
 	return c
+}
+
+// add counts one alert heard.
+func (c *alertCount) add(t *testing.T, data []byte) {
+	var a throttle.Alert
+	if err := json.Unmarshal(data, &a); err != nil {
+		t.Errorf("alert %s: %v", data, err)
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.heard[a]++
+	c.total++
 }
 
 // distinct is how many crossings were heard, and how many alerts.
