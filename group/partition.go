@@ -479,7 +479,8 @@ func (m *Member) sweepParked(now time.Time) {
 	m.mu.Lock()
 	for p, pt := range m.parked {
 		o, owned := t.owners[p]
-		stale := now.Sub(pt.parkedAt) >= 2*m.cfg.Lease && now.Sub(t.failed) >= m.cfg.Lease && !(slices.Contains(t.wants, p) && !owned)
+		next := !owned && slices.Contains(t.wants, p) // the lease loop claims it next
+		stale := !next && now.Sub(pt.parkedAt) >= 2*m.cfg.Lease && now.Sub(t.failed) >= m.cfg.Lease
 		if owned && o.Instance != m.cfg.Instance || stale {
 			delete(m.parked, p)
 			gone = append(gone, pt)
