@@ -261,24 +261,38 @@ func measurePace(pub *nats.Conn, g *traffic.Generator, rate float64, warm, d tim
 // runTime is the CPU time a process's threads have run so far, to the
 // nanosecond: the first field of each /proc/<pid>/task/<tid>/schedstat.
 func runTime(pid int) (time.Duration, error) {
+	d, _, err := runStat(pid)
+	return d, err
+}
+
+// runStat is runTime and how many times the process's threads were put on
+// a CPU (schedstat's third field): its wake-ups, roughly.
+func runStat(pid int) (sum time.Duration, slices int64, err error) {
 	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	var sum time.Duration
 	for _, t := range tasks {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
 		if err != nil {
 			continue // the thread has just exited
 		}
-		f, _, _ := strings.Cut(string(b), " ")
-		ns, err := strconv.ParseInt(f, 10, 64)
+		f := strings.Fields(string(b))
+		if len(f) != 3 {
+			return 0, 0, fmt.Errorf("schedstat of %d: %q", pid, b)
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("schedstat of %d: %q", pid, b)
+			return 0, 0, fmt.Errorf("schedstat of %d: %q", pid, b)
+		}
+		n, err := strconv.ParseInt(f[2], 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("schedstat of %d: %q", pid, b)
 		}
 		sum += time.Duration(ns)
+		slices += n
 	}
-	return sum, nil
+	return sum, slices, nil
 }
 
 // bareProcess is a `chatbench bare-sub` child: asked over its stdin, it

@@ -111,6 +111,19 @@ func groupCmd(args []string) error {
 	if err := waitGroup(mem[0].url, *members, time.Minute); err != nil {
 		return err
 	}
+	idleSolo, err := idle(solo)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("idle, no events: standalone %.1f ms CPU/s;", idleSolo*1e3)
+	for i, p := range mem {
+		c, err := idle(p)
+		if err != nil {
+			return err
+		}
+		fmt.Printf(" m%d %.1f ms/s", i, c*1e3)
+	}
+	fmt.Println()
 	cpu, groupTime, err := feed(url, "grp", evs, *rate, mem, int64(len(evs)), len(distinct))
 	if err != nil {
 		return err
@@ -196,6 +209,17 @@ func groupCmd(args []string) error {
 	return nil
 }
 
+// idle is the process's CPU seconds per second over 2 s with no events.
+func idle(p *process) (float64, error) {
+	before, err := p.cpu()
+	if err != nil {
+		return 0, err
+	}
+	time.Sleep(2 * time.Second)
+	after, err := p.cpu()
+	return (after - before) / 2, err
+}
+
 type benchEvent struct {
 	data       []byte
 	room, user string
@@ -216,6 +240,12 @@ func (p *process) stop() { p.cmd.Process.Kill(); p.cmd.Wait() }
 func (p *process) cpu() (float64, error) {
 	d, err := runTime(p.cmd.Process.Pid)
 	return d.Seconds(), err
+}
+
+// slices is how many times the process's threads were put on a CPU so far.
+func (p *process) slices() int64 {
+	_, n, _ := runStat(p.cmd.Process.Pid)
+	return n
 }
 
 func startChatpulse(bin, dir string, args ...string) (*process, error) {
@@ -260,10 +290,12 @@ func feed(url, prefix string, evs []benchEvent, rate float64, ps []*process, mes
 	defer nc.Close()
 	js, _ := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1<<16))
 	before := make([]float64, len(ps))
+	slices := make([]int64, len(ps))
 	for i, p := range ps {
 		if before[i], err = p.cpu(); err != nil {
 			return nil, 0, err
 		}
+		slices[i] = p.slices()
 	}
 	start := time.Now()
 	perTick := max(1, int(rate/1000))
@@ -316,7 +348,13 @@ func feed(url, prefix string, evs []benchEvent, rate float64, ps []*process, mes
 			return nil, 0, err
 		}
 		out[i] = after - before[i]
+		slices[i] = p.slices() - slices[i]
 	}
+	fmt.Printf("(threads put on a CPU per event:")
+	for _, n := range slices {
+		fmt.Printf(" %.2f", float64(n)/float64(len(evs)))
+	}
+	fmt.Println(")")
 	return out, took, nil
 }
 
