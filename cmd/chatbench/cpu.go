@@ -281,12 +281,9 @@ func runStat(pid int) (sum time.Duration, slices int64, err error) {
 		if len(f) != 3 {
 			return 0, 0, fmt.Errorf("schedstat of %d: %q", pid, b)
 		}
-		ns, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("schedstat of %d: %q", pid, b)
-		}
-		n, err := strconv.ParseInt(f[2], 10, 64)
-		if err != nil {
+		ns, err1 := strconv.ParseInt(f[0], 10, 64)
+		n, err2 := strconv.ParseInt(f[2], 10, 64)
+		if err1 != nil || err2 != nil {
 			return 0, 0, fmt.Errorf("schedstat of %d: %q", pid, b)
 		}
 		sum += time.Duration(ns)

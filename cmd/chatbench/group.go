@@ -91,11 +91,13 @@ func groupCmd(args []string) error {
 		return err
 	}
 	defer solo.stop()
-	soloCPU, soloTime, err := feed(url, "solo", evs, *rate, []*process{solo}, int64(len(evs)), len(distinct))
+	soloUse, soloTime, err := feed(url, "solo", evs, *rate, []*process{solo}, int64(len(evs)), len(distinct))
 	if err != nil {
 		return err
 	}
-	fmt.Printf("standalone:  %.2f µs CPU/event (%.1f s to take %d events in)\n", perEvent(soloCPU[0], len(evs)), soloTime.Seconds(), len(evs))
+	soloCPU := soloUse[0].cpu
+	fmt.Printf("standalone:  %.2f µs CPU/event, %.2f wake-ups/event (%.1f s to take %d events in)\n",
+		perEvent(soloCPU, len(evs)), soloUse[0].perEvent(len(evs)), soloTime.Seconds(), len(evs))
 
 	// The group.
 	var mem []*process
@@ -111,31 +113,27 @@ func groupCmd(args []string) error {
 	if err := waitGroup(mem[0].url, *members, time.Minute); err != nil {
 		return err
 	}
-	idleSolo, err := idle(solo)
+	still, err := idle(append([]*process{solo}, mem...))
 	if err != nil {
 		return err
 	}
-	fmt.Printf("idle, no events: standalone %.1f ms CPU/s;", idleSolo*1e3)
-	for i, p := range mem {
-		c, err := idle(p)
-		if err != nil {
-			return err
-		}
+	fmt.Printf("idle, no events: standalone %.1f ms CPU/s;", still[0]*1e3)
+	for i, c := range still[1:] {
 		fmt.Printf(" m%d %.1f ms/s", i, c*1e3)
 	}
 	fmt.Println()
-	cpu, groupTime, err := feed(url, "grp", evs, *rate, mem, int64(len(evs)), len(distinct))
+	use, groupTime, err := feed(url, "grp", evs, *rate, mem, int64(len(evs)), len(distinct))
 	if err != nil {
 		return err
 	}
 	total, busiest := 0.0, 0.0
-	for i, c := range cpu {
-		fmt.Printf("member m%d:   %.2f µs CPU/event\n", i, perEvent(c, len(evs)))
-		total += c
-		busiest = max(busiest, c)
+	for i, u := range use {
+		fmt.Printf("member m%d:   %.2f µs CPU/event, %.2f wake-ups/event\n", i, perEvent(u.cpu, len(evs)), u.perEvent(len(evs)))
+		total += u.cpu
+		busiest = max(busiest, u.cpu)
 	}
 	fmt.Printf("group of %d: %.2f µs CPU/event in all (%.2fx standalone), busiest member %.2f µs (%.2fx); %.1f s to take the events in\n\n",
-		*members, perEvent(total, len(evs)), total/soloCPU[0], perEvent(busiest, len(evs)), busiest/soloCPU[0], groupTime.Seconds())
+		*members, perEvent(total, len(evs)), total/soloCPU, perEvent(busiest, len(evs)), busiest/soloCPU, groupTime.Seconds())
 
 	// View latency from a member that owns nothing the view needs: a room
 	// of another member's, beside the same view of the standalone one.
@@ -209,15 +207,23 @@ func groupCmd(args []string) error {
 	return nil
 }
 
-// idle is the process's CPU seconds per second over 2 s with no events.
-func idle(p *process) (float64, error) {
-	before, err := p.cpu()
+// idle is each process's CPU seconds per second over the same 2 s with no
+// events.
+func idle(ps []*process) ([]float64, error) {
+	before, err := usages(ps)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	time.Sleep(2 * time.Second)
-	after, err := p.cpu()
-	return (after - before) / 2, err
+	after, err := usages(ps)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float64, len(ps))
+	for i := range ps {
+		out[i] = (after[i].cpu - before[i].cpu) / 2
+	}
+	return out, nil
 }
 
 type benchEvent struct {
@@ -242,10 +248,26 @@ func (p *process) cpu() (float64, error) {
 	return d.Seconds(), err
 }
 
-// slices is how many times the process's threads were put on a CPU so far.
-func (p *process) slices() int64 {
-	_, n, _ := runStat(p.cmd.Process.Pid)
-	return n
+// usage is what a process used: CPU seconds, and how many times its
+// threads were put on a CPU (its wake-ups, roughly).
+type usage struct {
+	cpu     float64
+	wakeUps int64
+}
+
+func (u usage) perEvent(n int) float64 { return float64(u.wakeUps) / float64(n) }
+
+// usages are the processes' usage so far, from one read of each.
+func usages(ps []*process) ([]usage, error) {
+	out := make([]usage, len(ps))
+	for i, p := range ps {
+		d, n, err := runStat(p.cmd.Process.Pid)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = usage{d.Seconds(), n}
+	}
+	return out, nil
 }
 
 func startChatpulse(bin, dir string, args ...string) (*process, error) {
@@ -280,22 +302,18 @@ func startChatpulse(bin, dir string, args ...string) (*process, error) {
 }
 
 // feed publishes evs under prefix.<room>.<user>, paced, and returns each
-// process's CPU seconds from the first event until the first process's
-// views count them all (messages and distinct users of the 1h window).
-func feed(url, prefix string, evs []benchEvent, rate float64, ps []*process, messages int64, users int) ([]float64, time.Duration, error) {
+// process's usage from the first event until the first process's views
+// count them all (messages and distinct users of the 1h window).
+func feed(url, prefix string, evs []benchEvent, rate float64, ps []*process, messages int64, users int) ([]usage, time.Duration, error) {
 	nc, err := nats.Connect(url, nats.Name("chatbench-group"))
 	if err != nil {
 		return nil, 0, err
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1<<16))
-	before := make([]float64, len(ps))
-	slices := make([]int64, len(ps))
-	for i, p := range ps {
-		if before[i], err = p.cpu(); err != nil {
-			return nil, 0, err
-		}
-		slices[i] = p.slices()
+	before, err := usages(ps)
+	if err != nil {
+		return nil, 0, err
 	}
 	start := time.Now()
 	perTick := max(1, int(rate/1000))
@@ -341,21 +359,14 @@ func feed(url, prefix string, evs []benchEvent, rate float64, ps []*process, mes
 		}
 	}
 	took := time.Since(start)
-	out := make([]float64, len(ps))
-	for i, p := range ps {
-		after, err := p.cpu()
-		if err != nil {
-			return nil, 0, err
-		}
-		out[i] = after - before[i]
-		slices[i] = p.slices() - slices[i]
+	after, err := usages(ps)
+	if err != nil {
+		return nil, 0, err
 	}
-	fmt.Printf("(threads put on a CPU per event:")
-	for _, n := range slices {
-		fmt.Printf(" %.2f", float64(n)/float64(len(evs)))
+	for i := range after {
+		after[i] = usage{after[i].cpu - before[i].cpu, after[i].wakeUps - before[i].wakeUps}
 	}
-	fmt.Println(")")
-	return out, took, nil
+	return after, took, nil
 }
 
 type groupStatus struct {
