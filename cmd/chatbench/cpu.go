@@ -292,21 +292,28 @@ func runStat(pid int) (sum time.Duration, slices int64, err error) {
 	return sum, slices, nil
 }
 
-// bareProcess is a `chatbench bare-sub` child: asked over its stdin, it
-// says over its stdout how many messages it has received.
+// bareProcess is a `chatbench bare-sub` or `bare-feed` child: asked over
+// its stdin, it says over its stdout how many messages it has received.
 type bareProcess struct {
 	counted
-	cmd *exec.Cmd
+	cmd    *exec.Cmd
+	stages int // how many times it is delivered each event
 }
 
 func (b *bareProcess) stop() { b.cmd.Process.Kill(); b.cmd.Wait() }
 
 func startBare(url, subject string) (*bareProcess, error) {
+	return startCounting("bare-sub", url, subject)
+}
+
+// startCounting starts chatbench with args, a child that answers
+// answerCounts, once it has subscribed.
+func startCounting(args ...string) (*bareProcess, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, "bare-sub", url, subject)
+	cmd := exec.Command(self, args...)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -320,7 +327,7 @@ func startBare(url, subject string) (*bareProcess, error) {
 		return nil, err
 	}
 	lines := bufio.NewScanner(out)
-	b := &bareProcess{cmd: cmd}
+	b := &bareProcess{cmd: cmd, stages: 1}
 	b.counted = counted{pid: cmd.Process.Pid, count: func() (int64, error) {
 		if _, err := io.WriteString(in, "?\n"); err != nil {
 			return 0, err
@@ -338,8 +345,7 @@ func startBare(url, subject string) (*bareProcess, error) {
 }
 
 // bareSubCmd is what a minimal consumer does: subscribe with core NATS and
-// count the messages, nothing else. Each line on stdin asks it for the
-// count so far.
+// count the messages, nothing else.
 func bareSubCmd(args []string) error {
 	if len(args) != 2 {
 		return fmt.Errorf("usage: chatbench bare-sub URL SUBJECT")
@@ -358,11 +364,16 @@ func bareSubCmd(args []string) error {
 	if err := nc.Flush(); err != nil {
 		return err
 	}
+	return answerCounts(n.Load)
+}
+
+// answerCounts answers each line on stdin with the count so far.
+func answerCounts(count func() int64) error {
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
-		fmt.Println(n.Load())
+		fmt.Println(count())
 	}
-	return nil
+	return in.Err()
 }
 
 // measured is a process that chatbench cpu measures: its name, and how to

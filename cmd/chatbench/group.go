@@ -40,6 +40,7 @@ func groupCmd(args []string) error {
 	partitions := fs.Int("partitions", 64, "partitions")
 	bin := fs.String("bin", "", "the chatpulse binary (default: go build ./cmd/chatpulse)")
 	cluster := fs.Bool("cluster", false, "a 3-node NATS cluster instead of one server, every stream and bucket at 3 replicas, each process on a node of its own")
+	floor := fs.Bool("bare", true, "then the same events to bare consumers, laid out as the standalone instance's and the members' feeds, that only count them")
 	fs.Parse(args)
 
 	dir, url, done, err := setUp("group", bin)
@@ -91,7 +92,7 @@ func groupCmd(args []string) error {
 		return err
 	}
 	defer solo.stop()
-	soloUse, soloTime, err := feed(url, "solo", evs, *rate, []*process{solo}, int64(len(evs)), len(distinct))
+	soloUse, soloTime, err := feed(url, "solo", evs, *rate, pids([]*process{solo}), counts(solo, int64(len(evs)), len(distinct)))
 	if err != nil {
 		return err
 	}
@@ -122,7 +123,7 @@ func groupCmd(args []string) error {
 		fmt.Printf(" m%d %.1f ms/s", i, c*1e3)
 	}
 	fmt.Println()
-	use, groupTime, err := feed(url, "grp", evs, *rate, mem, int64(len(evs)), len(distinct))
+	use, groupTime, err := feed(url, "grp", evs, *rate, pids(mem), counts(mem[0], int64(len(evs)), len(distinct)))
 	if err != nil {
 		return err
 	}
@@ -134,6 +135,12 @@ func groupCmd(args []string) error {
 	}
 	fmt.Printf("group of %d: %.2f µs CPU/event in all (%.2fx standalone), busiest member %.2f µs (%.2fx); %.1f s to take the events in\n\n",
 		*members, perEvent(total, len(evs)), total/soloCPU, perEvent(busiest, len(evs)), busiest/soloCPU, groupTime.Seconds())
+	if *floor {
+		n, _ := strconv.Atoi(replicas)
+		if err := bareFloor(url, node, n, evs, *rate, *members, *partitions); err != nil {
+			return err
+		}
+	}
 
 	// View latency from a member that owns nothing the view needs: a room
 	// of another member's, beside the same view of the standalone one.
@@ -210,12 +217,12 @@ func groupCmd(args []string) error {
 // idle is each process's CPU seconds per second over the same 2 s with no
 // events.
 func idle(ps []*process) ([]float64, error) {
-	before, err := usages(ps)
+	before, err := usages(pids(ps))
 	if err != nil {
 		return nil, err
 	}
 	time.Sleep(2 * time.Second)
-	after, err := usages(ps)
+	after, err := usages(pids(ps))
 	if err != nil {
 		return nil, err
 	}
@@ -258,10 +265,10 @@ type usage struct {
 func (u usage) perEvent(n int) float64 { return float64(u.wakeUps) / float64(n) }
 
 // usages are the processes' usage so far, from one read of each.
-func usages(ps []*process) ([]usage, error) {
-	out := make([]usage, len(ps))
-	for i, p := range ps {
-		d, n, err := runStat(p.cmd.Process.Pid)
+func usages(pids []int) ([]usage, error) {
+	out := make([]usage, len(pids))
+	for i, pid := range pids {
+		d, n, err := runStat(pid)
 		if err != nil {
 			return nil, err
 		}
@@ -301,17 +308,39 @@ func startChatpulse(bin, dir string, args ...string) (*process, error) {
 	}
 }
 
+// pids are the processes' ids.
+func pids(ps []*process) []int {
+	out := make([]int, len(ps))
+	for i, p := range ps {
+		out[i] = p.cmd.Process.Pid
+	}
+	return out
+}
+
+// counts is done when the first process's views count every event
+// (messages and distinct users of the 1h window).
+func counts(p *process, messages int64, users int) func() (bool, error) {
+	return func() (bool, error) {
+		var v struct {
+			Messages      int64 `json:"messages"`
+			DistinctUsers int   `json:"distinct_users"`
+		}
+		err := getJSON(p.url+"/api/v1/overview?window=1h", &v)
+		return err == nil && v.Messages == messages && v.DistinctUsers == users, nil
+	}
+}
+
 // feed publishes evs under prefix.<room>.<user>, paced, and returns each
-// process's usage from the first event until the first process's views
-// count them all (messages and distinct users of the 1h window).
-func feed(url, prefix string, evs []benchEvent, rate float64, ps []*process, messages int64, users int) ([]usage, time.Duration, error) {
+// process's usage from the first event until done says they have all
+// been taken in.
+func feed(url, prefix string, evs []benchEvent, rate float64, pids []int, done func() (bool, error)) ([]usage, time.Duration, error) {
 	nc, err := nats.Connect(url, nats.Name("chatbench-group"))
 	if err != nil {
 		return nil, 0, err
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1<<16))
-	before, err := usages(ps)
+	before, err := usages(pids)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -347,11 +376,11 @@ func feed(url, prefix string, evs []benchEvent, rate float64, ps []*process, mes
 		return nil, 0, fmt.Errorf("publishes not acknowledged")
 	}
 	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		var v struct {
-			Messages      int64 `json:"messages"`
-			DistinctUsers int   `json:"distinct_users"`
+		ok, err := done()
+		if err != nil {
+			return nil, 0, err
 		}
-		if err := getJSON(ps[0].url+"/api/v1/overview?window=1h", &v); err == nil && v.Messages == messages && v.DistinctUsers == users {
+		if ok {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -359,7 +388,7 @@ func feed(url, prefix string, evs []benchEvent, rate float64, ps []*process, mes
 		}
 	}
 	took := time.Since(start)
-	after, err := usages(ps)
+	after, err := usages(pids)
 	if err != nil {
 		return nil, 0, err
 	}

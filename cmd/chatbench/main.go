@@ -20,7 +20,7 @@ import (
 )
 
 func main() {
-	cmds := map[string]func([]string) error{"ingest": ingestCmd, "check": checkCmd, "fanout": fanoutCmd, "stall": stallCmd, "group": groupCmd, "restart": restartCmd, "cpu": cpuCmd, "burst": burstCmd, "decide": decideCmd, "bare-sub": bareSubCmd}
+	cmds := map[string]func([]string) error{"ingest": ingestCmd, "check": checkCmd, "fanout": fanoutCmd, "stall": stallCmd, "group": groupCmd, "restart": restartCmd, "cpu": cpuCmd, "burst": burstCmd, "decide": decideCmd, "bare-sub": bareSubCmd, "bare-feed": bareFeedCmd}
 	if len(os.Args) < 2 || cmds[os.Args[1]] == nil {
 		fmt.Fprintln(os.Stderr, "usage: chatbench ingest|check|fanout|stall|group|restart|cpu|burst|decide [flags]   (chatbench <cmd> -h for the flags)")
 		os.Exit(2)
