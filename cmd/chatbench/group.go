@@ -3,10 +3,11 @@ package main
 // group measures what a group of members costs beside one standalone
 // instance on the same events, in one run against one NATS server: CPU
 // seconds per event of each process, read from /proc (from outside, as an
-// operator sees it); then how long a group takes, after a member is killed
-// with SIGKILL, to answer exactly again; and the latency of a view asked
-// of a member that owns nothing the view needs, beside the same view from
-// the standalone instance.
+// operator sees it), and beside them what NATS's delivery alone costs
+// processes that read the events as they do (bare.go); then how long a
+// group takes, after a member is killed with SIGKILL, to answer exactly
+// again; and the latency of a view asked of a member that owns nothing
+// the view needs, beside the same view from the standalone instance.
 
 import (
 	"encoding/json"
