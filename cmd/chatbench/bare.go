@@ -31,12 +31,11 @@ import (
 // started by time), so chatpulse has one filter per consumer, and so has
 // this floor.
 func bareFloor(url string, node func(int) string, replicas int, evs []benchEvent, rate float64, members, partitions int) error {
-	nc, err := nats.Connect(url)
+	nc, js, err := connectJS(url, "chatbench-bare")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	src, dest, err := bus.PartitionTransform("bgrp.>", partitions)
@@ -145,12 +144,11 @@ func bareFeedCmd(args []string) error {
 	if len(args) < 3 {
 		return fmt.Errorf("usage: chatbench bare-feed URL STREAM FILTER...")
 	}
-	nc, err := nats.Connect(args[0], nats.Name("chatbench-bare-feed"))
+	nc, js, err := connectJS(args[0], "chatbench-bare-feed")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var n atomic.Int64
@@ -169,4 +167,18 @@ func bareFeedCmd(args []string) error {
 		defer cc.Stop()
 	}
 	return answerCounts(n.Load)
+}
+
+// connectJS connects to url under name, with JetStream.
+func connectJS(url, name string) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(url, nats.Name(name))
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
 }
