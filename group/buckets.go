@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
-	"time"
 
 	"github.com/chatpulse/chatpulse/bus"
 )
@@ -48,13 +47,6 @@ func agree(ctx context.Context, b *bus.Bus, group string, s settings, replicas i
 		return fmt.Errorf("%w: --windows %s, but group %s uses %s", ErrPartitions, s.Windows, group, theirs.Windows)
 	}
 	return nil
-}
-
-// openLeases makes the group's lease bucket: keys live ttl after their
-// last write, and their expiry is told to watchers, so that a member that
-// dies is seen gone within about ttl.
-func openLeases(ctx context.Context, b *bus.Bus, group string, replicas int, ttl time.Duration) (*bus.Bucket, error) {
-	return b.LeaseBucket(ctx, bus.GroupLeases(group), "chatpulse group "+group+": members and partition owners", ttl, replicas)
 }
 
 // progress keeps, per partition and stage, the newest stream sequence its

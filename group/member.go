@@ -17,6 +17,7 @@ import (
 	"github.com/chatpulse/chatpulse/bus"
 	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/engine"
+	"github.com/chatpulse/chatpulse/group/lease"
 	"github.com/chatpulse/chatpulse/ingest"
 	"github.com/chatpulse/chatpulse/rolling"
 	"github.com/chatpulse/chatpulse/throttle"
@@ -62,7 +63,7 @@ type Member struct {
 	rules   atomic.Pointer[rules]  // the policies in force; Reconfigure changes them
 	windows *aggregator.Aggregator // answers Windows; counts nothing
 
-	leases   *leases
+	leases   *lease.Loop
 	progress *progress
 	consumer *ingest.Consumer
 	feeds    *bus.Feeds     // every partition's stages, into the one pipeline
@@ -195,7 +196,7 @@ func (m *Member) Attach(ctx context.Context, b *bus.Bus, httpURL string) error {
 	if err := b.GroupAlerts(ctx, cfg.Group, cfg.Replicas); err != nil {
 		return err
 	}
-	kv, err := openLeases(ctx, b, cfg.Group, cfg.Replicas, cfg.Lease)
+	kv, err := lease.Open(ctx, b, cfg.Group, cfg.Replicas, cfg.Lease)
 	if err != nil {
 		return err
 	}
@@ -205,10 +206,10 @@ func (m *Member) Attach(ctx context.Context, b *bus.Bus, httpURL string) error {
 	if m.filer != nil {
 		m.filer.progress = m.progress
 	}
-	m.leases = newLeases(kv, memberInfo{Instance: cfg.Instance, HTTP: httpURL}, slots, cfg.Lease, m, cfg.Log)
-	m.leases.lag, m.leases.stamp, m.leases.maxSkew = m.lag, cfg.Now, cfg.MaxSkew
-	if err := m.leases.join(ctx); err != nil {
-		if errors.Is(err, errDuplicate) {
+	m.leases = lease.New(kv, lease.Config{Self: lease.Member{Instance: cfg.Instance, HTTP: httpURL}, Slots: slots, TTL: cfg.Lease,
+		Hand: hand{m}, Log: cfg.Log, Lag: m.lag, Stamp: cfg.Now, MaxSkew: cfg.MaxSkew})
+	if err := m.leases.Join(ctx); err != nil {
+		if errors.Is(err, lease.ErrDuplicate) {
 			return fmt.Errorf("%w: --instance %s: %v (group %s)", ErrConfig, cfg.Instance, err, cfg.Group)
 		}
 		return err
@@ -255,7 +256,7 @@ func (m *Member) Run(alerts func(throttle.Alert)) error {
 			wg.Add(1)
 			go func() { defer wg.Done(); m.keeper.Run(ctx, m.cfg.SnapshotInterval, m.consumer.Pause, m.snapshots) }()
 		}
-		if err := m.leases.run(ctx); err != nil {
+		if err := m.leases.Run(ctx); err != nil {
 			m.log.Error("group: leases", "err", err)
 		}
 		wg.Wait()
@@ -307,13 +308,13 @@ func (m *Member) Sweep(now int64) {
 // that is its share of the group, and the filing if it is its share: the
 // filing is caught up once it has filed what the copy held when it began.
 func (m *Member) Ready() bool {
-	t := m.leases.table()
-	if !t.synced {
+	t := m.leases.Table()
+	if !t.Synced {
 		return false
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	for _, p := range t.wants {
+	for _, p := range t.Wants {
 		if p == m.cfg.Partitions { // the filer's: caught up with the copy
 			if m.filing == nil || !m.filing.caughtUp.Load() {
 				return false
@@ -326,3 +327,10 @@ func (m *Member) Ready() bool {
 	}
 	return true
 }
+
+// hand is what the lease loop has the member do with a partition it wins
+// or loses.
+type hand struct{ m *Member }
+
+func (h hand) Start(p int, claim uint64)           { h.m.start(p, claim) }
+func (h hand) Stop(p int, claim uint64, lost bool) { h.m.stop(p, claim, lost) }

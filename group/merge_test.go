@@ -3,11 +3,9 @@ package group
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/chat"
@@ -193,30 +191,6 @@ func TestAlignAsOf(t *testing.T) {
 		tt, kept, again, over := alignAsOf(c.answers, c.now, c.limit)
 		if tt != c.t || len(kept) != c.kept || !slices.Equal(again, c.again) || over != c.over {
 			t.Errorf("%s: t %d, kept %d, again %v, over %d; want %d, %d, %v, %d", c.name, tt, len(kept), again, over, c.t, c.kept, c.again, c.over)
-		}
-	}
-}
-
-// The group's clock is the median of the members' offsets; a member
-// further than max-skew from it is named, with how far.
-func TestSkews(t *testing.T) {
-	m := func(offset int64) memberInfo { return memberInfo{Clock: 1, offset: offset} }
-	cases := []struct {
-		name    string
-		members map[string]memberInfo
-		median  int64
-		off     map[string]int64
-	}{
-		{name: "none says its clock", members: map[string]memberInfo{"a": {}, "b": {}}},
-		{name: "all close", members: map[string]memberInfo{"a": m(10), "b": m(-20), "c": m(300)}, median: 10},
-		{name: "one fast", members: map[string]memberInfo{"a": m(10), "b": m(-20), "c": m(9000)}, median: 10, off: map[string]int64{"c": 8990}},
-		{name: "one slow, one silent", members: map[string]memberInfo{"a": m(10), "b": m(-7000), "c": m(20), "d": {}}, median: 10, off: map[string]int64{"b": -7010}},
-		{name: "two: the one ahead", members: map[string]memberInfo{"a": m(0), "b": m(6000)}, median: 0, off: map[string]int64{"b": 6000}},
-	}
-	for _, c := range cases {
-		median, off := skews(c.members, 5*time.Second)
-		if median != c.median || !maps.Equal(off, c.off) {
-			t.Errorf("%s: median %d, off %v; want %d, %v", c.name, median, off, c.median, c.off)
 		}
 	}
 }

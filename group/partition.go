@@ -247,7 +247,7 @@ func (pt *partition) ready() bool {
 // m.parts, or comes before).
 func (m *Member) newPartition(p int, rev uint64) *partition {
 	pt := &partition{p: p, rev: rev, opened: make(chan struct{}), done: make(chan struct{})}
-	pt.fence = &fence{live: func() bool { return m.leases.table().valid(p, rev, time.Now()) }, lost: func() { m.leases.expire(p, rev) }}
+	pt.fence = &fence{live: func() bool { return m.leases.Table().Valid(p, rev, m.leases.Now()) }, lost: func() { m.leases.Expire(p, rev) }}
 	r := m.rules.Load()
 	// A stage that decides policies has a throttle set even when it has
 	// none of them yet: a reload may give it some.
@@ -457,7 +457,7 @@ func (m *Member) resume(ctx context.Context, pt *partition, holder uint64) map[s
 // settle waits, up to a write's deadline, until the pipeline holds
 // nothing more of pt's stopped feeds.
 func (m *Member) settle(ctx context.Context, pt *partition) bool {
-	deadline := time.Now().Add(m.leases.writeTimeout())
+	deadline := time.Now().Add(m.leases.WriteTimeout())
 	for ctx.Err() == nil && time.Now().Before(deadline) {
 		if !slices.ContainsFunc(pt.stages, func(s *stage) bool { return !s.settled() }) {
 			return true
@@ -474,13 +474,13 @@ func (m *Member) settle(ctx context.Context, pt *partition) bool {
 // claim it again once the bucket answers). One of its share that nobody
 // holds is kept: the lease loop claims it next.
 func (m *Member) sweepParked(now time.Time) {
-	t := m.leases.table()
+	t := m.leases.Table()
 	var gone []*partition
 	m.mu.Lock()
 	for p, pt := range m.parked {
-		o, owned := t.owners[p]
-		next := !owned && slices.Contains(t.wants, p) // the lease loop claims it next
-		stale := !next && now.Sub(pt.parkedAt) >= 2*m.cfg.Lease && now.Sub(t.failed) >= m.cfg.Lease
+		o, owned := t.Owners[p]
+		next := !owned && slices.Contains(t.Wants, p) // the lease loop claims it next
+		stale := !next && now.Sub(pt.parkedAt) >= 2*m.cfg.Lease && now.Sub(t.Failed) >= m.cfg.Lease
 		if owned && o.Instance != m.cfg.Instance || stale {
 			delete(m.parked, p)
 			gone = append(gone, pt)
@@ -507,7 +507,7 @@ func (m *Member) retireAll(pt *partition) {
 // stages have caught up.
 func (m *Member) caughtUp(pt *partition) {
 	if pt.ready() {
-		m.leases.ready(pt.p, pt.rev)
+		m.leases.Ready(pt.p, pt.rev)
 	}
 }
 
@@ -563,7 +563,7 @@ func (m *Member) stop(p int, claim uint64, lost bool) {
 			f.Stop()
 		}
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), m.leases.writeTimeout())
+	ctx, cancel := context.WithTimeout(context.Background(), m.leases.WriteTimeout())
 	m.saveProgress(ctx, pt)
 	cancel()
 	unpark := func(keep *partition) bool { // replaces pt with keep (nil: none) if start has not taken it

@@ -133,13 +133,13 @@ func (m *Member) serve(request []byte) []byte {
 
 // owned returns the partitions of q this member may answer for now.
 func (m *Member) owned(parts []int) []*partition {
-	now := time.Now()
-	t := m.leases.table()
+	now := m.leases.Now()
+	t := m.leases.Table()
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	var out []*partition
 	for _, p := range parts {
-		if pt := m.parts[p]; pt != nil && pt.ready() && t.owns(p, now) {
+		if pt := m.parts[p]; pt != nil && pt.ready() && t.Owns(p, now) {
 			out = append(out, pt)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/group/lease"
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
@@ -47,51 +48,24 @@ type MemberStatus struct {
 	ClockOffset int64 `json:"clock_offset_ms"`
 }
 
-// skews is the group's clock, the median of the members' offsets from the
-// server's (memberInfo.offset; the lower of the middle two when even, so
-// that of two members the one ahead is named), and the members further
-// than maxSkew from it, by how far.
-func skews(members map[string]memberInfo, maxSkew time.Duration) (median int64, off map[string]int64) {
-	var offs []int64
-	for _, m := range members {
-		if m.Clock != 0 {
-			offs = append(offs, m.offset)
-		}
-	}
-	if len(offs) == 0 {
-		return 0, nil
-	}
-	slices.Sort(offs)
-	median = offs[(len(offs)-1)/2]
-	for name, m := range members {
-		if d := m.offset - median; m.Clock != 0 && (d > maxSkew.Milliseconds() || -d > maxSkew.Milliseconds()) {
-			if off == nil {
-				off = map[string]int64{}
-			}
-			off[name] = d
-		}
-	}
-	return median, off
-}
-
 // Status says who is in the group and what each owns (a Status).
 func (m *Member) Status() any { return m.status() }
 
 func (m *Member) status() Status {
-	t := m.leases.table()
+	t := m.leases.Table()
 	s := Status{Group: m.cfg.Group, Instance: m.cfg.Instance, Partitions: m.cfg.Partitions, Complete: m.complete(t), Members: []MemberStatus{}, Skewed: []string{}}
-	median, skewed := skews(t.members, m.cfg.MaxSkew)
-	for _, name := range slices.Sorted(maps.Keys(t.members)) {
-		info := t.members[name]
+	median, skewed := lease.Skews(t.Members, m.cfg.MaxSkew)
+	for _, name := range slices.Sorted(maps.Keys(t.Members)) {
+		info := t.Members[name]
 		ms := MemberStatus{Instance: name, HTTP: info.HTTP, Lag: info.Lag, Partitions: []int{}}
 		if info.Clock != 0 {
-			ms.ClockOffset = info.offset - median
+			ms.ClockOffset = info.Offset - median
 		}
 		if _, ok := skewed[name]; ok && m.cfg.MaxSkew > 0 {
 			s.Skewed = append(s.Skewed, name)
 		}
 		for p := range m.cfg.Partitions {
-			if o, ok := t.owners[p]; ok && o.Instance == name {
+			if o, ok := t.Owners[p]; ok && o.Instance == name {
 				ms.Partitions = append(ms.Partitions, p)
 			}
 		}
@@ -99,8 +73,8 @@ func (m *Member) status() Status {
 		s.Members = append(s.Members, ms)
 	}
 	if m.filer != nil {
-		o := t.owners[m.cfg.Partitions]
-		_, live := t.members[o.Instance]
+		o := t.Owners[m.cfg.Partitions]
+		_, live := t.Members[o.Instance]
 		ready := o.Ready && live
 		s.Filer, s.FilerReady = &o.Instance, &ready
 	}
@@ -110,14 +84,14 @@ func (m *Member) status() Status {
 // complete reports whether every partition has a live, caught-up owner,
 // and, with --source-stream, the filing too (it has filed what the copy
 // held when it began).
-func (m *Member) complete(t *table) bool {
+func (m *Member) complete(t *lease.Table) bool {
 	n := m.cfg.Partitions
 	if m.filer != nil {
 		n++ // the filer's lease, one past the last partition
 	}
 	for p := range n {
-		o, ok := t.owners[p]
-		if _, live := t.members[o.Instance]; !ok || !o.Ready || !live {
+		o, ok := t.Owners[p]
+		if _, live := t.Members[o.Instance]; !ok || !o.Ready || !live {
 			return false
 		}
 	}
@@ -171,7 +145,7 @@ func (m *Member) recordProgress(ctx context.Context) {
 		pts := slices.Collect(maps.Values(m.parts))
 		m.mu.RUnlock()
 		for _, pt := range pts {
-			wctx, cancel := context.WithTimeout(ctx, m.leases.writeTimeout())
+			wctx, cancel := context.WithTimeout(ctx, m.leases.WriteTimeout())
 			m.saveProgress(wctx, pt)
 			cancel()
 		}
@@ -269,9 +243,9 @@ func newMetrics(m *Member, reg prometheus.Registerer) *metrics {
 	gauge := func(name, help string, f func() float64) {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
 	}
-	gauge("chatpulse_group_members", "Live members of the group.", func() float64 { return float64(len(m.leases.table().members)) })
+	gauge("chatpulse_group_members", "Live members of the group.", func() float64 { return float64(len(m.leases.Table().Members)) })
 	gauge("chatpulse_group_partitions_owned", "Partitions this member owns.", func() float64 {
-		mine := m.leases.table().mine
+		mine := m.leases.Table().Mine
 		if _, filing := mine[m.cfg.Partitions]; filing {
 			return float64(len(mine) - 1)
 		}
@@ -279,7 +253,7 @@ func newMetrics(m *Member, reg prometheus.Registerer) *metrics {
 	})
 	gauge("chatpulse_group_lag_messages", "Messages this member's partitions have yet to read, and, if it files a foreign stream, messages of its copy it has yet to file.", func() float64 { return float64(m.lag()) })
 	gauge("chatpulse_group_complete", "1 when every partition has a live, caught-up owner (and, with --source-stream, the filing has caught up).", func() float64 {
-		if m.complete(m.leases.table()) {
+		if m.complete(m.leases.Table()) {
 			return 1
 		}
 		return 0

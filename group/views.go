@@ -12,6 +12,7 @@ import (
 	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/bus"
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/group/lease"
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
@@ -24,10 +25,10 @@ const askTimeout = 2 * time.Second
 // how many partitions none answered for: those without a caught-up owner,
 // and those whose owner did not answer.
 func (m *Member) ask(q question) ([]answer, int) {
-	t := m.leases.table()
+	t := m.leases.Table()
 	byOwner := map[string][]int{}
 	for _, p := range q.Parts {
-		if o, ok := t.owners[p]; ok && o.Ready {
+		if o, ok := t.Owners[p]; ok && o.Ready {
 			byOwner[o.Instance] = append(byOwner[o.Instance], p)
 		}
 	}
@@ -139,13 +140,13 @@ func (m *Member) asOfLimit(now int64) int64 {
 // keys say) plus --max-skew. None without --max-skew, or before this
 // member's clock is known.
 func (m *Member) lead() (int64, bool) {
-	t := m.leases.table()
-	self, ok := t.members[m.cfg.Instance]
+	t := m.leases.Table()
+	self, ok := t.Members[m.cfg.Instance]
 	if m.cfg.MaxSkew <= 0 || !ok || self.Clock == 0 {
 		return 0, false
 	}
-	median, _ := skews(t.members, m.cfg.MaxSkew)
-	return median - self.offset + m.cfg.MaxSkew.Milliseconds(), true
+	median, _ := lease.Skews(t.Members, m.cfg.MaxSkew)
+	return median - self.Offset + m.cfg.MaxSkew.Milliseconds(), true
 }
 
 // WindowNames and Windows answer from the configuration, which every
@@ -259,7 +260,7 @@ func (m *Member) checks(base question, r *rules) []question {
 // very next check on any member.
 func (m *Member) Settle(ctx context.Context, rev uint64) error {
 	var wg sync.WaitGroup
-	for name := range m.leases.table().members {
+	for name := range m.leases.Table().Members {
 		wg.Go(func() { m.request(name, question{Op: opBook, Book: rev}) })
 	}
 	wg.Wait()

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatpulse/chatpulse/group/internal/fake"
+	"github.com/chatpulse/chatpulse/group/lease"
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
@@ -29,7 +31,7 @@ func TestCheckUnowned(t *testing.T) {
 		}
 		m := &Member{cfg: Config{Partitions: 8, Unowned: c.unowned}, metrics: &metrics{count: map[string]*[3]uint64{}}}
 		m.rules.Store(r)
-		m.leases = newLeases(newFakeKV(newFakeClock(), fenceTTL, &trace{}), memberInfo{Instance: "a"}, 8, fenceTTL, newRecHand(&trace{}), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		m.leases = lease.New(fake.NewKV(fake.NewClock(), time.Hour, &fake.Trace{}), lease.Config{Self: lease.Member{Instance: "a"}, Slots: 8, TTL: time.Hour, Hand: hand{m}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		q := throttle.Query{Room: "lobby", User: "alice"}
 		for name, res := range map[string]throttle.Result{
 			"check":   m.Check(1000, q),

@@ -1,4 +1,4 @@
-package group
+package lease
 
 import (
 	"context"
@@ -10,10 +10,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/chatpulse/chatpulse/bus"
+	"github.com/chatpulse/chatpulse/group/internal/fake"
 	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
@@ -25,12 +27,12 @@ import (
 const fenceTTL = 4 * time.Second
 
 func memberValue(name string) []byte {
-	v, _ := json.Marshal(memberInfo{Instance: name})
+	v, _ := json.Marshal(Member{Instance: name})
 	return v
 }
 
 func ownerValue(name string, ready bool) []byte {
-	v, _ := json.Marshal(ownerInfo{Instance: name, Ready: ready})
+	v, _ := json.Marshal(Owner{Instance: name, Ready: ready})
 	return v
 }
 
@@ -38,11 +40,11 @@ func ownerValue(name string, ready bool) []byte {
 type rig struct {
 	t     *testing.T
 	ctx   context.Context
-	clock *fakeClock
-	trace *trace
-	kv    *fakeKV
+	clock *fake.Clock
+	trace *fake.Trace
+	kv    *fake.KV
 	hand  *recHand
-	l     *leases
+	l     *Loop
 	w     <-chan *bus.Entry
 	mark  int // trace events before it are not ours to check
 }
@@ -52,15 +54,15 @@ type rig struct {
 // key as join does, and watches. The watch's first turn is the test's.
 func newRig(t *testing.T, self string, partitions int, keys ...[2]string) *rig {
 	t.Helper()
-	r := &rig{t: t, ctx: t.Context(), clock: newFakeClock(), trace: &trace{}}
-	r.kv = newFakeKV(r.clock, fenceTTL, r.trace)
+	r := &rig{t: t, ctx: t.Context(), clock: fake.NewClock(), trace: &fake.Trace{}}
+	r.kv = fake.NewKV(r.clock, fenceTTL, r.trace)
 	r.hand = newRecHand(r.trace)
 	for _, kv := range keys {
-		r.kv.steal(kv[0], []byte(kv[1]))
+		r.kv.Steal(kv[0], []byte(kv[1]))
 	}
-	r.l = newLeases(r.kv, memberInfo{Instance: self}, partitions, fenceTTL, r.hand, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	r.l.clock, r.l.after = r.clock.now, r.clock.afterFunc
-	if err := r.l.join(r.ctx); err != nil {
+	r.l = New(r.kv, Config{Self: Member{Instance: self}, Slots: partitions, TTL: fenceTTL, Hand: r.hand, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	r.l.clock, r.l.after = r.clock.Now, r.clock.AfterFunc
+	if err := r.l.Join(r.ctx); err != nil {
 		t.Fatal(err)
 	}
 	w, err := r.kv.WatchAll(r.ctx)
@@ -68,7 +70,7 @@ func newRig(t *testing.T, self string, partitions int, keys ...[2]string) *rig {
 		t.Fatal(err)
 	}
 	r.w = w
-	r.mark = len(r.trace.all())
+	r.mark = len(r.trace.All())
 	return r
 }
 
@@ -90,10 +92,10 @@ func (r *rig) watchTurn() {
 	}
 }
 
-// tickAt is run's turn on a tick at t0+d (or later, if a hang has moved
+// tickAt is run's turn on a tick at fake.T0+d (or later, if a hang has moved
 // the clock past it), then the watch's turn with the tick's writes.
 func (r *rig) tickAt(d time.Duration) {
-	r.clock.at(d)
+	r.clock.At(d)
 	r.l.tick(r.ctx)
 	r.l.settle(r.ctx)
 	r.watchTurn()
@@ -102,7 +104,7 @@ func (r *rig) tickAt(d time.Duration) {
 // caughtUp is hand reporting partition p caught up by claim, then run's
 // turn on it, then the watch's.
 func (r *rig) caughtUp(p int, claim uint64) {
-	r.l.ready(p, claim)
+	r.l.Ready(p, claim)
 	r.notesTurn()
 }
 
@@ -120,12 +122,12 @@ func (r *rig) notesTurn() {
 }
 
 // answers reports whether the published table lets us answer for p now.
-func (r *rig) answers(p int) bool { return r.l.table().owns(p, r.clock.now()) }
+func (r *rig) answers(p int) bool { return r.l.Table().Owns(p, r.clock.Now()) }
 
 // ours is what happened since newRig (or the last call), without our
 // member key's writes.
 func (r *rig) ours() []string {
-	all := r.trace.all()
+	all := r.trace.All()
 	var got []string
 	for _, e := range all[r.mark:] {
 		if !strings.Contains(e, memberKey+r.l.self.Instance) {
@@ -141,7 +143,7 @@ func (r *rig) ours() []string {
 // partitions we run.
 func (r *rig) checkFence(step string) {
 	r.t.Helper()
-	now := r.clock.now()
+	now := r.clock.Now()
 	for p := range r.l.partitions {
 		_, running := r.hand.claim(p)
 		if r.answers(p) && !running {
@@ -150,21 +152,21 @@ func (r *rig) checkFence(step string) {
 		if !running {
 			continue
 		}
-		e, expires, ok := r.kv.key(ownerKey + strconv.Itoa(p))
-		var o ownerInfo
+		e, expires, ok := r.kv.Key(ownerKey + strconv.Itoa(p))
+		var o Owner
 		switch {
 		case !ok:
-			r.t.Errorf("%s: partition %d runs at %v with no key", step, p, now.Sub(t0))
+			r.t.Errorf("%s: partition %d runs at %v with no key", step, p, now.Sub(fake.T0))
 		case json.Unmarshal(e.Data, &o) != nil || o.Instance != r.l.self.Instance:
-			r.t.Errorf("%s: partition %d runs at %v, but its key is %s", step, p, now.Sub(t0), e.Data)
+			r.t.Errorf("%s: partition %d runs at %v, but its key is %s", step, p, now.Sub(fake.T0), e.Data)
 		case !now.Before(expires):
-			r.t.Errorf("%s: partition %d runs at %v, but its key expired at %v", step, p, now.Sub(t0), expires.Sub(t0))
+			r.t.Errorf("%s: partition %d runs at %v, but its key expired at %v", step, p, now.Sub(fake.T0), expires.Sub(fake.T0))
 		}
 	}
 }
 
-// heldRig is the leased partition 0 of member a, alone: claimed at t0 and
-// said ready at t0, so it answers until 3/4 ttl.
+// heldRig is the leased partition 0 of member a, alone: claimed at fake.T0 and
+// said ready at fake.T0, so it answers until 3/4 ttl.
 func heldRig(t *testing.T) *rig {
 	r := newRig(t, "a", 1)
 	r.watchTurn()
@@ -187,11 +189,11 @@ func heldRig(t *testing.T) *rig {
 // stopped at once.
 func TestLeaseFence(t *testing.T) {
 	s := time.Second
-	timeout := func(r *rig, op, key string) error { return errFakeTimeout }
+	timeout := func(r *rig, op, key string) error { return fake.ErrTimeout }
 	type tick struct {
 		at    time.Duration // when it comes; a hang moves the clock on
 		held  bool          // partition 0 runs after it
-		until time.Duration // and answers until t0+until
+		until time.Duration // and answers until fake.T0+until
 	}
 	cases := []struct {
 		name   string
@@ -210,7 +212,7 @@ func TestLeaseFence(t *testing.T) {
 		name: "renewals fail: answers until 3/4 ttl, stopped then by its timer",
 		fault: func(r *rig, op, key string) error {
 			if op == "update" {
-				return errFakeTimeout
+				return fake.ErrTimeout
 			}
 			return nil
 		},
@@ -232,8 +234,8 @@ func TestLeaseFence(t *testing.T) {
 	}, {
 		name: "a renewal fails once: the next one, a tick later, renews it in time",
 		fault: func(r *rig, op, key string) error {
-			if op == "update" && r.clock.now().Equal(t0.Add(s)) {
-				return errFakeTimeout
+			if op == "update" && r.clock.Now().Equal(fake.T0.Add(s)) {
+				return fake.ErrTimeout
 			}
 			return nil
 		},
@@ -244,7 +246,7 @@ func TestLeaseFence(t *testing.T) {
 		},
 	}, {
 		name:   "a lost compare-and-set: stopped at once",
-		before: func(r *rig) { r.kv.steal(ownerKey+"0", ownerValue("b", false)) },
+		before: func(r *rig) { r.kv.Steal(ownerKey+"0", ownerValue("b", false)) },
 		ticks: []tick{
 			{at: 1 * s, held: false}, // though its lease had a second to go
 			{at: 2 * s, held: false}, // and not claimed again: b holds the key
@@ -254,9 +256,9 @@ func TestLeaseFence(t *testing.T) {
 		name: "the member key's write hangs past 3/4 ttl and fails: stopped by its timer meanwhile",
 		fault: func(r *rig, op, key string) error {
 			if op == "put" {
-				r.clock.advance(2500 * time.Millisecond)
+				r.clock.Advance(2500 * time.Millisecond)
 			}
-			return errFakeTimeout
+			return fake.ErrTimeout
 		},
 		ticks: []tick{
 			{at: 1 * s, held: false}, // at 3.5s
@@ -265,11 +267,11 @@ func TestLeaseFence(t *testing.T) {
 	}, {
 		name: "a renewal hangs past 3/4 ttl and fails: stopped by its timer meanwhile",
 		fault: func(r *rig, op, key string) error {
-			if op == "update" && r.clock.now().Equal(t0.Add(s)) {
-				r.clock.advance(2500 * time.Millisecond)
+			if op == "update" && r.clock.Now().Equal(fake.T0.Add(s)) {
+				r.clock.Advance(2500 * time.Millisecond)
 			}
 			if op == "update" {
-				return errFakeTimeout
+				return fake.ErrTimeout
 			}
 			return nil
 		},
@@ -280,8 +282,8 @@ func TestLeaseFence(t *testing.T) {
 	}, {
 		name: "a renewal hangs past 3/4 ttl and goes through: stopped meanwhile, not brought back; released",
 		fault: func(r *rig, op, key string) error {
-			if op == "update" && r.clock.now().Equal(t0.Add(s)) {
-				r.clock.advance(2500 * time.Millisecond)
+			if op == "update" && r.clock.Now().Equal(fake.T0.Add(s)) {
+				r.clock.Advance(2500 * time.Millisecond)
 			}
 			return nil
 		},
@@ -292,8 +294,8 @@ func TestLeaseFence(t *testing.T) {
 	}, {
 		name: "a renewal that hangs then goes through counts from its send",
 		fault: func(r *rig, op, key string) error {
-			if op == "update" && r.clock.now().Equal(t0.Add(s)) {
-				r.clock.advance(500 * time.Millisecond)
+			if op == "update" && r.clock.Now().Equal(fake.T0.Add(s)) {
+				r.clock.Advance(500 * time.Millisecond)
 			}
 			return nil
 		},
@@ -309,29 +311,29 @@ func TestLeaseFence(t *testing.T) {
 				c.before(r)
 			}
 			if c.fault != nil {
-				r.kv.fault = func(op, key string) error { return c.fault(r, op, key) }
+				r.kv.SetFault(func(op, key string) error { return c.fault(r, op, key) })
 			}
 			for _, k := range c.ticks {
 				r.tickAt(k.at)
-				step := fmt.Sprintf("tick at %v (clock %v)", k.at, r.clock.now().Sub(t0))
+				step := fmt.Sprintf("tick at %v (clock %v)", k.at, r.clock.Now().Sub(fake.T0))
 				r.checkFence(step)
 				claim, running := r.hand.claim(0)
 				if running != k.held {
-					t.Fatalf("%s: partition 0 runs: %v, want %v; trace %q", step, running, k.held, r.trace.all())
+					t.Fatalf("%s: partition 0 runs: %v, want %v; trace %q", step, running, k.held, r.trace.All())
 				}
 				if !k.held {
 					continue
 				}
 				r.caughtUp(0, claim)
-				if until := r.l.table().mine[0].until; !until.Equal(t0.Add(k.until)) {
-					t.Errorf("%s: answers until %v, want %v", step, until.Sub(t0), k.until)
+				if until := r.l.Table().Mine[0].Until; !until.Equal(fake.T0.Add(k.until)) {
+					t.Errorf("%s: answers until %v, want %v", step, until.Sub(fake.T0), k.until)
 				}
-				if want := r.clock.now().Before(t0.Add(k.until)); r.answers(0) != want {
+				if want := r.clock.Now().Before(fake.T0.Add(k.until)); r.answers(0) != want {
 					t.Errorf("%s: answers %v, want %v", step, r.answers(0), want)
 				}
 			}
-			if n := count(r.trace.all(), "stop 0"); n != c.stops {
-				t.Errorf("stopped %d times, want %d; trace %q", n, c.stops, r.trace.all())
+			if n := count(r.trace.All(), "stop 0"); n != c.stops {
+				t.Errorf("stopped %d times, want %d; trace %q", n, c.stops, r.trace.All())
 			}
 		})
 	}
@@ -353,7 +355,7 @@ func TestLeaseOwnership(t *testing.T) {
 	s := time.Second
 	var four []int // the partitions of 0..3 that rendezvous gives b among a and b
 	for p := range 4 {
-		if owner(p, []string{"a", "b"}) == "b" {
+		if OwnerOf(p, []string{"a", "b"}) == "b" {
 			four = append(four, p)
 		}
 	}
@@ -420,13 +422,13 @@ func TestLeaseOwnership(t *testing.T) {
 		name:       "loses the race to claim: not started, not tried again",
 		partitions: 1,
 		script: func(r *rig) []string {
-			r.kv.fault = func(op, key string) error {
+			r.kv.SetFault(func(op, key string) error {
 				if op == "create" && key == ownerKey+"0" {
-					r.kv.steal(key, ownerValue("b", false)) // b was quicker
+					r.kv.Steal(key, ownerValue("b", false)) // b was quicker
 					return fmt.Errorf("fake kv: %w", bus.ErrKeyChanged)
 				}
 				return nil
-			}
+			})
 			r.watchTurn() // a claims, and loses
 			r.watchTurn() // b's key comes
 			r.tickAt(s)
@@ -438,7 +440,7 @@ func TestLeaseOwnership(t *testing.T) {
 		partitions: 4,
 		script: func(r *rig) []string {
 			r.watchTurn()
-			r.kv.steal(memberKey+"b", memberValue("b"))
+			r.kv.Steal(memberKey+"b", memberValue("b"))
 			r.ours()
 			r.watchTurn()
 			return r.ours()
@@ -465,19 +467,19 @@ func TestLeaseOwnership(t *testing.T) {
 
 // runLeases runs member a's lease loop, run itself, over kv and its clock,
 // until the test ends or cancel; done is closed once run has returned.
-func runLeases(t *testing.T, kv *fakeKV, partitions int, ttl time.Duration) (l *leases, hand *recHand, cancel func(), done chan struct{}) {
+func runLeases(t *testing.T, kv *fake.KV, partitions int, ttl time.Duration) (l *Loop, hand *recHand, cancel func(), done chan struct{}) {
 	t.Helper()
-	hand = newRecHand(kv.trace)
-	l = newLeases(kv, memberInfo{Instance: "a"}, partitions, ttl, hand, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	l.clock, l.after = kv.clock.now, kv.clock.afterFunc
+	hand = newRecHand(kv.Trace())
+	l = New(kv, Config{Self: Member{Instance: "a"}, Slots: partitions, TTL: ttl, Hand: hand, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	l.clock, l.after = kv.Clock().Now, kv.Clock().AfterFunc
 	ctx, cancel := context.WithCancel(t.Context())
-	if err := l.join(ctx); err != nil {
+	if err := l.Join(ctx); err != nil {
 		t.Fatal(err)
 	}
 	done = make(chan struct{})
 	go func() {
 		defer close(done)
-		l.run(ctx)
+		l.Run(ctx)
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	return l, hand, cancel, done
@@ -490,12 +492,12 @@ func runLeases(t *testing.T, kv *fakeKV, partitions int, ttl time.Duration) (l *
 // comes.
 func TestLeaseWatchGap(t *testing.T) {
 	const partitions = 8
-	kv := newFakeKV(newFakeClock(), time.Hour, &trace{})
+	kv := fake.NewKV(fake.NewClock(), time.Hour, &fake.Trace{})
 	l, hand, cancel, done := runLeases(t, kv, partitions, time.Hour)
 	runs := func(want []int) func() error {
 		return func() error {
 			if got := hand.runs(); !slices.Equal(got, want) {
-				return fmt.Errorf("running %v, want %v (watched %d times)", got, want, kv.watchCalls())
+				return fmt.Errorf("running %v, want %v (watched %d times)", got, want, kv.WatchCalls())
 			}
 			return nil
 		}
@@ -506,31 +508,31 @@ func TestLeaseWatchGap(t *testing.T) {
 	}
 	wait.For(t, 10*time.Second, runs(all))
 
-	kv.missed(memberKey+"b", memberValue("b"))
-	kv.breakWatches()
+	kv.Missed(memberKey+"b", memberValue("b"))
+	kv.BreakWatches()
 	var mine []int
 	for p := range partitions {
-		if owner(p, []string{"a", "b"}) == "a" {
+		if OwnerOf(p, []string{"a", "b"}) == "a" {
 			mine = append(mine, p)
 		}
 	}
 	wait.For(t, 10*time.Second, runs(mine))
-	if n := kv.watchCalls(); n != 2 {
+	if n := kv.WatchCalls(); n != 2 {
 		t.Errorf("watched %d times, want 2", n)
 	}
-	if _, ok := l.table().members["b"]; !ok {
-		t.Errorf("members after the gap: %v, want b among them", l.table().members)
+	if _, ok := l.Table().Members["b"]; !ok {
+		t.Errorf("members after the gap: %v, want b among them", l.Table().Members)
 	}
 
 	// Leaving releases the rest and deletes the member key.
 	cancel()
 	<-done
 	for p := range partitions {
-		if e, _, ok := kv.key(ownerKey + strconv.Itoa(p)); ok {
+		if e, _, ok := kv.Key(ownerKey + strconv.Itoa(p)); ok {
 			t.Errorf("partition %d's key after a left: %s", p, e.Data)
 		}
 	}
-	if _, _, ok := kv.key(memberKey + "a"); ok {
+	if _, _, ok := kv.Key(memberKey + "a"); ok {
 		t.Error("a's member key is there after it left")
 	}
 }
@@ -541,12 +543,12 @@ func TestLeaseWatchGap(t *testing.T) {
 // clock stands still: only the loop's ticker runs, every ttl/4.
 func TestLeaseGhost(t *testing.T) {
 	const partitions = 8
-	kv := newFakeKV(newFakeClock(), time.Hour, &trace{})
-	kv.steal(memberKey+"b", memberValue("b"))
+	kv := fake.NewKV(fake.NewClock(), time.Hour, &fake.Trace{})
+	kv.Steal(memberKey+"b", memberValue("b"))
 	l, hand, _, _ := runLeases(t, kv, partitions, 200*time.Millisecond)
 	var mine, all []int
 	for p := range partitions {
-		if owner(p, []string{"a", "b"}) == "a" {
+		if OwnerOf(p, []string{"a", "b"}) == "a" {
 			mine = append(mine, p)
 		}
 		all = append(all, p)
@@ -554,15 +556,15 @@ func TestLeaseGhost(t *testing.T) {
 	runs := func(want []int) func() error {
 		return func() error {
 			if got := hand.runs(); !slices.Equal(got, want) {
-				return fmt.Errorf("running %v, want %v (watched %d times, members %v)", got, want, kv.watchCalls(), slices.Sorted(maps.Keys(l.table().members)))
+				return fmt.Errorf("running %v, want %v (watched %d times, members %v)", got, want, kv.WatchCalls(), slices.Sorted(maps.Keys(l.Table().Members)))
 			}
 			return nil
 		}
 	}
 	wait.For(t, 10*time.Second, runs(mine))
-	kv.missed(memberKey+"b", nil)
+	kv.Missed(memberKey+"b", nil)
 	wait.For(t, 10*time.Second, runs(all))
-	if _, ok := l.table().members["b"]; ok {
+	if _, ok := l.Table().Members["b"]; ok {
 		t.Error("b is still a member")
 	}
 }
@@ -576,7 +578,7 @@ func TestLeaseVanishedWhileBucketAway(t *testing.T) {
 	s := time.Second
 	var bs []int // b's partitions among a and b
 	for p := range 4 {
-		if owner(p, []string{"a", "b"}) == "b" {
+		if OwnerOf(p, []string{"a", "b"}) == "b" {
 			bs = append(bs, p)
 		}
 	}
@@ -596,16 +598,16 @@ func TestLeaseVanishedWhileBucketAway(t *testing.T) {
 			r := newRig(t, "a", 4, keys...)
 			r.watchTurn()
 			if c.away {
-				r.kv.fault = func(op, key string) error {
+				r.kv.SetFault(func(op, key string) error {
 					if key == memberKey+"a" {
-						return errFakeTimeout
+						return fake.ErrTimeout
 					}
 					return nil
-				}
+				})
 			}
 			for at := s; at <= 2*fenceTTL; at += s { // b never writes again: its keys run out at 4 s
 				if at > fenceTTL {
-					r.kv.fault = nil
+					r.kv.SetFault(nil)
 				}
 				r.tickAt(at)
 				for _, p := range bs {
@@ -617,4 +619,54 @@ func TestLeaseVanishedWhileBucketAway(t *testing.T) {
 			}
 		})
 	}
+}
+
+// recHand is a hand that records what the loop has it do.
+type recHand struct {
+	trace *fake.Trace
+
+	mu      sync.Mutex
+	running map[int]uint64 // partition -> claim it was started with
+}
+
+func newRecHand(tr *fake.Trace) *recHand { return &recHand{trace: tr, running: map[int]uint64{}} }
+
+func (h *recHand) Start(p int, claim uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.running[p]; ok {
+		panic("partition " + strconv.Itoa(p) + " started twice")
+	}
+	h.running[p] = claim
+	h.trace.Add("start %d", p)
+}
+
+func (h *recHand) Stop(p int, claim uint64, _ bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c, ok := h.running[p]; !ok || c != claim {
+		return // stopped already, by the other of the loop and the timer
+	}
+	delete(h.running, p)
+	h.trace.Add("stop %d", p)
+}
+
+// claim is the claim partition p runs by, if it runs.
+func (h *recHand) claim(p int) (uint64, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c, ok := h.running[p]
+	return c, ok
+}
+
+// runs is the partitions running, in order.
+func (h *recHand) runs() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var ps []int
+	for p := range h.running {
+		ps = append(ps, p)
+	}
+	slices.Sort(ps)
+	return ps
 }

@@ -1,4 +1,4 @@
-package group
+package lease
 
 import (
 	"context"
@@ -57,7 +57,7 @@ type tracker struct {
 	mu     sync.Mutex
 	active map[int]run // partition -> who runs it
 	starts int
-	byWho  map[string]*leases
+	byWho  map[string]*Loop
 }
 
 type run struct {
@@ -68,10 +68,10 @@ type run struct {
 type fakeHand struct {
 	tr   *tracker
 	name string
-	l    *leases
+	l    *Loop
 }
 
-func (h *fakeHand) start(p int, claim uint64) {
+func (h *fakeHand) Start(p int, claim uint64) {
 	tr := h.tr
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
@@ -80,16 +80,16 @@ func (h *fakeHand) start(p int, claim uint64) {
 	}
 	now := time.Now()
 	for name, l := range tr.byWho {
-		if name != h.name && l.table().owns(p, now) {
+		if name != h.name && l.Table().Owns(p, now) {
 			tr.t.Errorf("partition %d started by %s while %s still answers for it", p, h.name, name)
 		}
 	}
 	tr.active[p] = run{h.name, claim}
 	tr.starts++
-	h.l.ready(p, claim) // caught up at once
+	h.l.Ready(p, claim) // caught up at once
 }
 
-func (h *fakeHand) stop(p int, claim uint64, _ bool) {
+func (h *fakeHand) Stop(p int, claim uint64, _ bool) {
 	tr := h.tr
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
@@ -101,7 +101,7 @@ func (h *fakeHand) stop(p int, claim uint64, _ bool) {
 }
 
 type member struct {
-	l      *leases
+	l      *Loop
 	b      *bus.Bus
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -117,23 +117,23 @@ func startMemberAt(t *testing.T, url string, tr *tracker, name string, partition
 	t.Helper()
 	b := openBusAt(t, url)
 	ctx, cancel := context.WithCancel(context.Background())
-	kv, err := openLeases(ctx, b, "test", 1, testTTL)
+	kv, err := Open(ctx, b, "test", 1, testTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := &fakeHand{tr: tr, name: name}
-	l := newLeases(kv, memberInfo{Instance: name}, partitions, testTTL, h, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	l := New(kv, Config{Self: Member{Instance: name}, Slots: partitions, TTL: testTTL, Hand: h, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	h.l = l
 	tr.mu.Lock()
 	tr.byWho[name] = l
 	tr.mu.Unlock()
-	if err := l.join(ctx); err != nil {
+	if err := l.Join(ctx); err != nil {
 		t.Fatal(err)
 	}
 	m := &member{l: l, b: b, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(m.done)
-		l.run(ctx)
+		l.Run(ctx)
 	}()
 	t.Cleanup(func() { m.cancel(); <-m.done })
 	return m
@@ -150,7 +150,7 @@ func converged(t *testing.T, tr *tracker, ms map[string]*member, partitions int)
 	wait.For(t, 15*time.Second, func() error {
 		now := time.Now()
 		for p := range partitions {
-			if want := owner(p, names); !ms[want].l.table().owns(p, now) {
+			if want := OwnerOf(p, names); !ms[want].l.Table().Owns(p, now) {
 				return fmt.Errorf("partition %d: %s, its owner among %v, does not answer for it", p, want, names)
 			}
 		}
@@ -167,7 +167,7 @@ func converged(t *testing.T, tr *tracker, ms map[string]*member, partitions int)
 func TestLeasesConvergeAndFailOver(t *testing.T) {
 	const partitions = 16
 	ns := startServer(t)
-	tr := &tracker{t: t, active: map[int]run{}, byWho: map[string]*leases{}}
+	tr := &tracker{t: t, active: map[int]run{}, byWho: map[string]*Loop{}}
 	ms := map[string]*member{}
 	for _, name := range []string{"a", "b", "c"} {
 		ms[name] = startMember(t, ns, tr, name, partitions)
@@ -180,7 +180,7 @@ func TestLeasesConvergeAndFailOver(t *testing.T) {
 	ms["b"].cancel()
 	<-ms["b"].done
 	delete(ms, "b")
-	kv, err := openLeases(context.Background(), openBus(t, ns), "test", 1, testTTL)
+	kv, err := Open(context.Background(), openBus(t, ns), "test", 1, testTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestLeasesConvergeAndFailOver(t *testing.T) {
 		t.Errorf("b's member key after it left: %+v, %v; want it deleted", v, err)
 	}
 	for p := range partitions {
-		var o ownerInfo
+		var o Owner
 		if v, err := kv.Get(context.Background(), ownerKey+strconv.Itoa(p)); err == nil && json.Unmarshal(v.Data, &o) == nil && o.Instance == "b" {
 			t.Errorf("partition %d still leased to b after it left: %s", p, v.Data)
 		}
@@ -219,7 +219,7 @@ func TestLeasesConvergeAndFailOver(t *testing.T) {
 func TestLeasesStalledMember(t *testing.T) {
 	const partitions = 8
 	ns := startServer(t)
-	tr := &tracker{t: t, active: map[int]run{}, byWho: map[string]*leases{}}
+	tr := &tracker{t: t, active: map[int]run{}, byWho: map[string]*Loop{}}
 	ms := map[string]*member{}
 	for _, name := range []string{"a", "b"} {
 		ms[name] = startMember(t, ns, tr, name, partitions)
@@ -249,14 +249,14 @@ func TestLeasesStalledMember(t *testing.T) {
 // holder died is free again once its lease has run out.
 func TestDuplicateInstance(t *testing.T) {
 	ns := startServer(t)
-	tr := &tracker{t: t, active: map[int]run{}, byWho: map[string]*leases{}}
+	tr := &tracker{t: t, active: map[int]run{}, byWho: map[string]*Loop{}}
 	startMember(t, ns, tr, "a", 4)
-	kv, err := openLeases(context.Background(), openBus(t, ns), "test", 1, testTTL)
+	kv, err := Open(context.Background(), openBus(t, ns), "test", 1, testTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	twin := newLeases(kv, memberInfo{Instance: "a"}, 4, testTTL, &fakeHand{tr: tr, name: "a2"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err := twin.join(context.Background()); !errors.Is(err, errDuplicate) {
+	twin := New(kv, Config{Self: Member{Instance: "a"}, Slots: 4, TTL: testTTL, Hand: &fakeHand{tr: tr, name: "a2"}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err := twin.Join(context.Background()); !errors.Is(err, ErrDuplicate) {
 		t.Fatalf("join of a live name: %v", err)
 	}
 	// A dead one: its key is there, but nobody renews it.
@@ -264,24 +264,8 @@ func TestDuplicateInstance(t *testing.T) {
 	if _, err := kv.Create(context.Background(), memberKey+"ghost", value); err != nil {
 		t.Fatal(err)
 	}
-	ghost := newLeases(kv, memberInfo{Instance: "ghost"}, 4, testTTL, &fakeHand{tr: tr, name: "ghost"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err := ghost.join(context.Background()); err != nil {
+	ghost := New(kv, Config{Self: Member{Instance: "ghost"}, Slots: 4, TTL: testTTL, Hand: &fakeHand{tr: tr, name: "ghost"}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err := ghost.Join(context.Background()); err != nil {
 		t.Fatalf("join of a dead name: %v", err)
-	}
-}
-
-// Two members with different partition counts: the second is refused.
-func TestPartitionsAgree(t *testing.T) {
-	b := openBus(t, startServer(t))
-	ctx := context.Background()
-	if err := agree(ctx, b, "g", settings{Partitions: 64, Windows: "1m"}, 1); err != nil {
-		t.Fatal(err)
-	}
-	if err := agree(ctx, b, "g", settings{Partitions: 64, Windows: "1m"}, 1); err != nil {
-		t.Fatal(err)
-	}
-	err := agree(ctx, b, "g", settings{Partitions: 32, Windows: "1m"}, 1)
-	if !errors.Is(err, ErrPartitions) || err.Error() != fmt.Sprintf("%v: --partitions 32, but group g uses 64", ErrPartitions) {
-		t.Fatalf("err = %v", err)
 	}
 }

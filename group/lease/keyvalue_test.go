@@ -1,4 +1,4 @@
-package group
+package lease
 
 import (
 	"context"
@@ -8,16 +8,17 @@ import (
 	"time"
 
 	"github.com/chatpulse/chatpulse/bus"
+	"github.com/chatpulse/chatpulse/group/internal/fake"
 )
 
 // The fake bucket the lease tests run on keeps the rules that the lease
 // loop relies on as bus.Bucket over JetStream keeps them: the same
 // writes get the same outcomes, and the watch delivers the same entries.
 func TestKeyValueContract(t *testing.T) {
-	buckets := map[string]func(t *testing.T) keyValue{
-		"fake": func(t *testing.T) keyValue { return newFakeKV(newFakeClock(), time.Hour, &trace{}) },
-		"jetstream": func(t *testing.T) keyValue {
-			kv, err := openLeases(t.Context(), openBus(t, startServer(t)), "contract", 1, time.Hour)
+	buckets := map[string]func(t *testing.T) KV{
+		"fake": func(t *testing.T) KV { return fake.NewKV(fake.NewClock(), time.Hour, &fake.Trace{}) },
+		"jetstream": func(t *testing.T) KV {
+			kv, err := Open(t.Context(), openBus(t, startServer(t)), "contract", 1, time.Hour)
 			if err != nil {
 				t.Fatal(err)
 			}

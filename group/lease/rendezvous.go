@@ -1,14 +1,14 @@
-package group
+package lease
 
 import "hash/fnv"
 
-// owner picks the owner of partition p among the live members: the one
+// OwnerOf picks the owner of partition p among the live members: the one
 // with the highest weight for p (rendezvous, or highest-random-weight,
 // hashing). Every member computes the same answer from the same member set,
 // with no coordination, and when a member joins or leaves only the
 // partitions it wins or held change hands: about 1/n of them, not the
 // contiguous blocks a modulus or a range split would move.
-func owner(p int, members []string) string {
+func OwnerOf(p int, members []string) string {
 	best, bestW := "", uint64(0)
 	for _, m := range members {
 		if w := weight(m, p); best == "" || w > bestW || w == bestW && m < best {
