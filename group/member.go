@@ -75,14 +75,11 @@ type Member struct {
 	metrics  *metrics
 	starts   *prometheus.CounterVec // partition starts, by how
 
-	mu      sync.RWMutex // guards parts, filing, retired and running
-	running bool         // Run was called
-	parts   map[int]*partition
-	parked  map[int]*partition // lost leases, kept to resume (park)
-	filing  *filing            // this member holds the filer's lease
-	// Counters of partitions this member no longer holds, so that what it
-	// exports never goes down.
-	retired map[string]throttle.PolicyStats
+	parts *partitions // the partitions it runs and parked
+
+	mu      sync.Mutex // guards filing and running
+	running bool       // Run was called
+	filing  *filing    // this member holds the filer's lease
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -107,7 +104,7 @@ func New(cfg Config, reg prometheus.Registerer) (*Member, error) {
 	case cfg.Unowned != "" && cfg.Unowned != UnownedAllow && cfg.Unowned != UnownedDeny:
 		return nil, fmt.Errorf("%w: --throttle-unowned %q: allow or deny", ErrConfig, cfg.Unowned)
 	}
-	m := &Member{cfg: cfg, log: cfg.Log, parts: map[int]*partition{}, parked: map[int]*partition{}, retired: map[string]throttle.PolicyStats{}, done: make(chan struct{})}
+	m := &Member{cfg: cfg, log: cfg.Log, done: make(chan struct{})}
 	var err error
 	if m.windows, err = aggregator.New(cfg.Windows); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
@@ -137,6 +134,8 @@ func New(cfg Config, reg prometheus.Registerer) (*Member, error) {
 	}
 	reg.MustRegister(m.starts)
 	m.reg = reg
+	m.parts = &partitions{self: cfg.Instance, lease: cfg.Lease, stream: cfg.Stream, subject: cfg.Subject, restore: m.restore, fresh: m.stages,
+		from: cfg.ReplayFrom, starts: m.starts, log: cfg.Log, runs: map[int]*partition{}, parked: map[int]*partition{}, retired: map[string]throttle.PolicyStats{}}
 	return m, nil
 }
 
@@ -208,6 +207,9 @@ func (m *Member) Attach(ctx context.Context, b *bus.Bus, httpURL string) error {
 	}
 	m.leases = lease.New(kv, lease.Config{Self: lease.Member{Instance: cfg.Instance, HTTP: httpURL}, Slots: slots, TTL: cfg.Lease,
 		Hand: hand{m}, Log: cfg.Log, Lag: m.lag, Stamp: cfg.Now, MaxSkew: cfg.MaxSkew})
+	ps := m.parts
+	ps.leases, ps.prog, ps.feeds = m.leases, m.progress, busFeeds{m.feeds}
+	ps.seqs = func(ctx context.Context) (uint64, uint64, error) { return b.Seqs(ctx, cfg.Stream) }
 	if err := m.leases.Join(ctx); err != nil {
 		if errors.Is(err, lease.ErrDuplicate) {
 			return fmt.Errorf("%w: --instance %s: %v (group %s)", ErrConfig, cfg.Instance, err, cfg.Group)
@@ -251,7 +253,7 @@ func (m *Member) Run(alerts func(throttle.Alert)) error {
 		defer close(m.done)
 		var wg sync.WaitGroup
 		wg.Add(1)
-		go func() { defer wg.Done(); m.recordProgress(ctx) }()
+		go func() { defer wg.Done(); m.parts.record(ctx) }()
 		if m.keeper != nil {
 			wg.Add(1)
 			go func() { defer wg.Done(); m.keeper.Run(ctx, m.cfg.SnapshotInterval, m.consumer.Pause, m.snapshots) }()
@@ -290,9 +292,7 @@ func (m *Member) Close(ctx context.Context) error {
 // now and forgets the throttle keys at rest, freeing what expired when no
 // traffic or reads come by.
 func (m *Member) Sweep(now int64) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	for _, pt := range m.parts {
+	for _, pt := range m.parts.openRuns() {
 		for _, s := range pt.stages {
 			if s.Agg != nil {
 				s.Agg.Advance(now)
@@ -312,25 +312,40 @@ func (m *Member) Ready() bool {
 	if !t.Synced {
 		return false
 	}
-	m.mu.RLock()
-	defer m.mu.RUnlock()
+	m.mu.Lock()
+	filing := m.filing
+	m.mu.Unlock()
 	for _, p := range t.Wants {
 		if p == m.cfg.Partitions { // the filer's: caught up with the copy
-			if m.filing == nil || !m.filing.caughtUp.Load() {
+			if filing == nil || !filing.caughtUp.Load() {
 				return false
 			}
 			continue
 		}
-		if pt := m.parts[p]; pt == nil || !pt.ready() {
+		if pt := m.parts.run(p); pt == nil || !pt.caughtUp() {
 			return false
 		}
 	}
 	return true
 }
 
-// hand is what the lease loop has the member do with a partition it wins
-// or loses.
+// hand is what the lease loop has the member do with a lease it wins or
+// loses (lease.Hand): a partition's are its partitions'; the one past the
+// last partition is the filer's.
 type hand struct{ m *Member }
 
-func (h hand) Start(p int, claim uint64)           { h.m.start(p, claim) }
-func (h hand) Stop(p int, claim uint64, lost bool) { h.m.stop(p, claim, lost) }
+func (h hand) Start(p int, claim uint64) {
+	if p == h.m.cfg.Partitions {
+		h.m.startFiling(claim) // ready once it has filed what the copy holds
+		return
+	}
+	h.m.parts.Start(p, claim)
+}
+
+func (h hand) Stop(p int, claim uint64, lost bool) {
+	if p == h.m.cfg.Partitions {
+		h.m.stopFiling(claim)
+		return
+	}
+	h.m.parts.Stop(p, claim, lost)
+}

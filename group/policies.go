@@ -3,6 +3,7 @@ package group
 import (
 	"errors"
 	"fmt"
+	"iter"
 
 	"github.com/chatpulse/chatpulse/engine"
 	"github.com/chatpulse/chatpulse/throttle"
@@ -80,20 +81,20 @@ func (m *Member) Reconfigure(policies []throttle.Policy) error {
 		return errGroupScope
 	}
 	return m.keeper.Reconfigure(m.consumer.Pause, func() (string, error) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
 		var err error
-		for pt := range m.held() { // a parked partition resumes under the policies in force
-			for _, s := range pt.stages {
-				if s.Thr == nil {
-					continue
-				}
-				if err2 := s.Thr.Reconfigure(r.ofStage(s.Name)); err2 != nil {
-					err = fmt.Errorf("partition %d, stage %s: %w", pt.p, s.Name, err2) // checked whole above: cannot be
+		m.parts.change(func(held iter.Seq2[*partition, bool]) {
+			for pt := range held { // a parked partition resumes under the policies in force
+				for _, s := range pt.stages {
+					if s.Thr == nil {
+						continue
+					}
+					if err2 := s.Thr.Reconfigure(r.ofStage(s.Name)); err2 != nil {
+						err = fmt.Errorf("partition %d, stage %s: %w", pt.p, s.Name, err2) // checked whole above: cannot be
+					}
 				}
 			}
-		}
-		m.rules.Store(r)
+			m.rules.Store(r)
+		})
 		m.metrics.track(policies)
 		return engine.ConfigOf(m.cfg.Windows, policies, m.cfg.Partitions), err
 	})

@@ -135,11 +135,9 @@ func (m *Member) serve(request []byte) []byte {
 func (m *Member) owned(parts []int) []*partition {
 	now := m.leases.Now()
 	t := m.leases.Table()
-	m.mu.RLock()
-	defer m.mu.RUnlock()
 	var out []*partition
 	for _, p := range parts {
-		if pt := m.parts[p]; pt != nil && pt.ready() && t.Owns(p, now) {
+		if pt := m.parts.run(p); pt != nil && pt.caughtUp() && t.Owns(p, now) {
 			out = append(out, pt)
 		}
 	}

@@ -1,12 +1,10 @@
 package group
 
 import (
-	"context"
 	"iter"
 	"maps"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -101,76 +99,39 @@ func (m *Member) complete(t *lease.Table) bool {
 // lag is how many messages this member's partitions have yet to read,
 // and, if it files, how many of the copy it has yet to file.
 func (m *Member) lag() uint64 {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
 	var n uint64
 	if m.filer != nil {
 		n = m.filer.backlog()
 	}
-	for _, pt := range m.parts {
-		if !isOpen(pt) { // its feeds are still being set
-			continue
-		}
+	for _, pt := range m.parts.openRuns() {
 		for _, s := range pt.stages {
-			if s.feed != nil {
-				n += s.feed.Pending()
-			}
+			n += s.feed.Pending()
 		}
 	}
 	return n
 }
 
-// isOpen reports whether a partition's feeds are all started.
-func isOpen(pt *partition) bool {
-	select {
-	case <-pt.opened:
-		return true
-	default:
-		return false
-	}
-}
-
-// recordProgress writes, every second, how far each partition this member
-// holds has been handled, for whoever holds it next.
-func (m *Member) recordProgress(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		m.mu.RLock()
-		pts := slices.Collect(maps.Values(m.parts))
-		m.mu.RUnlock()
-		for _, pt := range pts {
-			wctx, cancel := context.WithTimeout(ctx, m.leases.WriteTimeout())
-			m.saveProgress(wctx, pt)
-			cancel()
-		}
-		m.sweepParked(time.Now())
-	}
-}
-
 // Stats adds up the aggregators' numbers over the partitions this member
-// holds: rooms from the room stages, users from the user stages.
+// runs: rooms from the room stages, users from the user stages.
 func (m *Member) Stats() aggregator.Stats {
 	st := aggregator.Stats{Late: make([]uint64, len(m.cfg.Windows))}
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	for _, pt := range m.parts {
-		r := pt.stage(stageRoom).Agg.Stats()
-		u := pt.stage(stageUser).Agg.Stats()
-		st.Rooms += r.Rooms
-		st.Pairs += r.Pairs
-		st.Crowds += r.Crowds
-		st.Members += r.Members
-		st.Users += u.Users
-		for i, n := range r.Late {
-			st.Late[i] += n
+	m.parts.view(func(held iter.Seq2[*partition, bool]) {
+		for pt, running := range held {
+			if !running {
+				continue
+			}
+			r := pt.stage(stageRoom).Agg.Stats()
+			u := pt.stage(stageUser).Agg.Stats()
+			st.Rooms += r.Rooms
+			st.Pairs += r.Pairs
+			st.Crowds += r.Crowds
+			st.Members += r.Members
+			st.Users += u.Users
+			for i, n := range r.Late {
+				st.Late[i] += n
+			}
 		}
-	}
+	})
 	return st
 }
 
@@ -178,58 +139,32 @@ func (m *Member) Stats() aggregator.Stats {
 // member holds and those it held before; decisions are this member's own
 // answers to checks.
 func (m *Member) ThrottleStats() []throttle.PolicyStats {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	r := m.rules.Load() // a reload changes it and the stages' sets under m.mu
-	out := make([]throttle.PolicyStats, len(r.policies))
-	for i, p := range r.policies {
-		out[i] = m.retired[p.Name]
-		out[i].Policy = p.Name
-		out[i].Allowed, out[i].Denied, out[i].ShadowDenied = m.metrics.decisions(p.Name)
-	}
-	for pt := range m.held() {
-		live := m.parts[pt.p] == pt // a parked one's keys are not tracked now
-		for _, s := range pt.stages {
-			if s.Thr == nil {
-				continue
-			}
-			for _, ps := range s.Thr.Stats() {
-				o := &out[r.order[ps.Policy]]
-				if live {
-					o.Keys += ps.Keys
+	var out []throttle.PolicyStats
+	m.parts.view(func(held iter.Seq2[*partition, bool]) {
+		r := m.rules.Load() // a reload changes it and the stages' sets under the same lock
+		out = make([]throttle.PolicyStats, len(r.policies))
+		for i, p := range r.policies {
+			out[i] = m.parts.retired[p.Name]
+			out[i].Policy = p.Name
+			out[i].Allowed, out[i].Denied, out[i].ShadowDenied = m.metrics.decisions(p.Name)
+		}
+		for pt, running := range held { // a parked run's keys are not tracked now
+			for _, s := range pt.stages {
+				if s.Thr == nil {
+					continue
 				}
-				o.Evicted += ps.Evicted
-				o.Expired += ps.Expired
+				for _, ps := range s.Thr.Stats() {
+					o := &out[r.order[ps.Policy]]
+					if running {
+						o.Keys += ps.Keys
+					}
+					o.Evicted += ps.Evicted
+					o.Expired += ps.Expired
+				}
 			}
 		}
-	}
+	})
 	return out
-}
-
-// held is every partition this member keeps state of, running or
-// parked; the caller holds m.mu.
-func (m *Member) held() iter.Seq[*partition] {
-	return func(yield func(*partition) bool) {
-		for _, pts := range []map[int]*partition{m.parts, m.parked} {
-			for _, pt := range pts {
-				if !yield(pt) {
-					return
-				}
-			}
-		}
-	}
-}
-
-// retire keeps the counters of a stage's policies that is going away.
-func (m *Member) retire(stats []throttle.PolicyStats) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, ps := range stats {
-		r := m.retired[ps.Policy]
-		r.Evicted += ps.Evicted
-		r.Expired += ps.Expired
-		m.retired[ps.Policy] = r
-	}
 }
 
 // metrics are the group's gauges (docs/contract.md section 8) and the throttle
