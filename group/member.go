@@ -74,6 +74,11 @@ type Member struct {
 	alerts   *nats.Subscription
 	metrics  *metrics
 	starts   *prometheus.CounterVec // partition starts, by how
+	// Consuming checks' undos not confirmed, tried again (unconsume);
+	// closing ends their tries.
+	undos           sync.WaitGroup
+	closing         chan struct{}
+	unconsumeFailed prometheus.Counter
 
 	parts *partitions // the partitions it runs and parked
 
@@ -104,7 +109,7 @@ func New(cfg Config, reg prometheus.Registerer) (*Member, error) {
 	case cfg.Unowned != "" && cfg.Unowned != UnownedAllow && cfg.Unowned != UnownedDeny:
 		return nil, fmt.Errorf("%w: --throttle-unowned %q: allow or deny", ErrConfig, cfg.Unowned)
 	}
-	m := &Member{cfg: cfg, log: cfg.Log, done: make(chan struct{})}
+	m := &Member{cfg: cfg, log: cfg.Log, done: make(chan struct{}), closing: make(chan struct{})}
 	var err error
 	if m.windows, err = aggregator.New(cfg.Windows); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
@@ -132,7 +137,9 @@ func New(cfg Config, reg prometheus.Registerer) (*Member, error) {
 	for _, how := range []string{startSnapshot, startReplay, startWarm} {
 		m.starts.WithLabelValues(how)
 	}
-	reg.MustRegister(m.starts)
+	m.unconsumeFailed = prometheus.NewCounter(prometheus.CounterOpts{Name: "chatpulse_group_unconsume_failed_total",
+		Help: "Hits of consuming checks that a later stage denied, whose undo no owner confirmed: each stays counted until it leaves its policies' windows."})
+	reg.MustRegister(m.starts, m.unconsumeFailed)
 	m.reg = reg
 	m.parts = &partitions{self: cfg.Instance, lease: cfg.Lease, stream: cfg.Stream, subject: cfg.Subject, restore: m.restore, fresh: m.stages,
 		from: cfg.ReplayFrom, starts: m.starts, log: cfg.Log, runs: map[int]*partition{}, parked: map[int]*partition{}, retired: map[string]throttle.PolicyStats{}}
@@ -273,6 +280,8 @@ func (m *Member) Close(ctx context.Context) error {
 		return nil
 	}
 	m.cancel()
+	close(m.closing)
+	m.undos.Wait()
 	<-m.done // the lease loop released every partition, so every feed stopped
 	if m.query != nil {
 		m.query.Unsubscribe()

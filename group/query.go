@@ -95,6 +95,7 @@ type answer struct {
 	Allowed   bool                 `json:"allowed,omitempty"`  // consume: no enforcing policy denied
 	Consumed  bool                 `json:"consumed,omitempty"` // consume: counted by the check, now or before
 	Recorded  bool                 `json:"recorded,omitempty"` // consume: recorded now (an unconsume takes it back)
+	Undone    bool                 `json:"undone,omitempty"`   // unconsume: something was taken back now
 	Active    []throttle.Active    `json:"active,omitempty"`
 	Error     string               `json:"error,omitempty"`
 	// Unknown: the member does not know the question's version or op
@@ -231,7 +232,7 @@ func (m *Member) answer(q question) answer {
 		}
 	case opUnconsume:
 		if s := pts[0].stage(q.Stage); s != nil && s.Thr != nil {
-			s.Thr.Unconsume(q.query(), q.ID)
+			a.Undone = s.Thr.Unconsume(q.query(), q.ID)
 		}
 	case opActive:
 		for _, pt := range pts {

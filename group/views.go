@@ -358,8 +358,7 @@ func (m *Member) Consume(now int64, tq throttle.Query, id string) throttle.Resul
 		}
 		res.Allowed = false
 		for _, q := range taken {
-			q.Op = opUnconsume
-			m.ask(q)
+			m.unconsume(q)
 		}
 		taken = nil
 		for _, q := range asks[i+1:] {
@@ -376,6 +375,49 @@ func (m *Member) Consume(now int64, tq throttle.Query, id string) throttle.Resul
 	consumed := res.Allowed && counted
 	res.Consumed = &consumed
 	return res
+}
+
+// unconsume takes back what a stage of a consuming check recorded (q, as
+// asked to consume). It is confirmed once the stage's owner answers for
+// its partition, whether it took the hit back or found nothing to take
+// (an earlier try whose answer was lost took it; the partition changed
+// hands, and the hit went with its old holder). An undo not confirmed is
+// tried again off the check's path, twice, then logged and counted: the
+// hit stays counted until it leaves its policies' windows
+// (docs/contract.md section 10), as Set.Unconsume says of what it cannot
+// take back.
+func (m *Member) unconsume(q question) {
+	q.Op = opUnconsume
+	if m.undo(q) {
+		return
+	}
+	m.undos.Go(func() {
+		for _, d := range unconsumeRetries {
+			select {
+			case <-m.closing:
+			case <-time.After(d):
+				if m.undo(q) {
+					return
+				}
+				continue
+			}
+			break
+		}
+		m.log.Warn("group: a consuming check's hit was not taken back: it stays counted until it leaves its policies' windows",
+			"stage", q.Stage, "room", q.Room, "user", q.User, "id", q.ID)
+		m.unconsumeFailed.Inc()
+	})
+}
+
+// unconsumeRetries are the waits before each try again of an undo not
+// confirmed.
+var unconsumeRetries = []time.Duration{250 * time.Millisecond, time.Second}
+
+// undo asks the owner of q's partition to take back a consuming check's
+// hit, and reports whether it confirmed.
+func (m *Member) undo(q question) bool {
+	answers, missing := m.ask(q)
+	return missing == 0 && len(answers) > 0
 }
 
 // Active lists the keys over an enforcing policy in the whole group.

@@ -1,14 +1,23 @@
 package group
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/chatpulse/chatpulse/bus"
 	"github.com/chatpulse/chatpulse/group/internal/fake"
 	"github.com/chatpulse/chatpulse/group/lease"
+	"github.com/chatpulse/chatpulse/internal/wait"
 	"github.com/chatpulse/chatpulse/throttle"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // During a handoff a check's stage may have no caught-up owner: the check
@@ -44,5 +53,99 @@ func TestCheckUnowned(t *testing.T) {
 				t.Errorf("--throttle-unowned %q: consumed %v without an owner to record it", c.unowned, res.Consumed)
 			}
 		}
+	}
+}
+
+// A consuming check that a later stage denies has the earlier stage take
+// back its hit. The undo is confirmed when that stage's owner answers for
+// its partition; one it does not confirm (here: the owner answers that it
+// no longer holds the partition) is tried again, twice, then logged and
+// counted. The owner, b, is a responder on a real NATS server; this
+// member, a, asks it.
+func TestUnconsumeConfirmedOrCounted(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		confirm  bool
+		attempts int32
+		failed   float64
+	}{{"confirmed", true, 1, 0}, {"never confirmed", false, 3, 1}} {
+		t.Run(c.name, func(t *testing.T) {
+			ns := startServer(t)
+			const partitions = 4
+			policies := []throttle.Policy{
+				{Name: "room_p", Scope: throttle.ScopeRoom, Algorithm: throttle.AlgSlidingWindow, Limit: 5, Window: time.Minute, Resolution: throttle.DefaultResolution, Mode: throttle.ModeEnforce},
+				{Name: "user_p", Scope: throttle.ScopeUser, Algorithm: throttle.AlgSlidingWindow, Limit: 5, Window: time.Minute, Resolution: throttle.DefaultResolution, Mode: throttle.ModeEnforce},
+			}
+			r, err := newRules(policies)
+			if err != nil {
+				t.Fatal(err)
+			}
+			log := slog.New(slog.NewTextHandler(io.Discard, nil))
+			m := &Member{cfg: Config{Group: "g", Partitions: partitions}, bus: openBus(t, ns), log: log, closing: make(chan struct{}),
+				metrics: &metrics{count: map[string]*[3]uint64{}}, unconsumeFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "failed"})}
+			m.cfg.Instance = "a"
+			m.rules.Store(r)
+
+			// b owns every partition, caught up, as the leases say.
+			kv := fake.NewKV(fake.NewClock(), time.Hour, &fake.Trace{})
+			kv.Steal("member.b", []byte(`{"instance":"b"}`))
+			for p := range partitions {
+				kv.Steal("owner."+strconv.Itoa(p), []byte(`{"instance":"b","ready":true}`))
+			}
+			m.leases = lease.New(kv, lease.Config{Self: lease.Member{Instance: "a"}, Slots: partitions, TTL: time.Hour, Hand: hand{m}, Log: log})
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan struct{})
+			go func() { defer close(done); m.leases.Run(ctx) }()
+			t.Cleanup(func() { cancel(); <-done })
+			wait.For(t, 10*time.Second, func() error {
+				if n := len(m.leases.Table().Owners); n != partitions {
+					return fmt.Errorf("%d owners known", n)
+				}
+				return nil
+			})
+
+			// b allows and records at the room stage, denies at the user
+			// stage, and confirms an undo or not.
+			var undos atomic.Int32
+			b := openBus(t, ns)
+			sub, err := b.Answer(bus.GroupQuery("g", "b"), func(data []byte) []byte {
+				var q question
+				json.Unmarshal(data, &q)
+				a := answer{Parts: q.Parts, AsOf: q.Now}
+				switch {
+				case q.Op == opConsume && q.Stage == stageRoom:
+					a.Allowed, a.Recorded, a.Consumed = true, true, true
+				case q.Op == opConsume:
+					a.Decisions = []throttle.Decision{{Policy: "user_p", Mode: throttle.ModeEnforce}}
+				case q.Op == opUnconsume:
+					undos.Add(1)
+					if a.Undone = c.confirm; !c.confirm {
+						a.Parts = []int{} // it holds the partition no more
+					}
+				}
+				out, _ := json.Marshal(a)
+				return out
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { sub.Unsubscribe() })
+
+			res := m.Consume(1000, throttle.Query{Room: "lobby", User: "alice"}, "m-1")
+			if res.Allowed || *res.Consumed {
+				t.Fatalf("allowed %v, consumed %v: want denied by the user stage", res.Allowed, *res.Consumed)
+			}
+			wait.For(t, 10*time.Second, func() error {
+				if n, f := undos.Load(), testutil.ToFloat64(m.unconsumeFailed); n != c.attempts || f != c.failed {
+					return fmt.Errorf("undos asked %d, failed %v; want %d, %v", n, f, c.attempts, c.failed)
+				}
+				return nil
+			})
+			close(m.closing)
+			m.undos.Wait()
+			if n := undos.Load(); n != c.attempts {
+				t.Errorf("undos asked %d in all, want %d", n, c.attempts)
+			}
+		})
 	}
 }

@@ -37,6 +37,7 @@ var groupOnly = []string{
 	"chatpulse_group_lag_messages",
 	"chatpulse_group_complete",
 	"chatpulse_group_partition_starts_total",
+	"chatpulse_group_unconsume_failed_total",
 }
 
 // prometheusOwn are series Prometheus makes itself while scraping.
