@@ -2,6 +2,7 @@ package group
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -68,13 +69,12 @@ type question struct {
 // moderators' actions up to revision rev (its watch delivers them within
 // milliseconds of the write).
 func (m *Member) awaitBook(rev uint64) {
-	book := m.cfg.Book
-	if book == nil || book.Rev() >= rev {
+	if m.cfg.Book == nil || m.cfg.Book.Rev() >= rev {
 		return
 	}
-	for deadline := time.Now().Add(time.Second); book.Rev() < rev && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	m.cfg.Book.Await(ctx, rev)
 }
 
 // query is a check question's throttle query.

@@ -149,6 +149,19 @@ func (m *Member) lead() (int64, bool) {
 	return median - self.Offset + m.cfg.MaxSkew.Milliseconds(), true
 }
 
+// gather is what a view's answers carry (pick says where), after first,
+// the view of nothing that checked the window: the partials of the
+// owners that answered for some partition.
+func gather[T any](first T, answers []answer, pick func(*answer) *T) []T {
+	out := []T{first}
+	for i := range answers {
+		if v := pick(&answers[i]); v != nil && len(answers[i].Parts) > 0 {
+			out = append(out, *v)
+		}
+	}
+	return out
+}
+
 // WindowNames and Windows answer from the configuration, which every
 // member shares.
 func (m *Member) WindowNames() []string       { return m.windows.WindowNames() }
@@ -162,12 +175,7 @@ func (m *Member) Overview(win string, k int, now int64) (aggregator.Overview, er
 		return empty, err
 	}
 	answers, missing := m.askAll(question{Op: opOverview, Window: empty.Window, K: k, Now: now})
-	parts := []aggregator.Overview{empty}
-	for _, a := range answers {
-		if a.Overview != nil && len(a.Parts) > 0 {
-			parts = append(parts, *a.Overview)
-		}
-	}
+	parts := gather(empty, answers, func(a *answer) *aggregator.Overview { return a.Overview })
 	v := mergeOverview(parts, parts, k, m.seconds(empty.Window))
 	v.Coverage = coverage(missing)
 	return v, nil
@@ -181,12 +189,7 @@ func (m *Member) Rooms(win string, limit int, now int64) (aggregator.Rooms, erro
 		return empty, err
 	}
 	answers, missing := m.askAll(question{Op: opRooms, Window: empty.Window, Limit: limit, Now: now})
-	parts := []aggregator.Rooms{empty}
-	for _, a := range answers {
-		if a.Rooms != nil && len(a.Parts) > 0 {
-			parts = append(parts, *a.Rooms)
-		}
-	}
+	parts := gather(empty, answers, func(a *answer) *aggregator.Rooms { return a.Rooms })
 	v := mergeRooms(parts, limit)
 	v.Coverage = coverage(missing)
 	return v, nil
@@ -201,11 +204,8 @@ func (m *Member) Room(name, win string, k int, now int64) (aggregator.Room, erro
 	}
 	p := Partition(chat.Token(name), m.cfg.Partitions)
 	answers, missing := m.ask(question{Op: opRoom, Room: name, Window: v.Window, K: k, Now: now, Parts: []int{p}})
-	for _, a := range answers {
-		if a.Room != nil && len(a.Parts) > 0 {
-			v = *a.Room
-		}
-	}
+	parts := gather(v, answers, func(a *answer) *aggregator.Room { return a.Room })
+	v = parts[len(parts)-1] // its owner's, or zeros
 	v.Coverage = coverage(missing)
 	return v, nil
 }
@@ -219,11 +219,8 @@ func (m *Member) User(name, win string, now int64) (aggregator.User, error) {
 	}
 	p := Partition(chat.Token(name), m.cfg.Partitions)
 	answers, missing := m.ask(question{Op: opUser, User: name, Window: v.Window, Now: now, Parts: []int{p}})
-	for _, a := range answers {
-		if a.User != nil && len(a.Parts) > 0 {
-			v = *a.User
-		}
-	}
+	parts := gather(v, answers, func(a *answer) *aggregator.User { return a.User })
+	v = parts[len(parts)-1] // its owner's, or zeros
 	v.Coverage = coverage(missing)
 	return v, nil
 }

@@ -11,6 +11,7 @@
 package moderation
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -194,6 +195,7 @@ type Book struct {
 
 type index struct {
 	rev      uint64            // the newest revision of the bucket it holds
+	replaced chan struct{}     // closed when the next index replaces it
 	all      map[string]Action // by key
 	slowmode map[string]*Action
 	timeout  map[string]*Action // by user: everywhere
@@ -208,7 +210,7 @@ func NewBook() *Book {
 }
 
 func buildIndex(all map[string]Action) *index {
-	x := &index{all: all, slowmode: map[string]*Action{}, timeout: map[string]*Action{}, inRoom: map[[2]string]*Action{}}
+	x := &index{all: all, replaced: make(chan struct{}), slowmode: map[string]*Action{}, timeout: map[string]*Action{}, inRoom: map[[2]string]*Action{}}
 	for k := range all {
 		a := all[k]
 		switch {
@@ -243,9 +245,7 @@ func (b *Book) change(key string, a *Action, rev uint64) {
 	if a != nil {
 		all[key] = *a
 	}
-	x := buildIndex(all)
-	x.rev = max(old.rev, rev)
-	b.idx.Store(x)
+	b.swap(old, all, rev)
 }
 
 // PutAll keeps every action of as in the book at once, as of revision rev:
@@ -260,9 +260,32 @@ func (b *Book) PutAll(as []Action, rev uint64) {
 	for _, a := range as {
 		all[a.Key()] = a
 	}
+	b.swap(old, all, rev)
+}
+
+// swap replaces the index old with one of all, as of revision rev, and
+// wakes whoever waits for a revision (Await).
+func (b *Book) swap(old *index, all map[string]Action, rev uint64) {
 	x := buildIndex(all)
 	x.rev = max(old.rev, rev)
 	b.idx.Store(x)
+	close(old.replaced)
+}
+
+// Await returns once the book holds revision rev (true), or when ctx is
+// done first (false).
+func (b *Book) Await(ctx context.Context, rev uint64) bool {
+	for {
+		x := b.idx.Load()
+		if x.rev >= rev {
+			return true
+		}
+		select {
+		case <-x.replaced:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // Rev is the newest revision of the bucket the book holds: a member that

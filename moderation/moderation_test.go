@@ -1,6 +1,7 @@
 package moderation
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -94,4 +95,26 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("re-marshalled %s: %v", again, err)
 		}
 	})
+}
+
+// Await returns once the book holds a revision, woken by the change that
+// brings it; short of it, it waits until its context is done.
+func TestBookAwait(t *testing.T) {
+	b := NewBook()
+	a := Action{Kind: Slowmode, Room: "r", Interval: 1000}
+	got := make(chan bool)
+	go func() { got <- b.Await(context.Background(), 3) }()
+	b.Put(a, 2)
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if b.Await(done, 3) {
+		t.Error("Await said true at revision 2, for 3")
+	}
+	b.Delete(a.Key(), 3)
+	if !<-got {
+		t.Error("Await said false once the book held revision 3")
+	}
+	if !b.Await(done, 3) {
+		t.Error("Await said false for a revision the book holds")
+	}
 }
