@@ -21,9 +21,10 @@ import (
 const askTimeout = 2 * time.Second
 
 // ask puts q to the owners of its partitions, each about the partitions
-// it owns (itself without a round trip), and returns their answers and
-// how many partitions none answered for: those without a caught-up owner,
-// and those whose owner did not answer.
+// it owns (itself without a round trip), and returns the answers of those
+// that answered for some, and how many partitions none answered for:
+// those without a caught-up owner, and those whose owner did not answer,
+// or answered that it does not hold them (any more).
 func (m *Member) ask(q question) ([]answer, int) {
 	t := m.leases.Table()
 	byOwner := map[string][]int{}
@@ -43,10 +44,11 @@ func (m *Member) ask(q question) ([]answer, int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a := m.request(owner, q)
-			mu.Lock()
-			answers = append(answers, a)
-			mu.Unlock()
+			if a := m.request(owner, q); len(a.Parts) > 0 { // else it did not answer for them: missing
+				mu.Lock()
+				answers = append(answers, a)
+				mu.Unlock()
+			}
 		}()
 	}
 	wg.Wait()
@@ -150,12 +152,11 @@ func (m *Member) lead() (int64, bool) {
 }
 
 // gather is what a view's answers carry (pick says where), after first,
-// the view of nothing that checked the window: the partials of the
-// owners that answered for some partition.
+// the view of nothing that checked the window.
 func gather[T any](first T, answers []answer, pick func(*answer) *T) []T {
 	out := []T{first}
 	for i := range answers {
-		if v := pick(&answers[i]); v != nil && len(answers[i].Parts) > 0 {
+		if v := pick(&answers[i]); v != nil {
 			out = append(out, *v)
 		}
 	}

@@ -56,12 +56,67 @@ func TestCheckUnowned(t *testing.T) {
 	}
 }
 
+// askingB is member a of a group whose every partition b owns, caught
+// up, as a's leases say. b is respond, a responder on a real NATS server
+// that a asks.
+func askingB(t *testing.T, unowned string, respond func(q question) answer) *Member {
+	t.Helper()
+	ns := startServer(t)
+	const partitions = 4
+	policies := []throttle.Policy{
+		{Name: "room_p", Scope: throttle.ScopeRoom, Algorithm: throttle.AlgSlidingWindow, Limit: 5, Window: time.Minute, Resolution: throttle.DefaultResolution, Mode: throttle.ModeEnforce},
+		{Name: "user_p", Scope: throttle.ScopeUser, Algorithm: throttle.AlgSlidingWindow, Limit: 5, Window: time.Minute, Resolution: throttle.DefaultResolution, Mode: throttle.ModeEnforce},
+	}
+	r, err := newRules(policies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	m := &Member{cfg: Config{Group: "g", Partitions: partitions, Unowned: unowned}, bus: openBus(t, ns), log: log, closing: make(chan struct{}),
+		metrics: &metrics{count: map[string]*[3]uint64{}}, unconsumeFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "failed"})}
+	m.cfg.Instance = "a"
+	m.rules.Store(r)
+	t.Cleanup(func() { close(m.closing); m.undos.Wait() })
+
+	kv := fake.NewKV(fake.NewClock(), time.Hour, &fake.Trace{})
+	kv.Steal("member.b", []byte(`{"instance":"b"}`))
+	for p := range partitions {
+		kv.Steal("owner."+strconv.Itoa(p), []byte(`{"instance":"b","ready":true}`))
+	}
+	m.leases = lease.New(kv, lease.Config{Self: lease.Member{Instance: "a"}, Slots: partitions, TTL: time.Hour, Hand: hand{m}, Log: log})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); m.leases.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	wait.For(t, 10*time.Second, func() error {
+		if n := len(m.leases.Table().Owners); n != partitions {
+			return fmt.Errorf("%d owners known", n)
+		}
+		return nil
+	})
+
+	sub, err := openBus(t, ns).Answer(bus.GroupQuery("g", "b"), func(data []byte) []byte {
+		var q question
+		json.Unmarshal(data, &q)
+		out, _ := json.Marshal(respond(q))
+		return out
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Unsubscribe() })
+	wait.For(t, 10*time.Second, func() error { // b's subscription has reached the server
+		_, err := m.bus.Ask(t.Context(), bus.GroupQuery("g", "b"), []byte(`{}`))
+		return err
+	})
+	return m
+}
+
 // A consuming check that a later stage denies has the earlier stage take
 // back its hit. The undo is confirmed when that stage's owner answers for
 // its partition; one it does not confirm (here: the owner answers that it
 // no longer holds the partition) is tried again, twice, then logged and
-// counted. The owner, b, is a responder on a real NATS server; this
-// member, a, asks it.
+// counted.
 func TestUnconsumeConfirmedOrCounted(t *testing.T) {
 	for _, c := range []struct {
 		name     string
@@ -70,47 +125,10 @@ func TestUnconsumeConfirmedOrCounted(t *testing.T) {
 		failed   float64
 	}{{"confirmed", true, 1, 0}, {"never confirmed", false, 3, 1}} {
 		t.Run(c.name, func(t *testing.T) {
-			ns := startServer(t)
-			const partitions = 4
-			policies := []throttle.Policy{
-				{Name: "room_p", Scope: throttle.ScopeRoom, Algorithm: throttle.AlgSlidingWindow, Limit: 5, Window: time.Minute, Resolution: throttle.DefaultResolution, Mode: throttle.ModeEnforce},
-				{Name: "user_p", Scope: throttle.ScopeUser, Algorithm: throttle.AlgSlidingWindow, Limit: 5, Window: time.Minute, Resolution: throttle.DefaultResolution, Mode: throttle.ModeEnforce},
-			}
-			r, err := newRules(policies)
-			if err != nil {
-				t.Fatal(err)
-			}
-			log := slog.New(slog.NewTextHandler(io.Discard, nil))
-			m := &Member{cfg: Config{Group: "g", Partitions: partitions}, bus: openBus(t, ns), log: log, closing: make(chan struct{}),
-				metrics: &metrics{count: map[string]*[3]uint64{}}, unconsumeFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "failed"})}
-			m.cfg.Instance = "a"
-			m.rules.Store(r)
-
-			// b owns every partition, caught up, as the leases say.
-			kv := fake.NewKV(fake.NewClock(), time.Hour, &fake.Trace{})
-			kv.Steal("member.b", []byte(`{"instance":"b"}`))
-			for p := range partitions {
-				kv.Steal("owner."+strconv.Itoa(p), []byte(`{"instance":"b","ready":true}`))
-			}
-			m.leases = lease.New(kv, lease.Config{Self: lease.Member{Instance: "a"}, Slots: partitions, TTL: time.Hour, Hand: hand{m}, Log: log})
-			ctx, cancel := context.WithCancel(t.Context())
-			done := make(chan struct{})
-			go func() { defer close(done); m.leases.Run(ctx) }()
-			t.Cleanup(func() { cancel(); <-done })
-			wait.For(t, 10*time.Second, func() error {
-				if n := len(m.leases.Table().Owners); n != partitions {
-					return fmt.Errorf("%d owners known", n)
-				}
-				return nil
-			})
-
 			// b allows and records at the room stage, denies at the user
 			// stage, and confirms an undo or not.
 			var undos atomic.Int32
-			b := openBus(t, ns)
-			sub, err := b.Answer(bus.GroupQuery("g", "b"), func(data []byte) []byte {
-				var q question
-				json.Unmarshal(data, &q)
+			m := askingB(t, "", func(q question) answer {
 				a := answer{Parts: q.Parts, AsOf: q.Now}
 				switch {
 				case q.Op == opConsume && q.Stage == stageRoom:
@@ -123,14 +141,8 @@ func TestUnconsumeConfirmedOrCounted(t *testing.T) {
 						a.Parts = []int{} // it holds the partition no more
 					}
 				}
-				out, _ := json.Marshal(a)
-				return out
+				return a
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { sub.Unsubscribe() })
-
 			res := m.Consume(1000, throttle.Query{Room: "lobby", User: "alice"}, "m-1")
 			if res.Allowed || *res.Consumed {
 				t.Fatalf("allowed %v, consumed %v: want denied by the user stage", res.Allowed, *res.Consumed)
@@ -143,9 +155,33 @@ func TestUnconsumeConfirmedOrCounted(t *testing.T) {
 			})
 			close(m.closing)
 			m.undos.Wait()
+			m.closing = make(chan struct{}) // for the cleanup
 			if n := undos.Load(); n != c.attempts {
 				t.Errorf("undos asked %d in all, want %d", n, c.attempts)
 			}
 		})
+	}
+}
+
+// An owner that answers that it does not hold a stage's partition (it let
+// it go since the asker looked) leaves that stage missing: a consuming
+// check then allows or denies as --throttle-unowned says, as if no owner
+// were known. It is not a denial of the policies.
+func TestConsumeOwnerLetGo(t *testing.T) {
+	for _, c := range []struct {
+		unowned string
+		allowed bool
+	}{{UnownedAllow, true}, {UnownedDeny, false}} {
+		m := askingB(t, c.unowned, func(q question) answer {
+			a := answer{Parts: q.Parts, AsOf: q.Now, Allowed: true}
+			if q.Stage == stageRoom {
+				a = answer{Parts: []int{}, AsOf: q.Now}
+			}
+			return a
+		})
+		res := m.Consume(1000, throttle.Query{Room: "lobby", User: "alice"}, "m-1")
+		if res.Allowed != c.allowed || res.Coverage.Complete || res.Coverage.MissingPartitions != 1 {
+			t.Errorf("--throttle-unowned %s: allowed %v, coverage %+v; want %v, one partition missing", c.unowned, res.Allowed, res.Coverage, c.allowed)
+		}
 	}
 }
