@@ -22,26 +22,26 @@ type Stage struct {
 	// message marked CaughtUp has been handled.
 	OnCaughtUp func()
 
-	seq   atomic.Uint64 // stream sequence of the newest message handled
-	ready atomic.Bool
+	seq      atomic.Uint64 // stream sequence of the newest message handled
+	caughtUp atomic.Bool
 }
 
 // Seq is the stream sequence of the newest message the stage has handled
 // (its throttle policies included).
 func (s *Stage) Seq() uint64 { return s.seq.Load() }
 
-// Ready reports whether the stage has caught up with what its feed held
-// when it began.
-func (s *Stage) Ready() bool { return s.ready.Load() }
+// CaughtUp reports whether the stage has caught up: read what its feed
+// held when it began.
+func (s *Stage) CaughtUp() bool { return s.caughtUp.Load() }
 
-// MarkReady says the stage has caught up: its feed began with nothing to
-// read, or it has none (core NATS).
-func (s *Stage) MarkReady() { s.ready.Store(true) }
+// MarkCaughtUp says the stage has caught up: its feed began with nothing
+// to read, or it has none (core NATS).
+func (s *Stage) MarkCaughtUp() { s.caughtUp.Store(true) }
 
 // Behind says the stage has not caught up (any more): it reads on after
-// a pause, and is ready again once its feed says so (a group member
+// a pause, and has caught up again once its feed says so (a group member
 // resuming a partition it had parked).
-func (s *Stage) Behind() { s.ready.Store(false) }
+func (s *Stage) Behind() { s.caughtUp.Store(false) }
 
 // Accept takes every event: a stage reads only what its feed selects.
 func (s *Stage) Accept(*ingest.Msg, *chat.Event) *ingest.Error { return nil }
@@ -74,7 +74,7 @@ func (s *Stage) Handled(seq uint64, caughtUp bool) {
 		s.seq.Store(seq)
 	}
 	if caughtUp {
-		s.ready.Store(true)
+		s.caughtUp.Store(true)
 		if s.OnCaughtUp != nil {
 			s.OnCaughtUp()
 		}

@@ -128,7 +128,7 @@ func (m *Member) startFiling(rev uint64) {
 	p := m.cfg.Partitions
 	caughtUp := func() {
 		f.caughtUp.Store(true)
-		m.leases.Ready(p, rev)
+		m.leases.CaughtUp(p, rev)
 	}
 	go func() {
 		defer close(f.done)

@@ -55,7 +55,7 @@ func (ps *partitions) startFeeds(ctx context.Context, pt *partition, seqs map[st
 			if err == nil {
 				s.feed = f
 				if caughtUp {
-					s.MarkReady()
+					s.MarkCaughtUp()
 					ps.caughtUp(pt)
 				}
 				break

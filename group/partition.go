@@ -60,7 +60,7 @@ func (pt *partition) stage(name string) *stage {
 // the partition.
 func (pt *partition) caughtUp() bool {
 	for _, s := range pt.stages {
-		if !s.Ready() {
+		if !s.CaughtUp() {
 			return false
 		}
 	}
@@ -146,7 +146,7 @@ type partitions struct {
 type leaseView interface {
 	Table() *lease.Table
 	Now() time.Time
-	Ready(p int, claim uint64)
+	CaughtUp(p int, claim uint64)
 	Expire(p int, claim uint64)
 	WriteTimeout() time.Duration
 }
@@ -223,7 +223,7 @@ func (ps *partitions) Start(p int, claim uint64) {
 // caught up.
 func (ps *partitions) caughtUp(pt *partition) {
 	if pt.caughtUp() {
-		ps.leases.Ready(pt.p, pt.claim)
+		ps.leases.CaughtUp(pt.p, pt.claim)
 	}
 }
 

@@ -186,8 +186,8 @@ func TestPartitionParksAndResumes(t *testing.T) {
 		t.Error("the new run does not read on with the parked run's stages")
 	}
 	for _, s := range again.stages {
-		if s.fence != again.fence || s.Ready() {
-			t.Errorf("stage %s: fence of the new claim %v, ready %v; want the new claim's, behind", s.Name, s.fence == again.fence, s.Ready())
+		if s.fence != again.fence || s.CaughtUp() {
+			t.Errorf("stage %s: fence of the new claim %v, ready %v; want the new claim's, behind", s.Name, s.fence == again.fence, s.CaughtUp())
 		}
 		if s.Seq() != 40 {
 			t.Errorf("stage %s resumed at %d, want 40", s.Name, s.Seq())
@@ -373,7 +373,7 @@ func (l *fakeLeases) Now() time.Time              { return l.clock.Now() }
 func (l *fakeLeases) WriteTimeout() time.Duration { return 200 * time.Millisecond }
 func (l *fakeLeases) Expire(int, uint64)          {}
 
-func (l *fakeLeases) Ready(p int, claim uint64) {
+func (l *fakeLeases) CaughtUp(p int, claim uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ready == nil {

@@ -158,7 +158,7 @@ func (e *Engine) Run(alerts func(throttle.Alert)) error {
 	}
 	e.alerts = alerts
 	if e.nothing {
-		e.stage.MarkReady()
+		e.stage.MarkCaughtUp()
 	}
 	e.consumer.Start(e.src)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -207,7 +207,7 @@ func (e *Engine) alert(a throttle.Alert) {
 func (e *Engine) Handled() uint64 { return e.consumer.Handled() }
 
 // Ready reports whether the replay has caught up.
-func (e *Engine) Ready() bool { return e.stage.Ready() }
+func (e *Engine) Ready() bool { return e.stage.CaughtUp() }
 
 // Reconfigure makes policies the throttle set's (nothing changes if they
 // are not valid), while ingest waits, as a snapshot is taken: so a

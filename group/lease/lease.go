@@ -61,7 +61,7 @@ type KV interface {
 }
 
 // A Hand is what the lease loop does with the partitions it wins and loses:
-// start one (it calls ready with the same claim when caught up), stop one
+// start one (it calls CaughtUp with the same claim when caught up), stop one
 // (synchronously: when stop returns nothing of it is counted, answered or
 // acted on any more). stop is called by the loop and by a partition's
 // validity timer, maybe at once and more than once for one claim: it stops
@@ -79,8 +79,8 @@ type held struct {
 	claim      uint64      // revision of the write that claimed it
 	rev        uint64      // revision of our last write of its key
 	validUntil time.Time   // we answer as its owner until then
-	ready      bool        // caught up, and said so in the key
-	readyAsked bool        // caught up, not yet said so
+	ready      bool        // caught up, and said so in the key (Owner.Ready)
+	caughtUp   bool        // caught up, said so or not yet
 	expiry     func() bool // stops the validity timer (true: before it fired)
 }
 
@@ -203,9 +203,9 @@ func (l *Loop) Now() time.Time { return l.clock() }
 // lease the next tick renews or lets run out).
 func (l *Loop) WriteTimeout() time.Duration { return l.ttl / 4 }
 
-// Ready tells the loop that partition p, as claimed by claim, has caught
+// CaughtUp tells the loop that partition p, as claimed by claim, has caught
 // up. It never blocks.
-func (l *Loop) Ready(p int, claim uint64) {
+func (l *Loop) CaughtUp(p int, claim uint64) {
 	l.notesMu.Lock()
 	l.caught[p] = claim
 	l.notesMu.Unlock()
@@ -344,7 +344,7 @@ func (l *Loop) takeNotes(ctx context.Context) {
 	var expired []int
 	for p, claim := range l.caught {
 		if h := l.mine[p]; h != nil && h.claim == claim {
-			h.readyAsked = true
+			h.caughtUp = true
 		}
 	}
 	for p, claim := range l.expired {

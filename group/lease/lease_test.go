@@ -86,7 +86,7 @@ func (h *fakeHand) Start(p int, claim uint64) {
 	}
 	tr.active[p] = run{h.name, claim}
 	tr.starts++
-	h.l.Ready(p, claim) // caught up at once
+	h.l.CaughtUp(p, claim) // caught up at once
 }
 
 func (h *fakeHand) Stop(p int, claim uint64, _ bool) {

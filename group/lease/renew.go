@@ -58,7 +58,7 @@ func (l *Loop) renew(ctx context.Context, now time.Time) {
 		done []renewal
 	)
 	for p, h := range l.mine {
-		ready, last := h.readyAsked, h.rev
+		ready, last := h.caughtUp, h.rev
 		wg.Go(func() {
 			rev, sent, err := l.writeOwner(wctx, p, ready, last)
 			mu.Lock()
@@ -73,7 +73,7 @@ func (l *Loop) renew(ctx context.Context, now time.Time) {
 		p, h := r.p, l.mine[r.p]
 		switch err := r.err; {
 		case err == nil && back.Before(h.validUntil):
-			h.rev, h.ready = r.rev, h.readyAsked
+			h.rev, h.ready = r.rev, h.caughtUp
 			l.extend(p, h, r.sent)
 		case err == nil:
 			l.log.Warn("group: lost partition: renewed after its lease ran out", "partition", p)
@@ -156,7 +156,7 @@ func (l *Loop) balance(ctx context.Context) {
 			l.log.Info("group: partition claimed", "partition", p)
 			l.publish() // the partition acts only while readers see it held
 			l.hand.Start(p, rev)
-		case h != nil && h.readyAsked && !h.ready:
+		case h != nil && h.caughtUp && !h.ready:
 			rev, sent, err := l.write(ctx, p, true, h.rev)
 			switch {
 			case err == nil && l.clock().Before(h.validUntil):

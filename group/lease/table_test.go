@@ -104,7 +104,7 @@ func (r *rig) tickAt(d time.Duration) {
 // caughtUp is hand reporting partition p caught up by claim, then run's
 // turn on it, then the watch's.
 func (r *rig) caughtUp(p int, claim uint64) {
-	r.l.Ready(p, claim)
+	r.l.CaughtUp(p, claim)
 	r.notesTurn()
 }
 
