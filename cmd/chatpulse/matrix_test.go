@@ -22,7 +22,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.yaml.in/yaml/v3"
@@ -30,6 +29,7 @@ import (
 	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/aggregator/oracle"
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/internal/natstest"
 	"github.com/chatpulse/chatpulse/internal/wait"
 	"github.com/chatpulse/chatpulse/rolling"
 )
@@ -286,7 +286,7 @@ func (f *following) Now() time.Time {
 // streams, and the test waits until the server sources them, before any
 // room event: Dendrite's stream keeps nothing nobody has interest in.
 func startMatrix(t *testing.T, now func() time.Time) (*homeserver, *testMain, jetstream.JetStream) {
-	url := startNATS(t, &server.Options{})
+	url := natstest.Start(t).URL()
 	hs := startDendrite(t, url)
 	nc, err := nats.Connect(url)
 	if err != nil {

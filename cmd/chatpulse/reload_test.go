@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/chatpulse/chatpulse/internal/natstest"
 	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
@@ -192,7 +193,7 @@ func TestPoliciesSIGHUPInProcess(t *testing.T) {
 func TestPoliciesSIGHUPBinary(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "policies.yaml")
 	os.WriteFile(path, []byte(floodPolicies(3)), 0o644)
-	cmd, tm := startBinary(t, "--nats-url", natsServer(t), "--policies", path)
+	cmd, tm := startBinary(t, "--nats-url", natstest.Start(t).URL(), "--policies", path)
 
 	os.WriteFile(path, []byte(floodPolicies(8)), 0o644)
 	cmd.Process.Signal(syscall.SIGHUP)
@@ -229,7 +230,7 @@ func TestPoliciesSIGHUPBinary(t *testing.T) {
 // SIGHUP to a chatpulse without a policies file to read again is noted in
 // the log, and ends nothing (Go's default for it would end the process).
 func TestSIGHUPWithoutPoliciesFile(t *testing.T) {
-	cmd, tm := startBinary(t, "--nats-url", natsServer(t))
+	cmd, tm := startBinary(t, "--nats-url", natstest.Start(t).URL())
 	cmd.Process.Signal(syscall.SIGHUP)
 	wait.For(t, 10*time.Second, func() error {
 		if !strings.Contains(tm.log.String(), "SIGHUP: no policies file to read again") {
@@ -279,7 +280,7 @@ func putKV(t *testing.T, js jetstream.JetStream, bucket, key, value string) {
 // version, on every partition they hold; a broken one is refused by both,
 // the old policy in force.
 func TestPoliciesKVGroup(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t).URL()
 	js := jetStreamOf(t, url)
 	putKV(t, js, "limits", "chat", floodPolicies(3))
 	ms := startGroup(t, url, "g", 2, nil, "--policies", "kv:limits/chat")
@@ -354,7 +355,7 @@ func publishGroupRaw(t *testing.T, tm *testMain, n int) {
 // A kv: source whose bucket or key is missing at start, or holds policies
 // that are not valid, is a usage error (exit status 2) naming it.
 func TestPoliciesKVMissing(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t).URL()
 	run := func(source string) error {
 		m := NewMain()
 		m.Log = slog.New(slog.NewTextHandler(testWriter{t}, nil))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/chatpulse/chatpulse/aggregator/oracle"
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/internal/natstest"
 	"github.com/chatpulse/chatpulse/internal/wait"
 	"github.com/chatpulse/chatpulse/rolling"
 	"github.com/chatpulse/chatpulse/standalone"
@@ -227,7 +228,7 @@ func corrupt(t *testing.T, dir string, change func([]byte) []byte) {
 // each restart loads the last complete snapshot, replays what came after,
 // and in the end every view equals the oracle's.
 func TestSnapshotSurvivesSIGKILL(t *testing.T) {
-	natsURL := natsServer(t)
+	natsURL := natstest.Start(t).URL()
 	args := []string{"--nats-url", natsURL, "--snapshot-interval", "100ms", "--instance", "killed"}
 	evs := recentTrace(21, 6000)
 	ws, _ := rolling.ParseWindows(rolling.DefaultWindows)
