@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chatpulse/chatpulse/aggregator/oracle"
+	"github.com/chatpulse/chatpulse/bus"
 	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/internal/natstest"
 	"github.com/chatpulse/chatpulse/internal/wait"
@@ -431,12 +432,38 @@ func TestGroupThrottleAndMismatch(t *testing.T) {
 		}
 		return nil
 	})
-	// ...and none twice. Nothing marks that no member will send one
-	// again: a second alert or dead letter would come from another
-	// member's stage at about the time of the first, so the test gives
-	// it a second to come.
-	time.Sleep(time.Second)
-	collect()
+	// ...and none twice. A second one would come from another member's
+	// stage as it handled the same events: once the members have received
+	// every message (a message's alerts and dead letters are sent before
+	// it counts as received), what each sent has reached nc (published),
+	// and nc has heard every alert the group's alert stream keeps (it
+	// republishes each once), nothing more is on its way.
+	total := float64(len(evs) + 2)
+	wait.For(t, 20*time.Second, func() error {
+		received := 0.0
+		for _, tm := range ms {
+			received += tm.metric("chatpulse_events_received_total")
+		}
+		if received < total {
+			return fmt.Errorf("the members received %v of %v messages", received, total)
+		}
+		return nil
+	})
+	for _, tm := range ms {
+		tm.published(nc)
+	}
+	js, _ := jetstream.New(nc)
+	wait.For(t, 20*time.Second, func() error {
+		collect()
+		s, err := js.Stream(context.Background(), bus.AlertStream("g"))
+		if err != nil {
+			return err
+		}
+		if kept := s.CachedInfo().State.Msgs; uint64(len(gotAlerts)) < kept {
+			return fmt.Errorf("heard %d of the %d alerts the group's alert stream keeps", len(gotAlerts), kept)
+		}
+		return nil
+	})
 	var wantAlerts []string
 	for _, a := range want {
 		b, _ := json.Marshal(a)

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/internal/natstest"
 	"github.com/chatpulse/chatpulse/internal/wait"
 )
@@ -156,9 +157,15 @@ func TestPoliciesFileChanges(t *testing.T) {
 	if allowed, _ := tm.floodCheck(); allowed {
 		t.Error("the broken version let alice through")
 	}
-	// The same broken file seen again is not counted again. A look at an
-	// unchanged file leaves nothing to wait for: two polls must pass.
-	time.Sleep(2 * policyPoll)
+	// The same broken file seen again is not counted again: two looks
+	// find it unchanged, and change nothing.
+	unchanged := tm.policyUnchanged.Load()
+	wait.For(t, 10*policyPoll, func() error {
+		if n := tm.policyUnchanged.Load() - unchanged; n < 2 {
+			return fmt.Errorf("%d looks at the broken file since it was refused, want 2", n)
+		}
+		return nil
+	})
 	if got := tm.metric("chatpulse_policies_reload_errors_total"); got != 1 {
 		t.Errorf("reload errors %v, want 1", got)
 	}
@@ -175,16 +182,17 @@ func TestPoliciesSIGHUPInProcess(t *testing.T) {
 	os.WriteFile(path, []byte(floodPolicies(3)), 0o644)
 	tm := startMainWith(t, func(m *Main) { m.policyPoll = 0 }, "--policies", path)
 	os.WriteFile(path, []byte(floodPolicies(7)), 0o644)
-	// Without a poll nothing reads the file until a signal, so nothing
-	// marks that it was not read: a reload without one gets 300 ms to show.
-	time.Sleep(300 * time.Millisecond)
 	if a := tm.policies(); a.Policies[0].Limit != 3 {
 		t.Fatalf("reloaded without a signal or a poll: %+v", a)
 	}
+	signalled := chat.Time(time.Now().UnixMilli()).String()
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	tm.waitLimit(7)
+	// The new limit is in force since the signal, not before it.
+	if a := tm.waitLimit(7); a.Since < signalled {
+		t.Fatalf("reloaded without a signal or a poll: in force since %s, signalled at %s", a.Since, signalled)
+	}
 }
 
 // The built binary, sent SIGHUP after its policies file was edited,
