@@ -1,13 +1,11 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"os"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -309,77 +307,4 @@ func (hs *homeserver) memberTS(reader matrixUser, room, user string, want func(m
 		return fmt.Errorf("%s has no such member event of %s yet", room, user)
 	})
 	return ts
-}
-
-// TestDendriteLatency measures, against a real Dendrite, the time from a
-// client's send returning to the message showing in its room's view (GET
-// /api/v1/rooms/{room}, polled every 0.2 ms meanwhile), one message at a
-// time, and logs its percentiles: negative when it showed first. It is a measurement, asserting nothing about
-// time, and runs only when asked for with CHATPULSE_DENDRITE_LATENCY=N
-// (messages):
-//
-//	CHATPULSE_DENDRITE_LATENCY=300 go test -run=TestDendriteLatency -v ./cmd/chatpulse/
-func TestDendriteLatency(t *testing.T) {
-	n := 0
-	fmt.Sscan(os.Getenv("CHATPULSE_DENDRITE_LATENCY"), &n)
-	if n <= 0 {
-		t.Skip("set CHATPULSE_DENDRITE_LATENCY=300 to measure")
-	}
-	hs, tm, _ := startMatrix(t, nil)
-	alice := hs.register("alice")
-	room := hs.createRoom(alice, "latency")
-	path := "/api/v1/rooms/" + url.PathEscape(room) + "?window=1h"
-	client := &http.Client{}
-	messages := func() int64 {
-		resp, err := client.Get(tm.url + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var v aggregator.Room
-		if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-			t.Fatal(err)
-		}
-		return v.Messages
-	}
-	// A poller notes when the view first shows each count, while the
-	// sends go one after another: a message can show before its send
-	// returns (Dendrite publishes it before it answers).
-	shown := make([]time.Time, n+1)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for seen := int64(0); seen < int64(n); {
-			m := min(messages(), int64(n))
-			for ; seen < m; seen++ {
-				shown[seen+1] = time.Now()
-			}
-			time.Sleep(200 * time.Microsecond)
-		}
-	}()
-	started, returned := make([]time.Time, n+1), make([]time.Time, n+1)
-	for i := 1; i <= n; i++ {
-		started[i] = time.Now()
-		hs.send(alice, room, "m.room.message", map[string]any{"msgtype": "m.text", "body": fmt.Sprintf("message %d", i)})
-		returned[i] = time.Now()
-	}
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("not every message showed within 30s")
-	}
-	after, whole, before := make([]time.Duration, 0, n), make([]time.Duration, 0, n), 0
-	for i := 1; i <= n; i++ {
-		after, whole = append(after, shown[i].Sub(returned[i])), append(whole, shown[i].Sub(started[i]))
-		if shown[i].Before(returned[i]) {
-			before++
-		}
-	}
-	pct := func(lat []time.Duration, p float64) time.Duration {
-		slices.Sort(lat)
-		return lat[min(len(lat)-1, int(p*float64(len(lat))))]
-	}
-	t.Logf("%d messages, one at a time. Send returned -> shown in the room view: p50 %v, p99 %v, max %v (%d of %d shown before the send returned). "+
-		"Send started -> shown: p50 %v, p99 %v, max %v",
-		n, pct(after, 0.50), pct(after, 0.99), pct(after, 1), before, n, pct(whole, 0.50), pct(whole, 0.99), pct(whole, 1))
 }
