@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,6 +60,7 @@ func TestKilledBinaryRecovers(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	httpPort, natsPort := freePort(t), freePort(t)
+	tm := &testMain{t: t, url: fmt.Sprint("http://127.0.0.1:", httpPort)}
 	start := func() *exec.Cmd {
 		cmd := exec.Command(bin, "--data-dir", dir, "--http", fmt.Sprint("127.0.0.1:", httpPort), "--nats-listen", fmt.Sprint("127.0.0.1:", natsPort))
 		cmd.Stderr = testWriter{t}
@@ -68,21 +68,9 @@ func TestKilledBinaryRecovers(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { cmd.Process.Kill() })
-		base := fmt.Sprint("http://127.0.0.1:", httpPort)
-		wait.For(t, 30*time.Second, func() error {
-			resp, err := http.Get(base + "/readyz")
-			if err != nil {
-				return err
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("GET /readyz: %s", resp.Status)
-			}
-			return nil
-		})
+		tm.waitReady()
 		return cmd
 	}
-	tm := &testMain{t: t, url: fmt.Sprint("http://127.0.0.1:", httpPort)}
 	cmd := start()
 	nc, err := nats.Connect(fmt.Sprint("nats://127.0.0.1:", natsPort))
 	if err != nil {
