@@ -2,8 +2,8 @@
 // topology in one line, as nats-server's jetstream_helpers_test.go does
 // for its own tests:
 //
-//	url := natstest.Start(t).URL()    // one server
-//	c := natstest.StartCluster(t)     // three nodes
+//	url := natstest.Start(t).URL()     // one server
+//	c := natstest.StartCluster(t)      // three nodes
 //	c := natstest.StartCrashCluster(t) // three nodes, every route through a fault proxy
 //
 // Every server runs JetStream, kept in t.TempDir(), on random local
