@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/internal/natstest"
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
@@ -29,7 +29,7 @@ func TestAlertNotRepeatedAfterRestart(t *testing.T) {
 }
 
 func testAlertNotRepeated(t *testing.T, interval string, replayed int) {
-	url := startNATS(t, &server.Options{})
+	url := natstest.Start(t).URL()
 	// Subscribed before either chatpulse starts: it sees what a replay
 	// would publish.
 	nc, err := nats.Connect(url)

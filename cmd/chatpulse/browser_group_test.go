@@ -11,6 +11,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/internal/natstest"
 	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
@@ -56,7 +57,7 @@ func TestBrowserGroupPanelStandalone(t *testing.T) {
 // over (the lease, 4 s, and a replay) and both are complete again.
 func TestBrowserGroupPanel(t *testing.T) {
 	chromium := chromiumPath(t)
-	url := natsServer(t)
+	url := natstest.Start(t).URL()
 	args := []string{"--nats-url", url, "--group", "g", "--partitions", "8", "--push-interval", "100ms"}
 	tm := startMain(t, append(args, "--instance", "m0")...)
 	victim, _ := startBinary(t, append(args, "--instance", "m1", "--data-dir", t.TempDir())...)

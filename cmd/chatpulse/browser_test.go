@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -23,6 +21,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	tcpproxy "github.com/chatpulse/chatpulse/internal/proxy"
 	"github.com/chatpulse/chatpulse/internal/wait"
 	"github.com/chatpulse/chatpulse/traffic"
 )
@@ -54,9 +53,10 @@ func TestBrowserDashboard(t *testing.T) {
 	artifacts := artifactsDir(t)
 
 	// The page reaches chatpulse through a proxy that can cut the network.
-	proxy := startProxy(t, strings.TrimPrefix(tm.url, "http://"))
-	b := openBrowser(t, chromium, proxy.url)
-	b.navigate(proxy.url + "/")
+	proxy := tcpproxy.New(t, strings.TrimPrefix(tm.url, "http://"))
+	proxied := "http://" + proxy.Addr()
+	b := openBrowser(t, chromium, proxied)
+	b.navigate(proxied + "/")
 	b.wait("the websocket to connect", `document.querySelector('#status').dataset.state === 'connected'`)
 	b.waitText("#status-text", "connected")
 
@@ -211,13 +211,13 @@ func TestBrowserDashboard(t *testing.T) {
 	// chatpulse is reachable again, subscribes again by itself: what was
 	// published meanwhile shows up.
 	b.expectNetworkErrors(true)
-	proxy.refuse(true)
-	proxy.cut()
+	proxy.Refuse(true)
+	proxy.Drop()
 	b.wait("the page to see the drop", `document.querySelector('#status').dataset.state === 'reconnecting' && document.body.classList.contains('stale')`)
 	b.wait("the reconnect countdown", `/^reconnecting in \d+s$/.test(document.querySelector('#status-text').textContent)`)
 	b.screenshot(artifacts, "reconnecting.png")
 	publishN(tm, "while-away", "zoe", 3)
-	proxy.refuse(false)
+	proxy.Refuse(false)
 	b.wait("the reconnect", `document.querySelector('#status').dataset.state === 'connected'`)
 	b.waitText(`#rooms-table tr[data-room="while-away"] td[data-col="messages"]`, "3")
 	var overview struct{ Messages int64 }
@@ -580,91 +580,6 @@ func (b *browser) failShot(dir string) {
 		}
 	}
 	b.checkClean()
-}
-
-// proxy forwards TCP connections to chatpulse, and can cut them all and
-// refuse new ones, as a lost network or a restarting server would.
-type proxy struct {
-	url    string
-	ln     net.Listener
-	target string
-	wg     sync.WaitGroup
-
-	mu       sync.Mutex
-	conns    map[net.Conn]bool
-	refusing bool
-}
-
-func startProxy(t *testing.T, target string) *proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{url: "http://" + ln.Addr().String(), ln: ln, target: target, conns: map[net.Conn]bool{}}
-	p.wg.Add(1)
-	go p.serve()
-	t.Cleanup(func() {
-		ln.Close()
-		p.refuse(true)
-		p.cut()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *proxy) serve() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		if p.refusing {
-			p.mu.Unlock()
-			c.Close()
-			up.Close()
-			continue
-		}
-		p.conns[c], p.conns[up] = true, true
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(up, c)
-		go p.pipe(c, up)
-	}
-}
-
-func (p *proxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	io.Copy(dst, src)
-	dst.Close()
-	src.Close()
-	p.mu.Lock()
-	delete(p.conns, dst)
-	delete(p.conns, src)
-	p.mu.Unlock()
-}
-
-// refuse makes the proxy close new connections at once, or stop doing so.
-func (p *proxy) refuse(on bool) {
-	p.mu.Lock()
-	p.refusing = on
-	p.mu.Unlock()
-}
-
-// cut closes every connection through the proxy.
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for c := range p.conns {
-		c.Close()
-	}
 }
 
 // jsString quotes s as a JavaScript string literal.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/chatpulse/chatpulse/internal/natstest"
 	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
@@ -151,7 +152,7 @@ func TestConsumingBurstStandalone(t *testing.T) {
 }
 
 func TestConsumingBurstGroup(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t).URL()
 	ms := startGroup(t, url, "burst", 3, nil)
 	nc, err := nats.Connect(url)
 	if err != nil {
@@ -169,7 +170,7 @@ func TestConsumingBurstGroup(t *testing.T) {
 // with a full replay, and each consumed message whose event came is
 // counted once after it, as before it.
 func TestConsumedSurviveRestart(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t).URL()
 	for _, snapshots := range []string{"30s", "0"} {
 		dir, instance := t.TempDir(), "consume-"+snapshots
 		args := []string{"--nats-url", url, "--data-dir", dir, "--instance", instance, "--snapshot-interval", snapshots, "--stream", "CHAT_" + map[string]string{"30s": "SNAP", "0": "REPLAY"}[snapshots], "--subject", "chat" + snapshots + ".>"}
@@ -203,7 +204,7 @@ func TestConsumedSurviveRestart(t *testing.T) {
 // message counts once after, whether its event came before the takeover
 // (key a) or after it (key b).
 func TestConsumedSurviveTakeover(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t).URL()
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/chatpulse/chatpulse/internal/natstest"
 	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
@@ -54,9 +55,9 @@ func startAccountsServer(t *testing.T) *accountsServer {
 	system := account("SYS", false)
 	chatSeed := account("CHAT", true)
 	oc.SystemAccount = system
-	url := startNATS(t, &server.Options{
-		TrustedOperators: []*jwt.OperatorClaims{oc}, AccountResolver: resolver, SystemAccount: system,
-	})
+	url := natstest.Start(t, func(o *server.Options) {
+		o.TrustedOperators, o.AccountResolver, o.SystemAccount = []*jwt.OperatorClaims{oc}, resolver, system
+	}).URL()
 	kp, err := nkeys.FromSeed([]byte(chatSeed))
 	if err != nil {
 		t.Fatal(err)

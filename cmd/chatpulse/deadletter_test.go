@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/chatpulse/chatpulse/internal/natstest"
 	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
@@ -122,7 +122,7 @@ func TestDeadLetterFailuresCounted(t *testing.T) {
 // a stream that a user keeps on chatpulse.deadletter.> must still get
 // every one, even when the publisher reused one Nats-Msg-Id.
 func TestCoreDeadLettersKeepHeadersOut(t *testing.T) {
-	url := startNATS(t, &server.Options{})
+	url := natstest.Start(t).URL()
 	tm := startMain(t, "--jetstream=false", "--nats-url", url)
 	js, err := jetstream.New(tm.nc)
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	neturl "net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -23,6 +21,7 @@ import (
 	"github.com/chatpulse/chatpulse/bus"
 	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/group"
+	"github.com/chatpulse/chatpulse/internal/natstest"
 	tcpproxy "github.com/chatpulse/chatpulse/internal/proxy"
 	"github.com/chatpulse/chatpulse/internal/wait"
 	"github.com/chatpulse/chatpulse/rolling"
@@ -293,7 +292,7 @@ func (c *crossingTraffic) once(what string) {
 // stops it before releasing it and records how far it alerted, and the
 // group's alert stream drops what two holders both sent.
 func TestGroupAlertsOnceAcrossRebalance(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t).URL()
 	clock := newFrozen()
 	c := newCrossingTraffic(t, url)
 	ms := startGroup(t, url, "g", 2, clock.Now, c.args...)
@@ -320,7 +319,7 @@ func TestGroupAlertsOnceAcrossRebalance(t *testing.T) {
 // alert from the last progress it wrote, and what it sent before the cut
 // that arrives late is a duplicate the alert stream drops.
 func TestGroupAlertsOnceAcrossACutOffMember(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t).URL()
 	clock := newFrozen()
 	c := newCrossingTraffic(t, url)
 	ms := startGroup(t, url, "g", 2, clock.Now, c.args...)
@@ -344,7 +343,7 @@ func TestGroupAlertsOnceAcrossACutOffMember(t *testing.T) {
 // its future (past the others' clock plus --max-skew, 5 s): its
 // partitions count as missing instead, on every member, itself included.
 func TestGroupSkewedClock(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t).URL()
 	ahead := func() time.Time { return time.Now().Add(time.Minute) }
 	ms := startGroup(t, url, "g", 2, nil)
 	fast := startMainAt(t, ahead, "--nats-url", url, "--group", "g", "--instance", "fast", "--partitions", "8")
@@ -429,7 +428,8 @@ func starts(ms []*testMain) map[string]float64 {
 // from a snapshot or replayed), every view is exact again, and every
 // crossing is alerted exactly once.
 func TestGroupLeaseLeaderLoss(t *testing.T) {
-	nodes, url, crash, gone := natsCrashCluster(t)
+	cluster := natstest.StartCrashCluster(t)
+	url := cluster.URL()
 	c := newCrossingTraffic(t, url)
 	c.group = "g"
 	ms := startGroup(t, url, "g", 3, nil, append(c.args, "--replicas", "3")...)
@@ -445,21 +445,12 @@ func TestGroupLeaseLeaderLoss(t *testing.T) {
 	}
 	leader := s.CachedInfo().Cluster.Leader
 	lost := time.Now()
-	lostNode := slices.IndexFunc(nodes, func(ns *server.Server) bool { return ns.Name() == leader })
-	crash(lostNode)
+	lostNode := cluster.Index(leader)
+	cluster.Crash(lostNode)
 	// The lease bucket gets a new leader after an election timeout;
 	// then the others notice the lost node's routes are dead.
-	wait.For(t, 30*time.Second, func() error {
-		s, err := js.Stream(context.Background(), "KV_CHATPULSE_GROUP_g")
-		if err != nil {
-			return err
-		}
-		if l := s.CachedInfo().Cluster.Leader; l == "" || l == leader {
-			return fmt.Errorf("the lease bucket's leader is %q", l)
-		}
-		return nil
-	})
-	gone(lostNode)
+	cluster.Ready("KV_CHATPULSE_GROUP_g")
+	cluster.Gone(lostNode)
 	c.more(20)
 	waitComplete(t, ms[0], 3)
 	c.more(20)
@@ -491,7 +482,7 @@ func TestGroupLeaseLeaderLoss(t *testing.T) {
 // stopped), acts for none of them, and takes its share again. Every view
 // is exact and every crossing alerted exactly once.
 func TestGroupAlertsOnceAcrossAPausedMember(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t).URL()
 	c := newCrossingTraffic(t, url)
 	ms := startGroup(t, url, "g", 2, nil, c.args...)
 	paused, pm := startBinary(t, append([]string{"--nats-url", url, "--group", "g", "--instance", "paused", "--partitions", "8"}, c.args...)...)

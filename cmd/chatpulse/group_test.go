@@ -17,24 +17,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chatpulse/chatpulse/aggregator/oracle"
+	"github.com/chatpulse/chatpulse/bus"
 	"github.com/chatpulse/chatpulse/chat"
-	tcpproxy "github.com/chatpulse/chatpulse/internal/proxy"
+	"github.com/chatpulse/chatpulse/internal/natstest"
 	"github.com/chatpulse/chatpulse/internal/wait"
 	"github.com/chatpulse/chatpulse/rolling"
 	"github.com/chatpulse/chatpulse/throttle"
 )
-
-// natsServer starts a NATS server with JetStream in the test process, on
-// a random port, and returns its URL.
-func natsServer(t *testing.T) string {
-	t.Helper()
-	return startNATS(t, &server.Options{})
-}
 
 // startGroup starts n members of group g against url, each on its own
 // clock (nil: the wall clock), and waits until the group is complete.
@@ -174,7 +167,7 @@ func groupTrace(seed uint64, now int64, n int) []chat.Event {
 // Three members on one NATS server: every view on every member equals
 // what one standalone instance gives for the same events.
 func TestGroupEqualsStandalone(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t).URL()
 	clock := newFrozen()
 	ms := startGroup(t, url, "g", 3, clock.Now)
 	now := clock.ms.Load()
@@ -238,7 +231,7 @@ func recentTrace(seed uint64, n int) []chat.Event {
 // then answer exactly again; it comes back and takes its share without
 // anyone counting twice.
 func TestGroupFailover(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t).URL()
 	// Snapshots every 200 ms: the survivors load the dead member's
 	// partitions' snapshots and read only what came after.
 	args := []string{"--nats-url", url, "--group", "g", "--partitions", "8", "--snapshot-interval", "200ms"}
@@ -310,7 +303,7 @@ func TestGroupFailover(t *testing.T) {
 // A configuration that cannot work in a group ends the binary with one
 // line naming the problem and exit status 2.
 func TestGroupBadConfig(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t).URL()
 	startMain(t, "--nats-url", url, "--group", "g", "--partitions", "8", "--instance", "m0")
 	bin := buildBinary(t)
 	group := []string{"--http", "127.0.0.1:0", "--nats-url", url, "--group", "g"}
@@ -335,7 +328,7 @@ func TestGroupBadConfig(t *testing.T) {
 // file by partition, is dead-lettered once as subject_mismatch and counted
 // by nobody.
 func TestGroupThrottleAndMismatch(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t).URL()
 	clock := newFrozen()
 	policies := filepath.Join(t.TempDir(), "p.yaml")
 	os.WriteFile(policies, []byte(`policies:
@@ -439,12 +432,38 @@ func TestGroupThrottleAndMismatch(t *testing.T) {
 		}
 		return nil
 	})
-	// ...and none twice. Nothing marks that no member will send one
-	// again: a second alert or dead letter would come from another
-	// member's stage at about the time of the first, so the test gives
-	// it a second to come.
-	time.Sleep(time.Second)
-	collect()
+	// ...and none twice. A second one would come from another member's
+	// stage as it handled the same events: once the members have received
+	// every message (a message's alerts and dead letters are sent before
+	// it counts as received), what each sent has reached nc (published),
+	// and nc has heard every alert the group's alert stream keeps (it
+	// republishes each once), nothing more is on its way.
+	total := float64(len(evs) + 2)
+	wait.For(t, 20*time.Second, func() error {
+		received := 0.0
+		for _, tm := range ms {
+			received += tm.metric("chatpulse_events_received_total")
+		}
+		if received < total {
+			return fmt.Errorf("the members received %v of %v messages", received, total)
+		}
+		return nil
+	})
+	for _, tm := range ms {
+		tm.published(nc)
+	}
+	js, _ := jetstream.New(nc)
+	wait.For(t, 20*time.Second, func() error {
+		collect()
+		s, err := js.Stream(context.Background(), bus.AlertStream("g"))
+		if err != nil {
+			return err
+		}
+		if kept := s.CachedInfo().State.Msgs; uint64(len(gotAlerts)) < kept {
+			return fmt.Errorf("heard %d of the %d alerts the group's alert stream keeps", len(gotAlerts), kept)
+		}
+		return nil
+	})
 	var wantAlerts []string
 	for _, a := range want {
 		b, _ := json.Marshal(a)
@@ -481,108 +500,11 @@ func TestGroupThrottleAndMismatch(t *testing.T) {
 	}
 }
 
-// natsCluster starts a 3-node NATS cluster with JetStream in the test
-// process, on loopback ports, and returns its nodes and a URL naming all
-// three.
-func natsCluster(t *testing.T) ([]*server.Server, string) {
-	t.Helper()
-	ports := []int{freePort(t), freePort(t), freePort(t)}
-	routes := fmt.Sprintf("nats://127.0.0.1:%d,nats://127.0.0.1:%d,nats://127.0.0.1:%d", ports[0], ports[1], ports[2])
-	return startCluster(t, ports, func(int) string { return routes })
-}
-
-// natsCrashCluster is natsCluster with every route between two nodes
-// through a TCP proxy of its own. crash(i) loses node i as a machine that
-// stops does: its routes stall (the others hear nothing more from it, not
-// even that it went: they elect new leaders after Raft's election
-// timeout, 4-9 s), then it shuts down (its clients reconnect elsewhere);
-// gone(i) is the others noticing that its routes are dead (a real
-// cluster does, by pings, within minutes), so that they stop sending it
-// what its clients had asked for before.
-func natsCrashCluster(t *testing.T) (nodes []*server.Server, url string, crash, gone func(i int)) {
-	t.Helper()
-	ports := []int{freePort(t), freePort(t), freePort(t)}
-	via := map[[2]int]*tcpproxy.Proxy{}
-	for i := range 3 {
-		for j := range 3 {
-			if i != j {
-				via[[2]int{i, j}] = tcpproxy.New(t, fmt.Sprint("127.0.0.1:", ports[j]))
-			}
-		}
-	}
-	nodes, url = startCluster(t, ports, func(i int) string {
-		var routes []string
-		for j := range 3 {
-			if p := via[[2]int{i, j}]; p != nil {
-				routes = append(routes, "nats://"+p.Addr())
-			}
-		}
-		return strings.Join(routes, ",")
-	})
-	routes := func(i int, do func(*tcpproxy.Proxy)) {
-		for pair, p := range via {
-			if pair[0] == i || pair[1] == i {
-				do(p)
-			}
-		}
-	}
-	crash = func(i int) {
-		routes(i, (*tcpproxy.Proxy).Stall)
-		nodes[i].Shutdown()
-		nodes[i].WaitForShutdown()
-	}
-	return nodes, url, crash, func(i int) { routes(i, (*tcpproxy.Proxy).Drop) }
-}
-
-// startCluster starts a node listening for routes on each of ports, node
-// i with routes(i), and waits until JetStream has a meta leader.
-func startCluster(t *testing.T, ports []int, routes func(i int) string) ([]*server.Server, string) {
-	t.Helper()
-	var nodes []*server.Server
-	var urls []string
-	for i := range ports {
-		ns, err := server.NewServer(&server.Options{
-			ServerName: fmt.Sprint("n", i), Host: "127.0.0.1", Port: -1,
-			JetStream: true, StoreDir: t.TempDir(),
-			// Routes only as listed: none learnt from the others around
-			// the proxies.
-			Cluster: server.ClusterOpts{Name: "chatpulse-test", Host: "127.0.0.1", Port: ports[i], NoAdvertise: true},
-			Routes:  server.RoutesFromStr(routes(i)),
-			NoSigs:  true, NoLog: true,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		go ns.Start()
-		t.Cleanup(ns.Shutdown)
-		nodes = append(nodes, ns)
-	}
-	for _, ns := range nodes {
-		if !ns.ReadyForConnections(10 * time.Second) {
-			t.Fatal("nats node did not start")
-		}
-		urls = append(urls, ns.ClientURL())
-	}
-	url := strings.Join(urls, ",")
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	wait.For(t, 30*time.Second, func() error {
-		if _, err := js.AccountInfo(context.Background()); err != nil {
-			return fmt.Errorf("no JetStream meta leader yet: %w", err)
-		}
-		return nil
-	})
-	return nodes, url
-}
-
 // On a 3-node cluster with every stream and bucket at three replicas,
 // losing a node changes no answer, and events published afterwards count.
 func TestGroupSurvivesANodeLoss(t *testing.T) {
-	nodes, url := natsCluster(t)
+	c := natstest.StartCluster(t)
+	url := c.URL()
 	clock := newFrozen()
 	// A frozen clock does not run, so to the group's clock (measured from
 	// the server's time of each member's writes) it falls behind by the
@@ -610,8 +532,7 @@ func TestGroupSurvivesANodeLoss(t *testing.T) {
 		tm.compareGroup(o, evs[:1000])
 	}
 
-	nodes[1].Shutdown()
-	nodes[1].WaitForShutdown()
+	c.Stop(1)
 	publishGroup(t, url, evs[1000:])
 	o.Observe(now, evs[1000:])
 	for _, tm := range ms {
@@ -622,7 +543,7 @@ func TestGroupSurvivesANodeLoss(t *testing.T) {
 // A dashboard on one member watches a room whose partition another member
 // owns: the view it is pushed is the group's, complete.
 func TestGroupWebsocket(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t).URL()
 	clock := newFrozen()
 	ms := startGroup(t, url, "g", 2, clock.Now, "--push-interval", "100ms")
 	c := ms[1].mustDial().reading(t)

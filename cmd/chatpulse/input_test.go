@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chatpulse/chatpulse/aggregator/oracle"
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/internal/natstest"
 	"github.com/chatpulse/chatpulse/internal/wait"
 	"github.com/chatpulse/chatpulse/rolling"
 )
@@ -163,7 +163,7 @@ func foreignEvent(kind, room, user string, ts int64, n int) string {
 // everything at once. It returns the server's URL and a client.
 func chatSystem(t *testing.T) (string, jetstream.JetStream) {
 	t.Helper()
-	url := startNATS(t, &server.Options{})
+	url := natstest.Start(t).URL()
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
@@ -321,7 +321,7 @@ func TestSourceStream(t *testing.T) {
 // A --stream that holds chatpulse's own events is not made to source
 // another: chatpulse refuses to start, with status 2, and says which.
 func TestSourceStreamRefusesOwnStream(t *testing.T) {
-	url := startNATS(t, &server.Options{})
+	url := natstest.Start(t).URL()
 	startMain(t, "--nats-url", url) // makes CHAT, capturing chat.>
 	m := NewMain()
 	m.ParseFlags([]string{"--nats-url", url, "--http", "127.0.0.1:0", "--input", "matrix", "--source-stream", "DendriteOutputRoomEvent"}, func(string) string { return "" })

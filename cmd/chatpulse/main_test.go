@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/chatpulse/chatpulse/internal/wait"
@@ -90,23 +89,6 @@ func startMainWith(t *testing.T, setup func(*Main), args ...string) *testMain {
 	tm.nc = nc
 	tm.waitReady()
 	return tm
-}
-
-// startNATS runs a NATS server with JetStream on a random port, with opts
-// for the rest, until the test ends, and returns its URL.
-func startNATS(t *testing.T, opts *server.Options) string {
-	t.Helper()
-	opts.Host, opts.Port, opts.JetStream, opts.StoreDir, opts.NoSigs, opts.NoLog = "127.0.0.1", server.RANDOM_PORT, true, t.TempDir(), true, true
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	t.Cleanup(ns.Shutdown)
-	return ns.ClientURL()
 }
 
 // waitReady polls /readyz until it answers 200.

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/chatpulse/chatpulse/internal/natstest"
 	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
@@ -62,7 +63,7 @@ func (tm *testMain) actions() []actionAnswer {
 // on the audit trail, survive a restart, and end when lifted; a role they
 // exempt is allowed and says so; bad input changes nothing.
 func TestModeratorActions(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t).URL()
 	dir := t.TempDir()
 	tm := startMain(t, "--nats-url", url, "--data-dir", dir, "--instance", "mod")
 	audit := make(chan *nats.Msg, 64)
@@ -184,7 +185,7 @@ func TestModeratorActions(t *testing.T) {
 // An action set on one member of a group holds for the very next check on
 // every other member.
 func TestModeratorActionsGroup(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t).URL()
 	ms := startGroup(t, url, "mods", 3, nil)
 	for i := range 20 {
 		user := fmt.Sprint("u", i)

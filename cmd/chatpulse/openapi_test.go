@@ -22,6 +22,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/legacy"
 
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/internal/natstest"
 	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
@@ -353,7 +354,7 @@ func (v *apiValidator) checkCoverage(doc *openapi3.T, notSeeable map[string]stri
 // In group mode the answers carry complete and missing_partitions, and
 // /api/v1/group answers 200: they match the document too.
 func TestOpenAPIGroup(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t).URL()
 	ms := startGroup(t, url, "g", 2, nil)
 	tm := ms[1]
 	publishGroup(t, url, []chat.Event{{Room: "lobby", User: "alice", TS: time.Now().UnixMilli()}})

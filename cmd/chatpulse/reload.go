@@ -123,6 +123,7 @@ func (m *Main) watchFile(path string, hup <-chan os.Signal) {
 		data, err := os.ReadFile(path)
 		v := version(data, err)
 		if v == seen && !force {
+			m.policyUnchanged.Add(1)
 			continue
 		}
 		seen = v

@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/internal/natstest"
 	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
@@ -155,9 +157,15 @@ func TestPoliciesFileChanges(t *testing.T) {
 	if allowed, _ := tm.floodCheck(); allowed {
 		t.Error("the broken version let alice through")
 	}
-	// The same broken file seen again is not counted again. A look at an
-	// unchanged file leaves nothing to wait for: two polls must pass.
-	time.Sleep(2 * policyPoll)
+	// The same broken file seen again is not counted again: two looks
+	// find it unchanged, and change nothing.
+	unchanged := tm.policyUnchanged.Load()
+	wait.For(t, 10*policyPoll, func() error {
+		if n := tm.policyUnchanged.Load() - unchanged; n < 2 {
+			return fmt.Errorf("%d looks at the broken file since it was refused, want 2", n)
+		}
+		return nil
+	})
 	if got := tm.metric("chatpulse_policies_reload_errors_total"); got != 1 {
 		t.Errorf("reload errors %v, want 1", got)
 	}
@@ -174,16 +182,17 @@ func TestPoliciesSIGHUPInProcess(t *testing.T) {
 	os.WriteFile(path, []byte(floodPolicies(3)), 0o644)
 	tm := startMainWith(t, func(m *Main) { m.policyPoll = 0 }, "--policies", path)
 	os.WriteFile(path, []byte(floodPolicies(7)), 0o644)
-	// Without a poll nothing reads the file until a signal, so nothing
-	// marks that it was not read: a reload without one gets 300 ms to show.
-	time.Sleep(300 * time.Millisecond)
 	if a := tm.policies(); a.Policies[0].Limit != 3 {
 		t.Fatalf("reloaded without a signal or a poll: %+v", a)
 	}
+	signalled := chat.Time(time.Now().UnixMilli()).String()
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	tm.waitLimit(7)
+	// The new limit is in force since the signal, not before it.
+	if a := tm.waitLimit(7); a.Since < signalled {
+		t.Fatalf("reloaded without a signal or a poll: in force since %s, signalled at %s", a.Since, signalled)
+	}
 }
 
 // The built binary, sent SIGHUP after its policies file was edited,
@@ -192,7 +201,7 @@ func TestPoliciesSIGHUPInProcess(t *testing.T) {
 func TestPoliciesSIGHUPBinary(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "policies.yaml")
 	os.WriteFile(path, []byte(floodPolicies(3)), 0o644)
-	cmd, tm := startBinary(t, "--nats-url", natsServer(t), "--policies", path)
+	cmd, tm := startBinary(t, "--nats-url", natstest.Start(t).URL(), "--policies", path)
 
 	os.WriteFile(path, []byte(floodPolicies(8)), 0o644)
 	cmd.Process.Signal(syscall.SIGHUP)
@@ -229,7 +238,7 @@ func TestPoliciesSIGHUPBinary(t *testing.T) {
 // SIGHUP to a chatpulse without a policies file to read again is noted in
 // the log, and ends nothing (Go's default for it would end the process).
 func TestSIGHUPWithoutPoliciesFile(t *testing.T) {
-	cmd, tm := startBinary(t, "--nats-url", natsServer(t))
+	cmd, tm := startBinary(t, "--nats-url", natstest.Start(t).URL())
 	cmd.Process.Signal(syscall.SIGHUP)
 	wait.For(t, 10*time.Second, func() error {
 		if !strings.Contains(tm.log.String(), "SIGHUP: no policies file to read again") {
@@ -279,7 +288,7 @@ func putKV(t *testing.T, js jetstream.JetStream, bucket, key, value string) {
 // version, on every partition they hold; a broken one is refused by both,
 // the old policy in force.
 func TestPoliciesKVGroup(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t).URL()
 	js := jetStreamOf(t, url)
 	putKV(t, js, "limits", "chat", floodPolicies(3))
 	ms := startGroup(t, url, "g", 2, nil, "--policies", "kv:limits/chat")
@@ -354,7 +363,7 @@ func publishGroupRaw(t *testing.T, tm *testMain, n int) {
 // A kv: source whose bucket or key is missing at start, or holds policies
 // that are not valid, is a usage error (exit status 2) naming it.
 func TestPoliciesKVMissing(t *testing.T) {
-	url := natsServer(t)
+	url := natstest.Start(t).URL()
 	run := func(source string) error {
 		m := NewMain()
 		m.Log = slog.New(slog.NewTextHandler(testWriter{t}, nil))

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/internal/natstest"
 	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
@@ -60,6 +60,7 @@ func TestKilledBinaryRecovers(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	httpPort, natsPort := freePort(t), freePort(t)
+	tm := &testMain{t: t, url: fmt.Sprint("http://127.0.0.1:", httpPort)}
 	start := func() *exec.Cmd {
 		cmd := exec.Command(bin, "--data-dir", dir, "--http", fmt.Sprint("127.0.0.1:", httpPort), "--nats-listen", fmt.Sprint("127.0.0.1:", natsPort))
 		cmd.Stderr = testWriter{t}
@@ -67,21 +68,9 @@ func TestKilledBinaryRecovers(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { cmd.Process.Kill() })
-		base := fmt.Sprint("http://127.0.0.1:", httpPort)
-		wait.For(t, 30*time.Second, func() error {
-			resp, err := http.Get(base + "/readyz")
-			if err != nil {
-				return err
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("GET /readyz: %s", resp.Status)
-			}
-			return nil
-		})
+		tm.waitReady()
 		return cmd
 	}
-	tm := &testMain{t: t, url: fmt.Sprint("http://127.0.0.1:", httpPort)}
 	cmd := start()
 	nc, err := nats.Connect(fmt.Sprint("nats://127.0.0.1:", natsPort))
 	if err != nil {
@@ -133,21 +122,8 @@ func TestKilledBinaryRecovers(t *testing.T) {
 // An external NATS server goes away mid-stream and comes back on the same
 // store: with JetStream, chatpulse resumes and the final counts are exact.
 func TestExternalNATSRestart(t *testing.T) {
-	store := t.TempDir()
-	port := freePort(t)
-	startServer := func() *server.Server {
-		ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: store, NoSigs: true, NoLog: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		go ns.Start()
-		if !ns.ReadyForConnections(10 * time.Second) {
-			t.Fatal("nats server did not start")
-		}
-		return ns
-	}
-	ns := startServer()
-	url := fmt.Sprint("nats://127.0.0.1:", port)
+	ns := natstest.Start(t)
+	url := ns.URL()
 	tm := startMain(t, "--nats-url", url)
 
 	pub, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
@@ -176,16 +152,14 @@ func TestExternalNATSRestart(t *testing.T) {
 	for i := range total / 2 {
 		publish(i)
 	}
-	ns.Shutdown()
-	ns.WaitForShutdown()
+	ns.Stop(0)
 	wait.For(t, 10*time.Second, func() error { // chatpulse notices the server is gone
 		if !strings.Contains(tm.log.String(), "nats disconnected") {
 			return errors.New("chatpulse has not logged that NATS went away")
 		}
 		return nil
 	})
-	ns = startServer()
-	defer ns.Shutdown()
+	ns.Restart(0) // on its store
 	for i := total / 2; i < total; i++ {
 		publish(i)
 	}
@@ -237,10 +211,7 @@ func TestExternalNATSAuth(t *testing.T) {
 			func(p int) string { return fmt.Sprintf("nats://t0ken@127.0.0.1:%d", p) }},
 	} {
 		t.Run(name, func(t *testing.T) {
-			opts := &server.Options{}
-			tc.opts(opts)
-			_, portText, _ := net.SplitHostPort(strings.TrimPrefix(startNATS(t, opts), "nats://")) // stopped after chatpulse's own cleanup
-			port, _ := strconv.Atoi(portText)
+			port := natstest.Start(t, tc.opts).Node(0).Addr().(*net.TCPAddr).Port // stopped after chatpulse's own cleanup
 			url := tc.url(port)
 			tm := startMain(t, "--nats-url", url)
 			if got := tm.PublishURL(); got != fmt.Sprintf("nats://***@127.0.0.1:%d", port) {
@@ -257,10 +228,7 @@ func TestExternalNATSAuth(t *testing.T) {
 		})
 	}
 	// The wrong password is an error, not a hang.
-	ns, _ := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, Username: "chat", Password: "right", NoSigs: true, NoLog: true})
-	go ns.Start()
-	ns.ReadyForConnections(10 * time.Second)
-	defer ns.Shutdown()
+	ns := natstest.Start(t, func(o *server.Options) { o.JetStream, o.Username, o.Password = false, "chat", "right" }).Node(0)
 	m := NewMain()
 	m.Log = slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	m.ParseFlags([]string{"--http", "127.0.0.1:0", "--nats-url", fmt.Sprintf("nats://chat:wrong@127.0.0.1:%d", ns.Addr().(*net.TCPAddr).Port)}, func(string) string { return "" })

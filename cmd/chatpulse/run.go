@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/micro"
@@ -59,6 +60,10 @@ type Main struct {
 	// policyPoll is how often a policies file is looked at (0: only on
 	// SIGHUP, for tests).
 	policyPoll time.Duration
+	// policyUnchanged counts the looks at a policies file that found it
+	// as it was: what tests wait on, since such a look leaves no other
+	// trace.
+	policyUnchanged atomic.Int64
 }
 
 // NewMain returns a Main with the default configuration.

@@ -1,7 +1,8 @@
 // Package proxy is a TCP proxy for tests that cut a client off its server
 // without touching either: it forwards every connection to one address
 // and, on demand, stalls the traffic both ways (a network that stops
-// delivering, a paused peer) or drops every connection (a cut cable).
+// delivering, a paused peer), drops every connection (a cut cable), or
+// refuses new ones (a server gone, or restarting).
 //
 // It is for tests only: nothing of chatpulse imports it.
 package proxy
@@ -17,9 +18,10 @@ type Proxy struct {
 	ln     net.Listener
 	target string
 
-	mu      sync.Mutex
-	conns   map[net.Conn]struct{}
-	resumed chan struct{} // nil: flowing; else closed when a stall ends
+	mu       sync.Mutex
+	conns    map[net.Conn]struct{}
+	resumed  chan struct{} // nil: flowing; else closed when a stall ends
+	refusing bool
 }
 
 // New starts a proxy to target on a free local port; it stops when the
@@ -59,7 +61,8 @@ func (p *Proxy) Resume() {
 	}
 }
 
-// Drop closes every connection; new ones are forwarded again.
+// Drop closes every connection; new ones are forwarded again, unless the
+// proxy refuses them.
 func (p *Proxy) Drop() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -69,8 +72,18 @@ func (p *Proxy) Drop() {
 	clear(p.conns)
 }
 
+// Refuse makes the proxy close each new connection at once (on) or
+// forward it again (off). The connections it forwards already stay:
+// Drop cuts them.
+func (p *Proxy) Refuse(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refusing = on
+}
+
 func (p *Proxy) close() {
 	p.ln.Close()
+	p.Refuse(true)
 	p.Resume()
 	p.Drop()
 }
@@ -86,7 +99,15 @@ func (p *Proxy) accept() {
 			c.Close()
 			continue
 		}
+		// Checked with the connection kept under one lock, so that a
+		// Refuse and Drop pair leaves nothing open.
 		p.mu.Lock()
+		if p.refusing {
+			p.mu.Unlock()
+			c.Close()
+			s.Close()
+			continue
+		}
 		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
 		p.mu.Unlock()
 		go p.pipe(c, s)
@@ -97,8 +118,7 @@ func (p *Proxy) accept() {
 // pipe copies from src to dst, waiting out stalls before each write;
 // when either side ends, both close.
 func (p *Proxy) pipe(src, dst net.Conn) {
-	defer src.Close()
-	defer dst.Close()
+	defer p.forget(src, dst)
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
@@ -113,6 +133,16 @@ func (p *Proxy) pipe(src, dst net.Conn) {
 			return
 		}
 	}
+}
+
+// forget closes a pair of connections that ended.
+func (p *Proxy) forget(a, b net.Conn) {
+	a.Close()
+	b.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.conns, a)
+	delete(p.conns, b)
 }
 
 // gate waits while the proxy is stalled.

@@ -7,8 +7,10 @@ import (
 )
 
 // What is written through a stalled proxy arrives once it resumes; a
-// dropped connection is closed, and a new one is forwarded.
-func TestStallResumeDrop(t *testing.T) {
+// dropped connection is closed, and a new one is forwarded; while the
+// proxy refuses, a new connection is closed at once and the ones it
+// forwards already go on.
+func TestStallResumeDropRefuse(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +64,19 @@ func TestStallResumeDrop(t *testing.T) {
 	if _, err := io.ReadFull(c, buf); err == nil {
 		t.Error("a dropped connection still reads")
 	}
-	if err := echo(dial(), "three"); err != nil {
+	c = dial()
+	if err := echo(c, "three"); err != nil {
 		t.Fatalf("a connection after a drop: %v", err)
+	}
+	p.Refuse(true)
+	if err := echo(dial(), "four"); err == nil {
+		t.Error("a connection made while the proxy refuses is forwarded")
+	}
+	if err := echo(c, "five"); err != nil {
+		t.Fatalf("a connection forwarded before the refusal: %v", err)
+	}
+	p.Refuse(false)
+	if err := echo(dial(), "six"); err != nil {
+		t.Fatalf("a connection after the refusal ends: %v", err)
 	}
 }
