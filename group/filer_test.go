@@ -18,6 +18,7 @@ import (
 	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/engine"
 	"github.com/chatpulse/chatpulse/ingest"
+	"github.com/chatpulse/chatpulse/internal/natstest"
 	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
@@ -33,9 +34,9 @@ type filerRig struct {
 
 func newFilerRig(tb testing.TB) *filerRig {
 	tb.Helper()
-	ns := startServer(tb)
-	b := openBus(tb, ns)
-	nc, err := nats.Connect(ns.ClientURL())
+	url := natstest.Start(tb).URL()
+	b := openBus(tb, url)
+	nc, err := nats.Connect(url)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -350,7 +351,7 @@ func BenchmarkFilerEncode(b *testing.B) {
 	cfg.Defaults()
 	f := newFiler(cfg, ingest.New(reg, ingest.Config{}), reg)
 	f.copy = "CHAT_SOURCE"
-	f.bus = openBus(b, startServer(b))
+	f.bus = openBus(b, natstest.Start(b).URL())
 	var out []*nats.Msg
 	b.ReportAllocs()
 	for b.Loop() {

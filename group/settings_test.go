@@ -7,31 +7,15 @@ import (
 	"io"
 	"log/slog"
 	"testing"
-	"time"
-
-	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/chatpulse/chatpulse/bus"
+	"github.com/chatpulse/chatpulse/internal/natstest"
 )
 
-func startServer(t testing.TB) *server.Server {
+// openBus connects to the server at url as a member does.
+func openBus(t testing.TB, url string) *bus.Bus {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats did not start")
-	}
-	t.Cleanup(ns.Shutdown)
-	return ns
-}
-
-// openBus connects to ns as a member does.
-func openBus(t testing.TB, ns *server.Server) *bus.Bus {
-	t.Helper()
-	b, err := bus.Open(bus.Options{URL: ns.ClientURL(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	b, err := bus.Open(bus.Options{URL: url, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +25,7 @@ func openBus(t testing.TB, ns *server.Server) *bus.Bus {
 
 // Two members with different partition counts: the second is refused.
 func TestPartitionsAgree(t *testing.T) {
-	b := openBus(t, startServer(t))
+	b := openBus(t, natstest.Start(t).URL())
 	ctx := context.Background()
 	if err := agree(ctx, b, "g", settings{Partitions: 64, Windows: "1m"}, 1); err != nil {
 		t.Fatal(err)

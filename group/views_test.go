@@ -14,6 +14,7 @@ import (
 	"github.com/chatpulse/chatpulse/bus"
 	"github.com/chatpulse/chatpulse/group/internal/fake"
 	"github.com/chatpulse/chatpulse/group/lease"
+	"github.com/chatpulse/chatpulse/internal/natstest"
 	"github.com/chatpulse/chatpulse/internal/wait"
 	"github.com/chatpulse/chatpulse/throttle"
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,7 +62,7 @@ func TestCheckUnowned(t *testing.T) {
 // that a asks.
 func askingB(t *testing.T, unowned string, respond func(q question) answer) *Member {
 	t.Helper()
-	ns := startServer(t)
+	url := natstest.Start(t).URL()
 	const partitions = 4
 	policies := []throttle.Policy{
 		{Name: "room_p", Scope: throttle.ScopeRoom, Algorithm: throttle.AlgSlidingWindow, Limit: 5, Window: time.Minute, Resolution: throttle.DefaultResolution, Mode: throttle.ModeEnforce},
@@ -72,7 +73,7 @@ func askingB(t *testing.T, unowned string, respond func(q question) answer) *Mem
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	m := &Member{cfg: Config{Group: "g", Partitions: partitions, Unowned: unowned}, bus: openBus(t, ns), log: log, closing: make(chan struct{}),
+	m := &Member{cfg: Config{Group: "g", Partitions: partitions, Unowned: unowned}, bus: openBus(t, url), log: log, closing: make(chan struct{}),
 		metrics: &metrics{count: map[string]*[3]uint64{}}, unconsumeFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "failed"})}
 	m.cfg.Instance = "a"
 	m.rules.Store(r)
@@ -95,7 +96,7 @@ func askingB(t *testing.T, unowned string, respond func(q question) answer) *Mem
 		return nil
 	})
 
-	sub, err := openBus(t, ns).Answer(bus.GroupQuery("g", "b"), func(data []byte) []byte {
+	sub, err := openBus(t, url).Answer(bus.GroupQuery("g", "b"), func(data []byte) []byte {
 		var q question
 		json.Unmarshal(data, &q)
 		out, _ := json.Marshal(respond(q))

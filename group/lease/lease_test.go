@@ -8,38 +8,21 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-
 	"github.com/chatpulse/chatpulse/bus"
+	"github.com/chatpulse/chatpulse/internal/natstest"
 	"github.com/chatpulse/chatpulse/internal/proxy"
 	"github.com/chatpulse/chatpulse/internal/wait"
 )
 
 const testTTL = time.Second
 
-func startServer(t testing.TB) *server.Server {
-	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats did not start")
-	}
-	t.Cleanup(ns.Shutdown)
-	return ns
-}
-
-// openBus connects to ns as a member does.
-func openBus(t testing.TB, ns *server.Server) *bus.Bus { return openBusAt(t, ns.ClientURL()) }
-
-// openBusAt connects to the server at url as a member does.
-func openBusAt(t testing.TB, url string) *bus.Bus {
+// openBus connects to the server at url as a member does.
+func openBus(t testing.TB, url string) *bus.Bus {
 	t.Helper()
 	b, err := bus.Open(bus.Options{URL: url, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -107,15 +90,10 @@ type member struct {
 	done   chan struct{}
 }
 
-func startMember(t *testing.T, ns *server.Server, tr *tracker, name string, partitions int) *member {
+// startMember starts member name's lease loop through the server at url.
+func startMember(t *testing.T, url string, tr *tracker, name string, partitions int) *member {
 	t.Helper()
-	return startMemberAt(t, ns.ClientURL(), tr, name, partitions)
-}
-
-// startMemberAt is startMember through the server at url.
-func startMemberAt(t *testing.T, url string, tr *tracker, name string, partitions int) *member {
-	t.Helper()
-	b := openBusAt(t, url)
+	b := openBus(t, url)
 	ctx, cancel := context.WithCancel(context.Background())
 	kv, err := Open(ctx, b, "test", 1, testTTL)
 	if err != nil {
@@ -166,11 +144,11 @@ func converged(t *testing.T, tr *tracker, ms map[string]*member, partitions int)
 
 func TestLeasesConvergeAndFailOver(t *testing.T) {
 	const partitions = 16
-	ns := startServer(t)
+	url := natstest.Start(t).URL()
 	tr := &tracker{t: t, active: map[int]run{}, byWho: map[string]*Loop{}}
 	ms := map[string]*member{}
 	for _, name := range []string{"a", "b", "c"} {
-		ms[name] = startMember(t, ns, tr, name, partitions)
+		ms[name] = startMember(t, url, tr, name, partitions)
 	}
 	converged(t, tr, ms, partitions)
 
@@ -180,7 +158,7 @@ func TestLeasesConvergeAndFailOver(t *testing.T) {
 	ms["b"].cancel()
 	<-ms["b"].done
 	delete(ms, "b")
-	kv, err := Open(context.Background(), openBus(t, ns), "test", 1, testTTL)
+	kv, err := Open(context.Background(), openBus(t, url), "test", 1, testTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +174,7 @@ func TestLeasesConvergeAndFailOver(t *testing.T) {
 	converged(t, tr, ms, partitions)
 
 	// d joins: it takes partitions from a and c without anyone restarting.
-	ms["d"] = startMember(t, ns, tr, "d", partitions)
+	ms["d"] = startMember(t, url, tr, "d", partitions)
 	converged(t, tr, ms, partitions)
 
 	// c is cut off from NATS: it can no longer renew, so it must stop
@@ -218,14 +196,14 @@ func TestLeasesConvergeAndFailOver(t *testing.T) {
 // again.
 func TestLeasesStalledMember(t *testing.T) {
 	const partitions = 8
-	ns := startServer(t)
+	url := natstest.Start(t).URL()
 	tr := &tracker{t: t, active: map[int]run{}, byWho: map[string]*Loop{}}
 	ms := map[string]*member{}
 	for _, name := range []string{"a", "b"} {
-		ms[name] = startMember(t, ns, tr, name, partitions)
+		ms[name] = startMember(t, url, tr, name, partitions)
 	}
-	p := proxy.New(t, ns.Addr().String())
-	ms["c"] = startMemberAt(t, "nats://"+p.Addr(), tr, "c", partitions)
+	p := proxy.New(t, strings.TrimPrefix(url, "nats://"))
+	ms["c"] = startMember(t, "nats://"+p.Addr(), tr, "c", partitions)
 	converged(t, tr, ms, partitions)
 
 	p.Stall()
@@ -248,10 +226,10 @@ func TestLeasesStalledMember(t *testing.T) {
 // A second live member with a name already taken is refused; a name whose
 // holder died is free again once its lease has run out.
 func TestDuplicateInstance(t *testing.T) {
-	ns := startServer(t)
+	url := natstest.Start(t).URL()
 	tr := &tracker{t: t, active: map[int]run{}, byWho: map[string]*Loop{}}
-	startMember(t, ns, tr, "a", 4)
-	kv, err := Open(context.Background(), openBus(t, ns), "test", 1, testTTL)
+	startMember(t, url, tr, "a", 4)
+	kv, err := Open(context.Background(), openBus(t, url), "test", 1, testTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
