@@ -85,6 +85,13 @@ type Policy struct {
 	// in the room: how a raid is slowed without touching regular members
 	// (docs/contract.md section 12). Room and user_in_room scopes only.
 	NewMembers time.Duration `json:",omitempty"`
+	// Act is what chatpulse does on the chat system when a key crosses the
+	// policy, with --act (docs/contract.md section 14): mute or redact for
+	// a message policy, lock for a join_wave. LockFor is how long a lock
+	// holds after the wave's last crossing (0: DefaultLockFor; with lock
+	// only). A shadow policy's acts are what it would have done.
+	Act     []ActKind     `json:",omitempty"`
+	LockFor time.Duration `json:",omitempty"`
 }
 
 // DefaultStrikesWithin is how long a crossing counts toward an escalating
@@ -128,6 +135,12 @@ func (p Policy) withDefaults() Policy {
 	}
 	if len(p.Escalate) > 0 && p.StrikesWithin == 0 {
 		p.StrikesWithin = DefaultStrikesWithin
+	}
+	if len(p.Act) == 0 {
+		p.Act = nil
+	}
+	if p.Acts(ActLock) && p.LockFor == 0 {
+		p.LockFor = DefaultLockFor
 	}
 	return p
 }
@@ -188,6 +201,9 @@ func (p Policy) validate() *FieldError {
 		}
 	}
 	if err := p.validateJoins(alg); err != nil {
+		return err
+	}
+	if err := p.validateAct(alg); err != nil {
 		return err
 	}
 	return p.validatePenalty()

@@ -32,8 +32,8 @@ func LoadPolicies(path string) ([]Policy, error) {
 //	    window: 10s
 //
 // name, scope, algorithm, limit and window are required; resolution, burst,
-// mode, rooms, penalty, escalate and strikes_within are optional (see
-// Policy). Durations are Go durations plus
+// mode, rooms, penalty, escalate, strikes_within, exempt_users,
+// exempt_roles, new_members, act and lock_for are optional (see Policy). Durations are Go durations plus
 // d for days (rolling.ParseDuration). Unknown fields, a field given twice and two
 // policies with one name are errors. An error names the file, the line and
 // the field, as in
@@ -85,7 +85,7 @@ func ParsePolicies(file string, data []byte) ([]Policy, error) {
 	return policies, nil
 }
 
-var policyFields = []string{"name", "scope", "algorithm", "limit", "window", "resolution", "burst", "mode", "rooms", "penalty", "escalate", "strikes_within", "exempt_users", "exempt_roles", "new_members"}
+var policyFields = []string{"name", "scope", "algorithm", "limit", "window", "resolution", "burst", "mode", "rooms", "penalty", "escalate", "strikes_within", "exempt_users", "exempt_roles", "new_members", "act", "lock_for"}
 
 // parsePolicy parses policies[i] and returns it with the line of each field
 // it has.
@@ -128,7 +128,7 @@ func parsePolicy(file string, i int, n *yaml.Node) (Policy, map[string]int, erro
 			}
 			continue
 		}
-		if field == "rooms" || field == "exempt_users" || field == "exempt_roles" {
+		if field == "rooms" || field == "exempt_users" || field == "exempt_roles" || field == "act" {
 			if v.Kind != yaml.SequenceNode {
 				return fail(v.Line, field, "want a list of strings, like [\"support-*\"]")
 			}
@@ -147,6 +147,10 @@ func parsePolicy(file string, i int, n *yaml.Node) (Policy, map[string]int, erro
 				p.Rooms = list
 			case "exempt_users":
 				p.ExemptUsers = list
+			case "act":
+				for _, k := range list {
+					p.Act = append(p.Act, ActKind(k))
+				}
 			default:
 				p.ExemptRoles = list
 			}
@@ -184,7 +188,7 @@ func parsePolicy(file string, i int, n *yaml.Node) (Policy, map[string]int, erro
 			} else {
 				p.Burst = int(x)
 			}
-		case "window", "resolution", "penalty", "strikes_within", "new_members":
+		case "window", "resolution", "penalty", "strikes_within", "new_members", "lock_for":
 			d, err := rolling.ParseDuration(s)
 			if err != nil {
 				return fail(v.Line, field, "%v", err)
@@ -201,6 +205,8 @@ func parsePolicy(file string, i int, n *yaml.Node) (Policy, map[string]int, erro
 				p.Penalty = d
 			case "new_members":
 				p.NewMembers = d
+			case "lock_for":
+				p.LockFor = d
 			default:
 				p.StrikesWithin = d
 			}

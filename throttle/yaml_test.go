@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -89,7 +90,7 @@ func TestParsePoliciesErrors(t *testing.T) {
 	for _, c := range []struct{ name, yaml, want string }{
 		{"bad duration", policy("    window: 10x\n"), `policies.yaml:11: policies[1].window: "10x" is not a duration (examples: 90s, 5m, 1h, 7d)`},
 		{"missing unit", policy("    window: 10\n"), `policies.yaml:11: policies[1].window: "10" is not a duration (missing unit, like 10s)`},
-		{"unknown field", policy("    window: 10s\n    windw: 5s\n"), `policies.yaml:12: policies[1].windw: unknown field (valid: name, scope, algorithm, limit, window, resolution, burst, mode, rooms, penalty, escalate, strikes_within, exempt_users, exempt_roles, new_members)`},
+		{"unknown field", policy("    window: 10s\n    windw: 5s\n"), `policies.yaml:12: policies[1].windw: unknown field (valid: name, scope, algorithm, limit, window, resolution, burst, mode, rooms, penalty, escalate, strikes_within, exempt_users, exempt_roles, new_members, act, lock_for)`},
 		{"missing window", policy(""), `policies.yaml:7: policies[1].window: missing`},
 		{"unknown algorithm", strings.Replace(policy("    window: 1s\n"), "token_bucket", "leaky", 1), `policies.yaml:9: policies[1].algorithm: "leaky" is not an algorithm`},
 		{"unknown scope", strings.Replace(policy("    window: 1s\n"), "scope: user\n    algorithm: token", "scope: everyone\n    algorithm: token", 1), `policies.yaml:8: policies[1].scope: "everyone" is not a scope`},
@@ -112,6 +113,14 @@ func TestParsePoliciesErrors(t *testing.T) {
 		{"field twice", policy("    window: 1s\n    window: 2s\n"), `policies.yaml:12: policies[1].window: defined twice`},
 		{"no value", policy("    window:\n"), `policies.yaml:11: policies[1].window: has no value`},
 		{"repeat limit", strings.Replace(policy("    window: 1s\n"), "algorithm: token_bucket\n    limit: 10", "algorithm: repeat\n    limit: 101", 1), `policies.yaml:10: policies[1].limit: 101 is out of range (1 to 100)`},
+		{"unknown act", policy("    window: 1s\n    act: [ban]\n"), `policies.yaml:12: policies[1].act[0]: "ban" is not an act (valid: mute, redact, lock)`},
+		{"act twice", policy("    window: 1s\n    act: [mute, mute]\n"), `policies.yaml:12: policies[1].act[1]: "mute" is named twice`},
+		{"act not a list", policy("    window: 1s\n    act: mute\n"), `policies.yaml:12: policies[1].act: want a list`},
+		{"lock on messages", policy("    window: 1s\n    act: [lock]\n"), `policies.yaml:12: policies[1].act[0]: only a join_wave locks a room; token_bucket counts messages (mute, redact)`},
+		{"mute a wave", strings.Replace(strings.Replace(policy("    window: 1m\n"), "scope: user\n    algorithm: token_bucket", "scope: room\n    algorithm: join_wave", 1), "window: 1m\n", "window: 1m\n    act: [mute]\n", 1), `policies.yaml:12: policies[1].act[0]: a join_wave decides no message: it can lock its room, not mute`},
+		{"mute a room", strings.Replace(policy("    window: 1s\n    act: [mute]\n"), "name: p\n    scope: user", "name: p\n    scope: room", 1), `policies.yaml:12: policies[1].act[0]: mute needs a key that names a user (scope user_in_room or user), got room`},
+		{"redact the group", strings.Replace(policy("    window: 1s\n    act: [redact]\n"), "name: p\n    scope: user", "name: p\n    scope: group", 1), `policies.yaml:12: policies[1].act[0]: redact needs a key that names a user or a room (scope user_in_room, user or room), got group`},
+		{"lock_for without lock", policy("    window: 1s\n    act: [mute]\n    lock_for: 5m\n"), `policies.yaml:13: policies[1].lock_for: only with act: [lock]`},
 		{"policy not a mapping", "policies:\n  - just a string\n", `policies.yaml:2: policies[0]: want a mapping`},
 		{"unknown top level", "policy:\n  - name: x\n", `policies.yaml:1: policy: unknown field (valid: policies)`},
 		{"policies not a list", "policies: {name: x}\n", `policies.yaml:1: policies: want a list`},
@@ -159,4 +168,46 @@ func FuzzParsePolicies(f *testing.F) {
 		s.Check(now, "support-eu", "u", "t", true)
 		s.Active(now)
 	})
+}
+
+// The acts of contract section 14 parse as the contract writes them; a
+// lock holds DefaultLockFor unless lock_for says.
+func TestParseActs(t *testing.T) {
+	ps, err := ParsePolicies("p.yaml", []byte(`policies:
+  - name: user_room_flood
+    scope: user_in_room
+    algorithm: sliding_window
+    limit: 10
+    window: 10s
+    penalty: 1m
+    act: [mute, redact]
+  - name: raid
+    scope: room
+    algorithm: join_wave
+    limit: 20
+    window: 1m
+    act: [lock]
+  - name: long_raid
+    scope: room
+    algorithm: join_wave
+    limit: 20
+    window: 1m
+    act: [lock]
+    lock_for: 30m
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		act     []ActKind
+		lockFor time.Duration
+	}{{[]ActKind{ActMute, ActRedact}, 0}, {[]ActKind{ActLock}, DefaultLockFor}, {[]ActKind{ActLock}, 30 * time.Minute}}
+	for i, w := range want {
+		if !slices.Equal(ps[i].Act, w.act) || ps[i].LockFor != w.lockFor {
+			t.Errorf("%s: act %v, lock_for %v; want %v, %v", ps[i].Name, ps[i].Act, ps[i].LockFor, w.act, w.lockFor)
+		}
+	}
+	if !ps[0].Acts(ActRedact) || ps[0].Acts(ActLock) {
+		t.Errorf("Acts of %v", ps[0].Act)
+	}
 }

@@ -165,6 +165,8 @@ type policyAnswer struct {
 	NewMembers  string             `json:"new_members,omitempty"`
 	ExemptUsers []string           `json:"exempt_users,omitempty"`
 	ExemptRoles []string           `json:"exempt_roles,omitempty"`
+	Act         []throttle.ActKind `json:"act,omitempty"`
+	LockFor     string             `json:"lock_for,omitempty"`
 }
 
 // answer is what is in force, and since when.
@@ -190,7 +192,10 @@ func (p *policies) answer() any {
 		if ps.NewMembers > 0 {
 			pa.NewMembers = rolling.FormatDuration(ps.NewMembers)
 		}
-		pa.ExemptUsers, pa.ExemptRoles = ps.ExemptUsers, ps.ExemptRoles
+		pa.ExemptUsers, pa.ExemptRoles, pa.Act = ps.ExemptUsers, ps.ExemptRoles, ps.Act
+		if ps.LockFor > 0 {
+			pa.LockFor = rolling.FormatDuration(ps.LockFor)
+		}
 		a.Policies = append(a.Policies, pa)
 	}
 	return a

@@ -1,0 +1,67 @@
+package throttle
+
+import (
+	"fmt"
+	"time"
+)
+
+// An ActKind is what chatpulse does on the chat system when a key crosses
+// a policy that names it (docs/contract.md section 14): it mutes the
+// user, redacts the messages the policy would have denied, or locks the
+// room against a join wave. A Set only carries it: acting is the caller's.
+type ActKind string
+
+// The acts a policy may name.
+const (
+	ActMute   ActKind = "mute"   // message policies of a user (user_in_room, user)
+	ActRedact ActKind = "redact" // message policies of a user or a room
+	ActLock   ActKind = "lock"   // join_wave
+)
+
+// DefaultLockFor is how long a lock holds after the wave's last
+// crossing when the policy does not say.
+const DefaultLockFor = 10 * time.Minute
+
+// Acts reports whether the policy names act k.
+func (p *Policy) Acts(k ActKind) bool {
+	for _, a := range p.Act {
+		if a == k {
+			return true
+		}
+	}
+	return false
+}
+
+// validateAct checks Act and LockFor: each act known, once, and one the
+// policy's algorithm and scope can do: a join wave locks its room; a
+// message policy mutes a user (so its key names one) and redacts the
+// messages of a user or a room, never of the whole group.
+func (p Policy) validateAct(alg *algorithm) *FieldError {
+	for i, k := range p.Act {
+		field := fmt.Sprintf("act[%d]", i)
+		for _, earlier := range p.Act[:i] {
+			if earlier == k {
+				return fieldErr(field, "%q is named twice", k)
+			}
+		}
+		switch {
+		case k != ActMute && k != ActRedact && k != ActLock:
+			return fieldErr(field, "%q is not an act (valid: mute, redact, lock)", k)
+		case alg.joins && k != ActLock:
+			return fieldErr(field, "a join_wave decides no message: it can lock its room, not %s", k)
+		case !alg.joins && k == ActLock:
+			return fieldErr(field, "only a join_wave locks a room; %s counts messages (mute, redact)", alg.name)
+		case k == ActMute && p.Scope != ScopeUserInRoom && p.Scope != ScopeUser:
+			return fieldErr(field, "mute needs a key that names a user (scope user_in_room or user), got %s", p.Scope)
+		case k == ActRedact && p.Scope == ScopeGroup:
+			return fieldErr(field, "redact needs a key that names a user or a room (scope user_in_room, user or room), got group")
+		}
+	}
+	if p.LockFor == 0 {
+		return nil
+	}
+	if !p.Acts(ActLock) {
+		return fieldErr("lock_for", "only with act: [lock]")
+	}
+	return validDuration("lock_for", p.LockFor, MaxWindow)
+}
