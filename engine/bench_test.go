@@ -33,7 +33,7 @@ func BenchmarkSnapshotPause(b *testing.B) {
 			batch := make([]chat.Event, 0, 1024)
 			flush := func() {
 				agg.Observe(now, batch, nil)
-				thr.ObserveBatch(batch, nil)
+				thr.ObserveBatch(batch, nil, nil)
 				batch = batch[:0]
 			}
 			for u := range users {

@@ -21,6 +21,10 @@ type Stage struct {
 	// OnCaughtUp, if set, is called on the consumer's goroutine once the
 	// message marked CaughtUp has been handled.
 	OnCaughtUp func()
+	// OnOver, if set, is called on the consumer's throttle goroutine with
+	// each message over a policy that acts (docs/contract.md section 14),
+	// but those replayed: they were acted on when first handled.
+	OnOver func(throttle.Over)
 
 	seq      atomic.Uint64 // stream sequence of the newest message handled
 	caughtUp atomic.Bool
@@ -55,17 +59,25 @@ func (s *Stage) Count(now int64, evs []chat.Event, late []int) []int {
 	return s.Agg.Observe(now, evs, late)
 }
 
-// Throttle feeds evs to the policies; the alerts of replayed events went
-// out when they were first handled, and are dropped.
+// Throttle feeds evs to the policies; the alerts and acts of replayed
+// events went out when they were first handled, and are dropped.
 func (s *Stage) Throttle(evs []chat.Event, replay []bool, alert func(throttle.Alert)) {
 	if s.Thr == nil {
 		return
+	}
+	var over func(int, throttle.Over)
+	if s.OnOver != nil {
+		over = func(i int, o throttle.Over) {
+			if !replay[i] {
+				s.OnOver(o)
+			}
+		}
 	}
 	s.Thr.ObserveBatch(evs, func(i int, a throttle.Alert) {
 		if !replay[i] && alert != nil {
 			alert(a)
 		}
-	})
+	}, over)
 }
 
 // Handled records how far the stage has read.

@@ -67,7 +67,8 @@ func (s *testSink) Throttle(evs []chat.Event, replay []bool, alert func(throttle
 		if !replay[i] && alert != nil {
 			alert(a)
 		}
-	})
+	}, nil)
+
 }
 
 func (s *testSink) Handled(seq uint64, caughtUp bool) {

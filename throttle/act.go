@@ -2,7 +2,10 @@ package throttle
 
 import (
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/chatpulse/chatpulse/chat"
 )
 
 // An ActKind is what chatpulse does on the chat system when a key crosses
@@ -17,6 +20,32 @@ const (
 	ActRedact ActKind = "redact" // message policies of a user or a room
 	ActLock   ActKind = "lock"   // join_wave
 )
+
+// An Over is a message over a policy that acts (Policy.Act, enforcing),
+// as ObserveBatch reports it beside the alerts: the message that crossed
+// the policy (First; its alert went out too), or a later message of the
+// same key while the key stays marked (denied).
+type Over struct {
+	Policy string
+	Acts   []ActKind
+	// The key's names: its room (scopes room, user_in_room) and its user
+	// (user, user_in_room); "" where the key has none.
+	Room, User string
+	First      bool
+	Event      string // the message's id ("": it had none)
+	At         int64  // the message's event time, Unix ms
+	// Denied is when the key is allowed again, as of this message: the
+	// end of its penalty, or when its rate falls back (Unix ms).
+	Denied  int64
+	LockFor time.Duration // the policy's, for a lock
+}
+
+// over is the Over of a crossing (or a later message, c.again) of p by e.
+func (p *policy) over(e *chat.Event, c crossing) Over {
+	r, u := keyOf(p.Scope, e.Room, e.User)
+	return Over{Policy: p.Name, Acts: p.Act, Room: strings.Clone(r), User: strings.Clone(u), First: !c.again,
+		Event: strings.Clone(e.ID), At: e.TS, Denied: c.denied, LockFor: p.LockFor}
+}
 
 // DefaultLockFor is how long a lock holds after the wave's last
 // crossing when the policy does not say.
@@ -37,6 +66,9 @@ func (p *Policy) Acts(k ActKind) bool {
 // message policy mutes a user (so its key names one) and redacts the
 // messages of a user or a room, never of the whole group.
 func (p Policy) validateAct(alg *algorithm) *FieldError {
+	if len(p.Act) > 0 && p.Mode == ModeShadow {
+		return fieldErr("act", "a shadow policy denies nothing, so it acts on nothing (--act-mode shadow shows what acts would do)")
+	}
 	for i, k := range p.Act {
 		field := fmt.Sprintf("act[%d]", i)
 		for _, earlier := range p.Act[:i] {

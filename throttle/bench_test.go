@@ -300,7 +300,7 @@ func BenchmarkObserveStream(b *testing.B) {
 // BenchmarkObserveStreamBatch is BenchmarkObserveStream with ObserveBatch
 // fed 64 events at a time, as ingest does.
 func BenchmarkObserveStreamBatch(b *testing.B) {
-	benchStreamWith(b, func(s *Set, evs []chat.Event) { s.ObserveBatch(evs, func(int, Alert) {}) })
+	benchStreamWith(b, func(s *Set, evs []chat.Event) { s.ObserveBatch(evs, func(int, Alert) {}, nil) })
 }
 
 func benchStreamWith(b *testing.B, observe func(*Set, []chat.Event)) {

@@ -176,7 +176,7 @@ func TestConsumeAgainstOracle(t *testing.T) {
 				if r.IntN(2) == 0 {
 					s.Observe(ev)
 				} else {
-					s.ObserveBatch([]chat.Event{ev}, nil)
+					s.ObserveBatch([]chat.Event{ev}, nil, nil)
 				}
 				ref.event(ev.Room, ev.User, ev.Text, ev.ID, ev.TS)
 			case k < 5:

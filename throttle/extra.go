@@ -36,11 +36,14 @@ type extraRule struct {
 	idCap  int
 	steps  []int64 // the penalty of the 1st, 2nd... crossing, ms; empty: none
 	within int64   // how long a crossing counts as a strike, ms; 0: only the first step
+	// acting: the policy names acts, so every message over it while the
+	// key is marked is reported (crossing.again), not only the crossing.
+	acting bool
 }
 
 // extraRuleOf is the extraRule of a policy.
 func extraRuleOf(p *policy) extraRule {
-	r := extraRule{window: p.Window.Milliseconds(), idCap: max(p.Limit, p.Burst) + p.Limit}
+	r := extraRule{window: p.Window.Milliseconds(), idCap: max(p.Limit, p.Burst) + p.Limit, acting: len(p.Act) > 0 && p.enforce}
 	switch {
 	case len(p.Escalate) > 0:
 		for _, d := range p.Escalate {

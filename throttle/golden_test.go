@@ -32,7 +32,7 @@ func goldenSet(t *testing.T, maxKeys int) (*Set, int64) {
 	}
 	tr := &stateTrace{r: rand.New(rand.NewPCG(uint64(maxKeys), 19))}
 	for i := range 40 {
-		s.ObserveBatch(tr.events(), nil)
+		s.ObserveBatch(tr.events(), nil, nil)
 		tr.now += tr.r.Int64N(30)
 		room, user, text := tr.names()
 		s.Observe(chat.Event{TS: at(tr.now), Room: room, User: user, Text: text})

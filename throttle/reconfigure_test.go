@@ -247,11 +247,11 @@ func (r *refPolicy) rebuild(t *testing.T, log []chat.Event, maxKeys int) {
 			evs = append(evs, log[op])
 			continue
 		}
-		r.ref.ObserveBatch(evs, nil)
+		r.ref.ObserveBatch(evs, nil, nil)
 		evs = evs[:0]
 		r.ref.Sweep(^op)
 	}
-	r.ref.ObserveBatch(evs, nil)
+	r.ref.ObserveBatch(evs, nil, nil)
 }
 
 // sees reports whether the policy records the message.
@@ -365,7 +365,7 @@ func runReconfigure(t *testing.T, maxKeys, steps int) {
 		case 1, 2, 3:
 			evs := tr.events()
 			got := map[string][]string{}
-			s.ObserveBatch(evs, func(i int, a Alert) { got[a.Policy] = append(got[a.Policy], fmt.Sprint(i, a)) })
+			s.ObserveBatch(evs, func(i int, a Alert) { got[a.Policy] = append(got[a.Policy], fmt.Sprint(i, a)) }, nil)
 			for _, rp := range order {
 				var seen []chat.Event
 				var index []int
@@ -376,7 +376,7 @@ func runReconfigure(t *testing.T, maxKeys, steps int) {
 					}
 				}
 				var want []string
-				rp.ref.ObserveBatch(seen, func(i int, a Alert) { want = append(want, fmt.Sprint(index[i], a)) })
+				rp.ref.ObserveBatch(seen, func(i int, a Alert) { want = append(want, fmt.Sprint(index[i], a)) }, nil)
 				if rp.exact && rp.marks {
 					if !reflect.DeepEqual(got[rp.p.Name], want) {
 						t.Fatalf("step %d: alerts of %s\n got %v\nwant %v", step, rp.p.Name, got[rp.p.Name], want)
@@ -589,7 +589,7 @@ func TestReconfigureRefuses(t *testing.T) {
 	s := mustSet(t, statePolicies(), WithMaxKeys(50))
 	tr := &stateTrace{r: rand.New(rand.NewPCG(5, 6))}
 	for range 30 {
-		s.ObserveBatch(tr.events(), nil)
+		s.ObserveBatch(tr.events(), nil, nil)
 	}
 	s.Check(at(tr.now), "r0", "u0", "spam", true)
 	twin := reload(t, s, WithMaxKeys(50))
@@ -618,8 +618,8 @@ func TestReconfigureRefuses(t *testing.T) {
 	for step := range 200 { // and every answer is the twin's, loaded from before
 		evs := tr.events()
 		var got, want []string
-		s.ObserveBatch(evs, func(i int, a Alert) { got = append(got, fmt.Sprint(i, a)) })
-		twin.ObserveBatch(evs, func(i int, a Alert) { want = append(want, fmt.Sprint(i, a)) })
+		s.ObserveBatch(evs, func(i int, a Alert) { got = append(got, fmt.Sprint(i, a)) }, nil)
+		twin.ObserveBatch(evs, func(i int, a Alert) { want = append(want, fmt.Sprint(i, a)) }, nil)
 		room, user, text := tr.names()
 		now := at(tr.now + tr.r.Int64N(2000))
 		if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(s.Check(now, room, user, text, true), twin.Check(now, room, user, text, true)) ||
@@ -671,7 +671,7 @@ func TestReconfigureConcurrent(t *testing.T) {
 					evs[k] = chat.Event{TS: at(int64(i)), Room: fmt.Sprint("r", r.IntN(3)), User: fmt.Sprint("u", r.IntN(20)), Text: fmt.Sprint(r.IntN(3))}
 				}
 				seen := map[string]bool{}
-				s.ObserveBatch(evs, func(_ int, al Alert) { seen[al.Policy] = true })
+				s.ObserveBatch(evs, func(_ int, al Alert) { seen[al.Policy] = true }, nil)
 				if seen["a-flood"] && seen["b-flood"] {
 					t.Error("a batch alerted for the policies of both lists")
 				}

@@ -165,7 +165,7 @@ func (s *Set) Observe(e chat.Event) []Alert {
 		if !p.counts(&e, hasText) {
 			continue
 		}
-		if c := st.stores[pi].observe(m, p.enforce); c.j >= 0 {
+		if c := st.stores[pi].observe(m, p.enforce); c.j >= 0 && !c.again {
 			alerts = append(alerts, p.alert(e.TS, e.Room, e.User, c))
 		}
 	}
@@ -215,17 +215,24 @@ var batches = sync.Pool{New: func() any { return new(batch) }}
 // cache misses overlap. It calls fn once every event is recorded, with no
 // lock held. Recording events for keys already tracked does not allocate
 // (its scratch space is pooled).
-func (s *Set) ObserveBatch(evs []chat.Event, fn func(i int, a Alert)) {
+//
+// over (if not nil) is called, in the same turn, with each message over a
+// policy that acts (Over): its crossing, right after the crossing's alert,
+// and each later message of the marked key.
+func (s *Set) ObserveBatch(evs []chat.Event, fn func(i int, a Alert), over func(i int, o Over)) {
 	b := batches.Get().(*batch)
 	b.cross = b.cross[:0]
 	st := s.observeAll(evs, b)
 	for i := range evs {
 		s.posted(st, &evs[i])
 	}
-	if fn != nil {
-		for _, c := range b.cross {
-			e := &evs[c.j]
-			fn(c.j, st.policies[c.policy].alert(e.TS, e.Room, e.User, c))
+	for _, c := range b.cross {
+		e, p := &evs[c.j], st.policies[c.policy]
+		if fn != nil && !c.again {
+			fn(c.j, p.alert(e.TS, e.Room, e.User, c))
+		}
+		if over != nil && len(p.Act) > 0 && p.enforce {
+			over(c.j, p.over(e, c))
 		}
 	}
 	batches.Put(b)

@@ -127,7 +127,7 @@ func TestReplayKeepsMarks(t *testing.T) {
 		replayed[i] = chat.Event{TS: at(int64(i)), Room: "lobby", User: "bob"}
 	}
 	var alerted []int
-	s.ObserveBatch(replayed, func(i int, _ Alert) { alerted = append(alerted, i) })
+	s.ObserveBatch(replayed, func(i int, _ Alert) { alerted = append(alerted, i) }, nil)
 	if !slices.Equal(alerted, []int{10}) {
 		t.Fatalf("replayed events alerted at %v, want the 11th (10)", alerted)
 	}
@@ -504,7 +504,8 @@ func TestObserveBatchIsObserveInALoop(t *testing.T) {
 			if !replay[i] {
 				got = append(got, a)
 			}
-		})
+		}, nil)
+
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("alerts\n got %+v\nwant %+v", got, want)
 		}
@@ -523,8 +524,8 @@ func TestObserveBatchIsObserveInALoop(t *testing.T) {
 	if x, y := batch.Stats(), one.Stats(); !reflect.DeepEqual(x, y) {
 		t.Errorf("stats\n got %+v\nwant %+v", x, y)
 	}
-	batch.ObserveBatch(nil, nil)
-	batch.ObserveBatch(evs, nil)
+	batch.ObserveBatch(nil, nil, nil)
+	batch.ObserveBatch(evs, nil, nil)
 }
 
 func TestObserveDoesNotAllocate(t *testing.T) {
@@ -549,7 +550,7 @@ func TestObserveDoesNotAllocate(t *testing.T) {
 		for i := range evs {
 			evs[i] = chat.Event{TS: at(now), Room: unsafeString(room), User: unsafeString(user), Text: text}
 		}
-		s.ObserveBatch(evs, func(int, Alert) {})
+		s.ObserveBatch(evs, func(int, Alert) {}, nil)
 	})
 	if allocs != 0 {
 		t.Errorf("ObserveBatch on tracked keys: %v allocations, want 0", allocs)
@@ -673,7 +674,7 @@ func TestConcurrentUse(t *testing.T) {
 					for k := range evs {
 						evs[k] = chat.Event{TS: now, Room: fmt.Sprint("r", r.IntN(20)), User: fmt.Sprint("u", r.IntN(300)), Text: "hi"}
 					}
-					s.ObserveBatch(evs, func(int, Alert) { s.Check(now, room, user, "", false) })
+					s.ObserveBatch(evs, func(int, Alert) { s.Check(now, room, user, "", false) }, nil)
 				default:
 					s.Observe(chat.Event{TS: now, Room: room, User: user, Text: "hi"})
 				}

@@ -113,10 +113,10 @@ func TestStateRoundTrip(t *testing.T) {
 				case 1, 2:
 					evs := tr.events()
 					var got, want []string
-					orig.ObserveBatch(evs, func(i int, a Alert) { want = append(want, fmt.Sprint(i, a)) })
+					orig.ObserveBatch(evs, func(i int, a Alert) { want = append(want, fmt.Sprint(i, a)) }, nil)
 					alerts += len(want)
 					if copied != nil {
-						copied.ObserveBatch(evs, func(i int, a Alert) { got = append(got, fmt.Sprint(i, a)) })
+						copied.ObserveBatch(evs, func(i int, a Alert) { got = append(got, fmt.Sprint(i, a)) }, nil)
 						if !reflect.DeepEqual(got, want) {
 							t.Fatalf("step %d: alerts\n got %v\nwant %v", step, got, want)
 						}
@@ -205,11 +205,11 @@ func TestCopyStateIsOfItsInstant(t *testing.T) {
 	s := mustSet(t, statePolicies(), WithMaxKeys(30))
 	tr := &stateTrace{r: rand.New(rand.NewPCG(3, 3))}
 	for range 20 {
-		s.ObserveBatch(tr.events(), nil)
+		s.ObserveBatch(tr.events(), nil, nil)
 	}
 	c, want := s.CopyState(), s.AppendState(nil)
 	for range 20 {
-		s.ObserveBatch(tr.events(), nil)
+		s.ObserveBatch(tr.events(), nil, nil)
 	}
 	s.Sweep(at(tr.now + 1000))
 	if got := c.Append(nil); !bytes.Equal(got, want) {
@@ -385,7 +385,7 @@ func FuzzLoadState(f *testing.F) {
 	f.Add(s.AppendState(nil))
 	for range 6 {
 		for range 5 {
-			s.ObserveBatch(tr.events(), nil)
+			s.ObserveBatch(tr.events(), nil, nil)
 		}
 		f.Add(s.AppendState(nil))
 	}
@@ -410,7 +410,7 @@ func FuzzLoadState(f *testing.F) {
 		tr := &stateTrace{r: rand.New(rand.NewPCG(2, 2)), now: 3000}
 		for range 3 {
 			evs := tr.events()
-			s.ObserveBatch(evs, nil)
+			s.ObserveBatch(evs, nil, nil)
 			for _, e := range evs {
 				s.Check(e.TS+500, e.Room, e.User, e.Text, true)
 			}
@@ -497,7 +497,7 @@ func stateBenchSet(b *testing.B) *Set {
 		u := i % benchKeys
 		evs[i] = chat.Event{TS: benchBase + int64(i)*25_000/int64(len(evs)), Room: fmt.Sprint("room-", u%1000), User: benchNames[u], Text: "hello there"}
 	}
-	s.ObserveBatch(evs, nil)
+	s.ObserveBatch(evs, nil, nil)
 	for _, st := range s.Stats() {
 		if st.Keys != benchKeys {
 			b.Fatalf("%s: %d keys", st.Policy, st.Keys)

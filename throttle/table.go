@@ -54,6 +54,12 @@ type crossing struct {
 	policy       int32 // filled in by the Set
 	count, limit int64
 	until        int64 // the end of the penalty it started; 0: none
+	// denied is when the key is allowed again, as of the message: the
+	// end of its penalty, or when its rate falls back.
+	denied int64
+	// again: not the crossing but a later message of the marked key, over
+	// a policy that acts (extraRule.acting); it raises no alert.
+	again bool
 }
 
 // A msg is one message as the tables see it: its names, the hash of its
@@ -300,6 +306,9 @@ func (t *table[S, E, K]) hit(k *key, m *msg, mark bool) crossing {
 		e.since = chat.Never
 	case mark && e.since == chat.Never:
 		c = t.cross(i, m)
+	case mark && t.rule.acting:
+		v := t.verdictAt(i, m.at)
+		c = crossing{count: v.Count, limit: v.Limit, denied: m.at + v.RetryAfter.Milliseconds(), again: true}
 	}
 	if t.ids && m.id != 0 {
 		t.extraOf(i).remember(idHit{id: m.id, at: m.at}, &t.rule)
@@ -318,7 +327,7 @@ func (t *table[S, E, K]) cross(i int32, m *msg) crossing {
 		c.until = t.extraOf(i).strike(m.at, &t.rule)
 	}
 	v := t.verdictAt(i, m.at)
-	c.count, c.limit = v.Count, v.Limit
+	c.count, c.limit, c.denied = v.Count, v.Limit, m.at+v.RetryAfter.Milliseconds()
 	if t.hashed && e.klen == 0 { // kept until the key is forgotten
 		if t.names == nil {
 			t.names = make(map[int32]names)

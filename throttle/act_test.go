@@ -1,0 +1,98 @@
+package throttle
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/chatpulse/chatpulse/chat"
+)
+
+// A policy that acts reports, beside its alerts, every message over it:
+// exactly those a check just before them would have denied, the first of
+// each run of denials as the crossing (First), the others as later
+// messages of the marked key, each with when the key is allowed again.
+// Checked against the Set's own check of each message, on random traces
+// fed in random batches, for each algorithm and with a penalty.
+func TestOversAreTheDenials(t *testing.T) {
+	base := []Policy{
+		{Name: "sw", Scope: ScopeUserInRoom, Algorithm: AlgSlidingWindow, Limit: 3, Window: 10 * time.Second, Act: []ActKind{ActMute, ActRedact}},
+		{Name: "fixed", Scope: ScopeUser, Algorithm: AlgFixedWindow, Limit: 4, Window: 10 * time.Second, Act: []ActKind{ActRedact}},
+		{Name: "gcra", Scope: ScopeRoom, Algorithm: AlgGCRA, Limit: 5, Window: 10 * time.Second, Burst: 2, Act: []ActKind{ActRedact}},
+		{Name: "penalty", Scope: ScopeUserInRoom, Algorithm: AlgTokenBucket, Limit: 2, Window: 5 * time.Second, Penalty: 20 * time.Second, Act: []ActKind{ActMute}},
+		{Name: "quiet", Scope: ScopeUser, Algorithm: AlgSlidingWindow, Limit: 1, Window: 10 * time.Second},
+	}
+	for seed := range uint64(20) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 1))
+			s := mustSet(t, base)
+			var evs []chat.Event
+			at := int64(1_000_000)
+			for n := range 400 {
+				at += rng.Int64N(3000)
+				evs = append(evs, chat.Event{Kind: chat.KindMessage, ID: fmt.Sprint("m", n), TS: at,
+					Room: fmt.Sprint("r", rng.IntN(2)), User: fmt.Sprint("u", rng.IntN(3))})
+			}
+			marked := map[string]bool{}
+			var firsts, agains int
+			for start := 0; start < len(evs); {
+				end := min(len(evs), start+1+rng.IntN(6))
+				// What a check just before each message says: those of a
+				// batch are decided on a copy fed one at a time.
+				type want struct {
+					denied  bool
+					retryMs int64
+				}
+				wants := make([]map[string]want, end-start)
+				shadow := mustSet(t, base)
+				if err := shadow.LoadState(s.AppendState(nil)); err != nil {
+					t.Fatal(err)
+				}
+				for j, e := range evs[start:end] {
+					wants[j] = map[string]want{}
+					for _, d := range shadow.Check(e.TS, e.Room, e.User, "", false).Decisions {
+						wants[j][d.Policy] = want{!d.Allowed, d.RetryAfterMs}
+					}
+					shadow.ObserveBatch([]chat.Event{e}, nil, nil)
+				}
+				got := make([]map[string]Over, end-start)
+				for j := range got {
+					got[j] = map[string]Over{}
+				}
+				s.ObserveBatch(evs[start:end], nil, func(i int, o Over) { got[i][o.Policy] = o })
+				for j, e := range evs[start:end] {
+					for _, p := range base {
+						w, o := wants[j][p.Name], got[j][p.Name]
+						r, u := keyOf(p.Scope, e.Room, e.User)
+						key := p.Name + "/" + r + "/" + u
+						reported := o.Policy != ""
+						switch {
+						case len(p.Act) == 0 && reported:
+							t.Fatalf("event %d: %s acts on nothing, reported %+v", start+j, p.Name, o)
+						case len(p.Act) == 0:
+						case reported != w.denied:
+							t.Fatalf("event %d (%s in %s at %d): %s reported %v, but a check before it denied: %v", start+j, e.User, e.Room, e.TS, p.Name, reported, w.denied)
+						case reported && (o.First == marked[key] || o.Event != e.ID || o.At != e.TS || o.Room != r || o.User != u):
+							t.Fatalf("event %d: %s: %+v; want first %v, event %s, key %q/%q", start+j, p.Name, o, !marked[key], e.ID, r, u)
+						case reported && o.Denied < e.TS+w.retryMs:
+							t.Fatalf("event %d: %s: allowed again at %d, before the check's retry (%d)", start+j, p.Name, o.Denied, e.TS+w.retryMs)
+						}
+						if len(p.Act) > 0 {
+							marked[key] = w.denied
+						}
+						if reported && o.First {
+							firsts++
+						} else if reported {
+							agains++
+						}
+					}
+				}
+				start = end
+			}
+			if firsts == 0 || agains == 0 {
+				t.Errorf("%d crossings and %d later messages over: the trace tests little", firsts, agains)
+			}
+		})
+	}
+}
