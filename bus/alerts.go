@@ -155,7 +155,17 @@ func appendAlert(b []byte, a throttle.Alert) []byte {
 	b = strconv.AppendInt(b, a.Limit, 10)
 	b = append(b, `,"at":"`...)
 	b = a.At.AppendFormat(b)
-	return append(b, `"}`...)
+	b = append(b, '"')
+	if a.Until != nil {
+		b = append(b, `,"until":"`...)
+		b = a.Until.AppendFormat(b)
+		b = append(b, '"')
+	}
+	if a.Event != "" {
+		b = append(b, `,"event":`...)
+		b = appendString(b, a.Event)
+	}
+	return append(b, '}')
 }
 
 // appendString appends s as a JSON string, as json.Marshal writes it: as

@@ -17,10 +17,12 @@ import (
 // fmt-built id were: the bytes that subscribers and JetStream's
 // deduplication have always seen.
 func TestAlertEncoding(t *testing.T) {
+	until := chat.Time(1764000060123)
 	for _, a := range []throttle.Alert{
 		{Policy: "user_flood", Room: "lobby", User: "alice", Count: 31, Limit: 30, At: 1764000000123},
 		{Policy: "p", Room: `a "quoted" \\ room`, User: "<b>&amp;</b>", Count: 0, Limit: -1, At: 0},
 		{Policy: "p", Room: "caf\u00e9 \u2028 \U0001F600", User: "bad\xffutf8\x7f", Count: 1 << 62, Limit: 1, At: 253402300799999},
+		{Policy: "p", Room: "r", User: "u", Count: 2, Limit: 1, At: 1764000000123, Until: &until, Event: "$ev<1>:example.org"},
 		{},
 	} {
 		checkAlertEncoding(t, a)
@@ -31,7 +33,11 @@ func FuzzAlertEncoding(f *testing.F) {
 	f.Add("user_flood", "lobby", "alice", int64(31), int64(30), int64(1764000000123))
 	f.Add("p", "<&>\"\\", "\x00\xff\u2029", int64(-5), int64(0), int64(-1))
 	f.Fuzz(func(t *testing.T, policy, room, user string, count, limit, at int64) {
-		checkAlertEncoding(t, throttle.Alert{Policy: policy, Room: room, User: user, Count: count, Limit: limit, At: chat.Time(at)})
+		a := throttle.Alert{Policy: policy, Room: room, User: user, Count: count, Limit: limit, At: chat.Time(at)}
+		checkAlertEncoding(t, a)
+		until := chat.Time(at + count)
+		a.Until, a.Event = &until, room+user
+		checkAlertEncoding(t, a)
 	})
 }
 

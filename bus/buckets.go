@@ -103,8 +103,18 @@ func (k *Bucket) Delete(ctx context.Context, key string, last uint64) error {
 // have all come, then every change, in order, until ctx is done or the
 // watch breaks (the connection closed under it): then the channel is
 // closed. It returns once the watch is set up.
-func (k *Bucket) WatchAll(ctx context.Context) (<-chan *Entry, error) {
-	w, err := k.kv.WatchAll(ctx)
+func (k *Bucket) WatchAll(ctx context.Context) (<-chan *Entry, error) { return k.Watch(ctx) }
+
+// Watch is WatchAll of the keys matching one of filters (subject
+// wildcards: act.>); none: every key.
+func (k *Bucket) Watch(ctx context.Context, filters ...string) (<-chan *Entry, error) {
+	var w jetstream.KeyWatcher
+	var err error
+	if len(filters) == 0 {
+		w, err = k.kv.WatchAll(ctx)
+	} else {
+		w, err = k.kv.WatchFiltered(ctx, filters)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("key-value bucket %s: watch: %w", k.name, err)
 	}

@@ -86,6 +86,14 @@ const (
 	ModerationPrefix    = "chatpulse.moderation."
 	ModerationLogStream = "CHATPULSE_MODERATION_LOG"
 	ModerationLogMaxAge = 30 * 24 * time.Hour
+	// ActPrefix is where acts on the chat system, and their undos, are
+	// published (docs/contract.md section 14): chatpulse.act.<kind>, kept
+	// in ModerationLogStream too.
+	ActPrefix = "chatpulse.act."
+	// ActKeys are the keys of ModerationBucket that keep the undos of
+	// acts due (unmute, unlock): act.<kind>.<names>. The rest are
+	// moderators' actions.
+	ActKeys = "act."
 )
 
 // SnapshotBucket is the object store that keeps the snapshots (contract

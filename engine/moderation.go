@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -93,6 +94,9 @@ func (m *Moderation) watch(ctx context.Context, w <-chan *bus.Entry, synced chan
 				time.Sleep(time.Second)
 			}
 			continue
+		}
+		if e != nil && strings.HasPrefix(e.Key, bus.ActKeys) {
+			continue // an act's undo, not a moderator's action (package act)
 		}
 		if e == nil {
 			if synced != nil {

@@ -65,6 +65,9 @@ type Alert struct {
 	// Until is the end of the penalty the crossing started, if the policy
 	// has one.
 	Until *chat.Time `json:"until,omitempty"`
+	// Event is the id of the event that crossed (docs/contract.md section
+	// 14), if it had one; a consuming check's, its id.
+	Event string `json:"event,omitempty"`
 }
 
 // An Active entry is a key over an enforcing policy: it crossed at Since

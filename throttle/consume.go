@@ -198,7 +198,7 @@ func (s *Set) Consume(now int64, q Query, id string) (res Result, recorded bool,
 			recorded = true
 		case !v.Allowed:
 			if c := st.stores[pi].refuse(m, p.enforce); c.j >= 0 {
-				alerts = append(alerts, p.alert(now, q.Room, q.User, c))
+				alerts = append(alerts, p.alert(now, q.Room, q.User, id, c))
 				v = st.stores[pi].verdict(m) // with the penalty that starts
 			}
 		}

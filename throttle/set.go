@@ -166,7 +166,7 @@ func (s *Set) Observe(e chat.Event) []Alert {
 			continue
 		}
 		if c := st.stores[pi].observe(m, p.enforce); c.j >= 0 && !c.again {
-			alerts = append(alerts, p.alert(e.TS, e.Room, e.User, c))
+			alerts = append(alerts, p.alert(e.TS, e.Room, e.User, e.ID, c))
 		}
 	}
 	s.posted(st, &e)
@@ -229,7 +229,7 @@ func (s *Set) ObserveBatch(evs []chat.Event, fn func(i int, a Alert), over func(
 	for _, c := range b.cross {
 		e, p := &evs[c.j], st.policies[c.policy]
 		if fn != nil && !c.again {
-			fn(c.j, p.alert(e.TS, e.Room, e.User, c))
+			fn(c.j, p.alert(e.TS, e.Room, e.User, e.ID, c))
 		}
 		if over != nil && len(p.Act) > 0 && p.enforce {
 			over(c.j, p.over(e, c))
@@ -299,12 +299,12 @@ func (st *state) message(m *msg, at int64, room, user, text string) bool {
 	return hasText
 }
 
-// alert is the Alert of a crossing, by the message at `at` from user in
-// room, with the count and limit of the key's verdict and the end of the
-// penalty it started.
-func (p *policy) alert(at int64, room, user string, c crossing) Alert {
+// alert is the Alert of a crossing, by the message (id event) at `at`
+// from user in room, with the count and limit of the key's verdict and
+// the end of the penalty it started.
+func (p *policy) alert(at int64, room, user, event string, c crossing) Alert {
 	r, u := keyOf(p.Scope, room, user)
-	a := Alert{Policy: p.Name, Room: strings.Clone(r), User: strings.Clone(u), Count: c.count, Limit: c.limit, At: chat.Time(at)}
+	a := Alert{Policy: p.Name, Room: strings.Clone(r), User: strings.Clone(u), Count: c.count, Limit: c.limit, At: chat.Time(at), Event: strings.Clone(event)}
 	if c.until != 0 {
 		until := chat.Time(c.until)
 		a.Until = &until
