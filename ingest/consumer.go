@@ -246,7 +246,7 @@ func (c *Consumer) handleRun(msgs []Msg, s Sink, nowMs int64, j *job) {
 		ev, err := c.cfg.Format.Decode(m.Data, received, skew)
 		switch {
 		case err != nil:
-			c.reject(m, s, err.(*Error))
+			c.reject(m, s, err)
 		// Messages, joins and leaves all go to the sink: its counters and
 		// policies each take the kinds they count (docs/contract.md
 		// section 12).
