@@ -133,6 +133,40 @@ func TestFeedReplayThenLive(t *testing.T) {
 	}
 }
 
+// BenchmarkFeed is a feed replaying a stream into its Source as fast as
+// one reader takes it: one op is one message delivered.
+func BenchmarkFeed(b *testing.B) {
+	bus := openBench(b, true)
+	ctx := context.Background()
+	if err := bus.EnsureStreams(ctx, StreamConfig{Stream: "CHAT", Subject: "chat.>", MaxAge: time.Hour}, 0); err != nil {
+		b.Fatal(err)
+	}
+	data := []byte(`{"room":"lobby","user":"alice","text":"hello"}`)
+	for i := range b.N {
+		if i%1000 == 0 { // within the client's window of unacknowledged messages
+			<-bus.js.PublishAsyncComplete()
+		}
+		if _, err := bus.js.PublishAsync(fmt.Sprintf("chat.lobby.u%d", i%100), data); err != nil {
+			b.Fatal(err)
+		}
+	}
+	<-bus.js.PublishAsyncComplete()
+	feeds := bus.NewFeeds()
+	b.ReportAllocs()
+	b.ResetTimer()
+	feed, _, err := feeds.Start(ctx, FeedConfig{Stream: "CHAT", Filter: "chat.>", FromSeq: 1, Subject: "chat.>"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := make([]ingest.Msg, 0, 1024)
+	for n := 0; n < b.N; n += len(buf) {
+		buf, _ = feeds.Source().Next(buf[:0])
+	}
+	b.StopTimer()
+	feed.Stop()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
 // natsRequest publishes to a stream and waits for its ack.
 func natsRequest(nc *nats.Conn, subject string) (*nats.Msg, error) {
 	return nc.Request(subject, []byte(`{}`), 5*time.Second)
