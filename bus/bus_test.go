@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,6 +131,44 @@ func TestFeedReplayThenLive(t *testing.T) {
 		if m.Replay != wantReplay || m.CaughtUp != wantCaughtUp || m.Received == 0 || m.Seq != uint64(i+1) {
 			t.Errorf("message %d (%s): seq %d replay %v caughtUp %v received %d", i, m.Subject, m.Seq, m.Replay, m.CaughtUp, m.Received)
 		}
+	}
+}
+
+// Halt returns once the callbacks that were running when it was called
+// are done, and those after it deliver nothing; a feed that never ran
+// halts at once.
+func TestFeedHalt(t *testing.T) {
+	(&Feed{}).Halt()
+	f := &Feed{idle: make(chan struct{})}
+	if !f.enter() {
+		t.Fatal("a callback before Halt was told to drop its message")
+	}
+	var left atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.Halt()
+		if !left.Load() {
+			t.Error("Halt returned while a callback delivered")
+		}
+	}()
+	wait.For(t, 10*time.Second, func() error {
+		if f.calls.Load()&halted == 0 {
+			return fmt.Errorf("not halted yet")
+		}
+		return nil
+	})
+	for range 2 { // after Halt, and counted out again
+		if f.enter() {
+			t.Fatal("a callback after Halt was told to deliver")
+		}
+	}
+	left.Store(true)
+	f.leave()
+	<-done
+	f.Halt() // again: at once
+	if f.enter() {
+		t.Fatal("a callback after Halt was told to deliver")
 	}
 }
 
