@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,6 +132,78 @@ func TestFeedReplayThenLive(t *testing.T) {
 			t.Errorf("message %d (%s): seq %d replay %v caughtUp %v received %d", i, m.Subject, m.Seq, m.Replay, m.CaughtUp, m.Received)
 		}
 	}
+}
+
+// Halt returns once the callbacks that were running when it was called
+// are done, and those after it deliver nothing; a feed that never ran
+// halts at once.
+func TestFeedHalt(t *testing.T) {
+	(&Feed{}).Halt()
+	f := &Feed{idle: make(chan struct{})}
+	if !f.enter() {
+		t.Fatal("a callback before Halt was told to drop its message")
+	}
+	var left atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.Halt()
+		if !left.Load() {
+			t.Error("Halt returned while a callback delivered")
+		}
+	}()
+	wait.For(t, 10*time.Second, func() error {
+		if f.calls.Load()&halted == 0 {
+			return fmt.Errorf("not halted yet")
+		}
+		return nil
+	})
+	for range 2 { // after Halt, and counted out again
+		if f.enter() {
+			t.Fatal("a callback after Halt was told to deliver")
+		}
+	}
+	left.Store(true)
+	f.leave()
+	<-done
+	f.Halt() // again: at once
+	if f.enter() {
+		t.Fatal("a callback after Halt was told to deliver")
+	}
+}
+
+// BenchmarkFeed is a feed replaying a stream into its Source as fast as
+// one reader takes it: one op is one message delivered.
+func BenchmarkFeed(b *testing.B) {
+	bus := openBench(b, true)
+	ctx := context.Background()
+	if err := bus.EnsureStreams(ctx, StreamConfig{Stream: "CHAT", Subject: "chat.>", MaxAge: time.Hour}, 0); err != nil {
+		b.Fatal(err)
+	}
+	data := []byte(`{"room":"lobby","user":"alice","text":"hello"}`)
+	for i := range b.N {
+		if i%1000 == 0 { // within the client's window of unacknowledged messages
+			<-bus.js.PublishAsyncComplete()
+		}
+		if _, err := bus.js.PublishAsync(fmt.Sprintf("chat.lobby.u%d", i%100), data); err != nil {
+			b.Fatal(err)
+		}
+	}
+	<-bus.js.PublishAsyncComplete()
+	feeds := bus.NewFeeds()
+	b.ReportAllocs()
+	b.ResetTimer()
+	feed, _, err := feeds.Start(ctx, FeedConfig{Stream: "CHAT", Filter: "chat.>", FromSeq: 1, Subject: "chat.>"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := make([]ingest.Msg, 0, 1024)
+	for n := 0; n < b.N; n += len(buf) {
+		buf, _ = feeds.Source().Next(buf[:0])
+	}
+	b.StopTimer()
+	feed.Stop()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
 
 // natsRequest publishes to a stream and waits for its ack.

@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -46,9 +47,16 @@ type Feed struct {
 	first   uint64        // the first stream sequence it could deliver
 	pending atomic.Uint64 // messages of the filter not yet delivered, as of the last delivered
 	last    atomic.Uint64 // stream sequence of the newest message delivered
-	stopped atomic.Bool   // what it delivers from now on is dropped
-	busy    atomic.Int32  // callbacks running, that may still deliver
+	// calls is the number of callbacks running, plus halted once Halt
+	// was called: what they deliver from then on is dropped. idle is
+	// closed by the callback that leaves none running after Halt.
+	calls    atomic.Int64
+	idle     chan struct{}
+	idleOnce sync.Once
 }
+
+// halted is the bit of Feed.calls that Halt sets.
+const halted = 1 << 40
 
 // NewFeeds returns an empty set of feeds.
 func (b *Bus) NewFeeds() *Feeds {
@@ -79,16 +87,15 @@ func (fs *Feeds) Start(ctx context.Context, c FeedConfig) (feed *Feed, caughtUp 
 	if err != nil {
 		return nil, false, fmt.Errorf("stream %s: consumer of %s: %w", c.Stream, c.Filter, err)
 	}
-	feed = &Feed{first: info.Delivered.Stream + 1} // nothing delivered yet: the sequence before its start
+	feed = &Feed{first: info.Delivered.Stream + 1, idle: make(chan struct{})} // nothing delivered yet: the sequence before its start
 	feed.pending.Store(info.NumPending)
 	caughtUp = info.NumPending == 0
 	done := caughtUp // owned by the callback from here on
 	feed.cc, err = cons.Consume(func(m jetstream.Msg) {
-		feed.busy.Add(1)
-		defer feed.busy.Add(-1)
-		if feed.stopped.Load() {
+		if !feed.enter() {
 			return
 		}
+		defer feed.leave()
 		in := ingest.Msg{Subject: Unfiled(m.Subject(), c.Subject), Data: m.Data(), Header: m.Headers(), Sink: c.Sink}
 		if md, err := m.Metadata(); err == nil {
 			in.Received = md.Timestamp.UnixMilli()
@@ -124,10 +131,37 @@ func (f *Feed) Last() uint64 { return f.last.Load() }
 // Halt makes the feed deliver nothing more, at once: it drops what it
 // fetched and did not deliver, and returns once no message is on its way
 // (which takes no round trip: Stop, after, ends its consumer).
+//
+// One word holds both the halt and the count of callbacks running. A
+// callback counts itself in and learns whether the feed is halted in one
+// atomic add; Halt sets the bit and learns how many run in one atomic
+// or. So every callback either saw the halt and drops its message, or
+// was counted when Halt set it. If none was running, Halt returns at
+// once (so does a Feed that never started). Otherwise the count reaches
+// 0 after the or, and the callback that brings it there closes idle: no
+// wake-up is lost, as a closed channel stays closed. A callback pays one
+// atomic add coming in and one going out, where it paid two and a load.
 func (f *Feed) Halt() {
-	f.stopped.Store(true)
-	for f.busy.Load() > 0 { // a callback past its check of stopped: its message is on its way
-		time.Sleep(time.Millisecond)
+	if f.calls.Or(halted)&^halted == 0 {
+		return
+	}
+	<-f.idle
+}
+
+// enter counts a callback in. False: the feed is halted, and the
+// callback, counted out again, must deliver nothing.
+func (f *Feed) enter() bool {
+	if f.calls.Add(1)&halted == 0 {
+		return true
+	}
+	f.leave()
+	return false
+}
+
+// leave counts a callback out. The last one out after Halt closes idle.
+func (f *Feed) leave() {
+	if f.calls.Add(-1) == halted {
+		f.idleOnce.Do(func() { close(f.idle) })
 	}
 }
 

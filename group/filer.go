@@ -327,7 +327,7 @@ func (f *filer) encode(batch []ingest.Msg, out []*nats.Msg) []*nats.Msg {
 		}
 		ev, err := f.format.Decode(m.Data, m.Received, skew)
 		if err != nil {
-			f.reject(m, err.(*ingest.Error))
+			f.reject(m, err)
 			continue
 		}
 		if !ev.Counted {

@@ -98,9 +98,13 @@ type Consumer struct {
 
 	// gate is held by the loop while it handles a batch, and by Pause;
 	// inflight counts the batches handed to the throttle goroutine and
-	// not finished yet.
+	// not finished yet. Pause waits on drained (its L is drainMu) for
+	// inflight to reach 0, and says so in pausing. See Pause.
 	gate     sync.Mutex
 	inflight atomic.Int32
+	pausing  atomic.Bool
+	drainMu  sync.Mutex
+	drained  sync.Cond
 
 	// scratch of handle, owned by the loop
 	from []int
@@ -118,7 +122,9 @@ func New(reg prometheus.Registerer, cfg Config) *Consumer {
 	if cfg.Format == nil {
 		cfg.Format = Native()
 	}
-	return &Consumer{cfg: cfg, m: newMetrics(reg), done: make(chan struct{})}
+	c := &Consumer{cfg: cfg, m: newMetrics(reg), done: make(chan struct{})}
+	c.drained.L = &c.drainMu
+	return c
 }
 
 // Handled is the number of messages handled so far, counted or not.
@@ -144,13 +150,39 @@ func (c *Consumer) Wait(ctx context.Context) error {
 // So what fn reads of the sinks (their state, and Seq) is the effect of
 // exactly the messages up to some point of each source. Ingest waits
 // meanwhile: keep fn short (copy, do not encode).
+//
+// Pause holds gate, so no batch starts: inflight only falls. It sets
+// pausing, then waits on drained while inflight > 0. The throttle
+// goroutine, when it brings inflight to 0, broadcasts on drained if
+// pausing is set. No wake-up is lost. Go's atomics are sequentially
+// consistent, so of Pause (store pausing, load inflight) and the
+// throttle goroutine (decrement inflight, load pausing) one sees the
+// other's write: Pause sees 0 and does not wait, or the throttle
+// goroutine sees pausing and broadcasts. It broadcasts under drainMu,
+// which Pause holds from its load until Wait has queued it, so the
+// broadcast comes after. The hot path pays one atomic load per batch
+// that leaves inflight at 0.
 func (c *Consumer) Pause(fn func()) {
 	c.gate.Lock()
 	defer c.gate.Unlock()
-	for c.inflight.Load() > 0 { // at most one batch's throttling away
-		time.Sleep(50 * time.Microsecond)
+	c.pausing.Store(true)
+	c.drainMu.Lock()
+	for c.inflight.Load() > 0 { // at most two batches' throttling away
+		c.drained.Wait()
 	}
+	c.drainMu.Unlock()
+	c.pausing.Store(false)
 	fn()
+}
+
+// batchThrottled ends a batch's throttling, and wakes Pause if it waits
+// for the last one.
+func (c *Consumer) batchThrottled() {
+	if c.inflight.Add(-1) == 0 && c.pausing.Load() {
+		c.drainMu.Lock()
+		c.drained.Broadcast()
+		c.drainMu.Unlock()
+	}
 }
 
 // loop handles messages in batches of what has arrived, up to batchSize,
@@ -166,7 +198,7 @@ func (c *Consumer) loop(src Source) {
 		defer close(throttled)
 		for j := range work {
 			c.throttle(j)
-			c.inflight.Add(-1)
+			c.batchThrottled()
 			free <- j
 		}
 	}()
@@ -246,7 +278,7 @@ func (c *Consumer) handleRun(msgs []Msg, s Sink, nowMs int64, j *job) {
 		ev, err := c.cfg.Format.Decode(m.Data, received, skew)
 		switch {
 		case err != nil:
-			c.reject(m, s, err.(*Error))
+			c.reject(m, s, err)
 		// Messages, joins and leaves all go to the sink: its counters and
 		// policies each take the kinds they count (docs/contract.md
 		// section 12).

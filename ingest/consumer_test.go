@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -230,16 +231,88 @@ func BenchmarkHandle(b *testing.B) {
 	}
 }
 
+// BenchmarkLoop is BenchmarkHandle's batches through the consumer's loop
+// and throttle goroutine, side by side, as Start runs them: one op is one
+// batch, and the handover between the two goroutines is in it.
+func BenchmarkLoop(b *testing.B) {
+	c, batch := trackedConsumer(b, false)
+	warm(c, batch)
+	src := &repeat{batch: batch}
+	src.left.Store(int64(b.N))
+	b.ReportAllocs()
+	b.ResetTimer()
+	c.Start(src)
+	c.Wait(context.Background())
+	b.ReportMetric(float64(b.N)*64/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkPause is what a Pause of nothing takes while the loop handles
+// BenchmarkLoop's batches flat out: the batch being handled, the
+// throttling of up to two, and the wake-up. The loop runs for a
+// millisecond, untimed, before each.
+func BenchmarkPause(b *testing.B) {
+	c, batch := trackedConsumer(b, false)
+	warm(c, batch)
+	src := &repeat{batch: batch}
+	src.left.Store(math.MaxInt64)
+	c.Start(src)
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		time.Sleep(time.Millisecond)
+		b.StartTimer()
+		c.Pause(func() {})
+	}
+	b.StopTimer()
+	src.left.Store(0)
+	c.Wait(context.Background())
+}
+
+// repeat is a Source that has the same batch again and again, left times.
+type repeat struct {
+	batch []Msg
+	left  atomic.Int64
+}
+
+func (r *repeat) Next(buf []Msg) ([]Msg, bool) {
+	if r.left.Add(-1) < 0 {
+		return buf, false
+	}
+	return append(buf, r.batch...), true
+}
+
 // trackedBatches returns what handles one batch of 64 events, the same
 // ones each time, their clock 50 ms further on each time.
 func trackedBatches(t testing.TB, match bool) func() {
+	c, batch := trackedConsumer(t, match)
+	j := &job{}
+	return func() {
+		c.handle(batch, j)
+		c.throttle(j)
+	}
+}
+
+// warm handles batch longer than the window, so that every buffer of the
+// sink is at its steady size.
+func warm(c *Consumer, batch []Msg) {
+	j := &job{}
+	for range 3000 {
+		c.handle(batch, j)
+		c.throttle(j)
+	}
+}
+
+// trackedConsumer returns a consumer whose clock moves 50 ms at each batch
+// (buckets keep moving), and a batch of 64 events of tracked keys (40
+// users in 5 rooms) for one sink.
+func trackedConsumer(t testing.TB, match bool) (*Consumer, []Msg) {
 	sink := newSink(t, false)
 	if match {
 		sink.Match = func(m *Msg, ev *chat.Event) bool { return len(m.Subject) > len(ev.Room) }
 	}
 	now := int64(1_764_000_000_000)
 	c := New(prometheus.NewRegistry(), Config{
-		Now: func() time.Time { return time.UnixMilli(now) }, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Now: func() time.Time { now += 50; return time.UnixMilli(now) }, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	batch := make([]Msg, 64)
 	for i := range batch {
@@ -247,12 +320,7 @@ func trackedBatches(t testing.TB, match bool) func() {
 		batch[i] = Msg{Subject: "chat." + room + "." + user, Sink: sink, Data: fmt.Appendf(nil, // no ts: they happen when they arrive
 			`{"id":"m-%d","room":%q,"user":%q,"text":"hello %d"}`, i, room, user, i%3)}
 	}
-	j := &job{}
-	return func() {
-		now += 50 // buckets keep moving
-		c.handle(batch, j)
-		c.throttle(j)
-	}
+	return c, batch
 }
 
 // Late events are taken out of a batch and dead-lettered; the others reach

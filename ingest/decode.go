@@ -130,7 +130,11 @@ func Decode(data []byte, now, maxSkewMs int64) (Event, error) {
 	if len(data) > MaxPayload {
 		return Event{}, tooLarge(len(data), MaxPayload)
 	}
-	return decodeNative(data, chat.MaxNameLen, now, maxSkewMs)
+	ev, err := decodeNative(data, chat.MaxNameLen, now, maxSkewMs)
+	if err != nil {
+		return Event{}, err
+	}
+	return ev, nil // not err: a nil *Error in an error is not a nil error
 }
 
 func tooLarge(n, limit int) *Error {
@@ -139,7 +143,7 @@ func tooLarge(n, limit int) *Error {
 
 // decodeNative is the native front end's whole decode, past the size
 // check.
-func decodeNative(data []byte, maxName int, now, maxSkewMs int64) (Event, error) {
+func decodeNative(data []byte, maxName int, now, maxSkewMs int64) (Event, *Error) {
 	d := decoder{scanner: scanner{data: data}, maxName: maxName}
 	var ev Event
 	ts, hasTS, err := d.object(&ev)

@@ -219,8 +219,7 @@ func checkCase(t *testing.T, f *Format, c decodeCase, now int64) {
 		}
 		return
 	}
-	e, isErr := err.(*Error)
-	if !isErr || e.Reason != c.rsn || e.Msg != c.msg {
+	if err == nil || err.Reason != c.rsn || err.Msg != c.msg {
 		t.Fatalf("Decode(%s) = %+v, %v; want %s %q", show([]byte(c.in)), got, err, c.rsn, c.msg)
 	}
 	if got != (Event{}) {

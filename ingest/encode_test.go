@@ -19,8 +19,8 @@ func TestAppendNativeMatrixSamples(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ev, err := Matrix().Decode(data, MaxTS, 0)
-		if err != nil || !ev.Counted {
+		ev, derr := Matrix().Decode(data, MaxTS, 0)
+		if derr != nil || !ev.Counted {
 			continue // dead-lettered or skipped, not filed
 		}
 		filed++

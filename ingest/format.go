@@ -111,10 +111,11 @@ func (f *Format) WithMaxPayload(n int) (*Format, error) {
 
 // Decode decodes and validates one payload of f, in a single pass over
 // data (see Decode for the native format, and mapping.go for the others).
-// Every non-nil error is an *Error; the Event is then the zero Event, as
-// it is for an event of a kind the counters do not take (Counted false)
-// read through a mapping.
-func (f *Format) Decode(data []byte, now, maxSkewMs int64) (Event, error) {
+// On error the Event is the zero Event, as it is for an event of a kind
+// the counters do not take (Counted false) read through a mapping. The
+// error is an *Error, not an error, so that callers read its Reason
+// without a type assertion.
+func (f *Format) Decode(data []byte, now, maxSkewMs int64) (Event, *Error) {
 	if len(data) > f.maxPayload {
 		return Event{}, tooLarge(len(data), f.maxPayload)
 	}

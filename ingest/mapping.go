@@ -197,7 +197,7 @@ type mapper struct {
 }
 
 // decode decodes one payload through p.
-func (p *plan) decode(data []byte, maxName int, now, maxSkewMs int64) (Event, error) {
+func (p *plan) decode(data []byte, maxName int, now, maxSkewMs int64) (Event, *Error) {
 	d := mapper{scanner: scanner{data: data}, p: p}
 	i := skipWS(data, 0)
 	if i == len(data) {
@@ -384,7 +384,7 @@ func (d *mapper) has(field int) bool {
 // there, a JSON type the field cannot hold, a ts that does not parse) are
 // unmapped; values against docs/contract.md section 1 invalid, a ts too far ahead
 // future.
-func (d *mapper) event(maxName int, now, maxSkewMs int64) (Event, error) {
+func (d *mapper) event(maxName int, now, maxSkewMs int64) (Event, *Error) {
 	p := d.p
 	kind, counted, user := chat.KindMessage, true, mUser
 	if p.rules == matrixRules {

@@ -35,9 +35,9 @@ func TestParseMapping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := f.Decode([]byte(`{"r":"a","u":"b","type":"edit"}`), testNow, testSkew)
-	if err != nil || got != (Event{Event: chat.Event{Room: "a", User: "b", TS: testNow}, Counted: true}) {
-		t.Fatalf("Decode = %+v, %v", got, err)
+	got, derr := f.Decode([]byte(`{"r":"a","u":"b","type":"edit"}`), testNow, testSkew)
+	if derr != nil || got != (Event{Event: chat.Event{Room: "a", User: "b", TS: testNow}, Counted: true}) {
+		t.Fatalf("Decode = %+v, %v", got, derr)
 	}
 }
 
@@ -108,7 +108,7 @@ func TestParseInput(t *testing.T) {
 	if err != nil || f.MaxPayload() != 2000 || Matrix().MaxPayload() != 1<<20 {
 		t.Fatalf("WithMaxPayload: %v", err)
 	}
-	if _, err := f.Decode(make([]byte, 2001), matrixNow, testSkew); err == nil || err.(*Error).Reason != ReasonTooLarge {
+	if _, err := f.Decode(make([]byte, 2001), matrixNow, testSkew); err == nil || err.Reason != ReasonTooLarge {
 		t.Fatalf("2001 bytes with a limit of 2000: %v", err)
 	}
 }
@@ -132,11 +132,11 @@ func TestDocMappings(t *testing.T) {
 	}
 	zulip := loadMapping(t, "zulip.yaml")
 	data, _ := os.ReadFile(filepath.Join("testdata", "mappings", "zulip.json"))
-	got, err := zulip.Decode(data, testNow, testSkew)
+	got, derr := zulip.Decode(data, testNow, testSkew)
 	want := Event{Event: chat.Event{Room: "design", User: "user11@zulip.example.com", TS: ms("2026-11-30T07:00:00Z"), ID: "1848",
 		Text: "Has anyone tried the new build?"}, HasText: true, Counted: true}
-	if err != nil || got != want {
-		t.Errorf("the Zulip sample: %+v, %v; want %+v", got, err, want)
+	if derr != nil || got != want {
+		t.Errorf("the Zulip sample: %+v, %v; want %+v", got, derr, want)
 	}
 	matrixFile := loadMapping(t, "matrix.yaml")
 	for name, data := range samples(t) {

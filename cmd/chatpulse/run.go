@@ -46,7 +46,6 @@ type Main struct {
 	moderation *engine.Moderation // the moderators' actions
 	web        *web.Server
 	bus        *bus.Bus
-	running    bool // the engine was started
 	svc        micro.Service
 	http       *http.Server
 	httpAddr   net.Addr
@@ -241,7 +240,6 @@ func (m *Main) open(ln net.Listener) error {
 	if err := m.engine.Run(m.web.Alert); err != nil {
 		return err
 	}
-	m.running = true
 
 	running := []any{"dashboard", m.HTTPURL() + "/", "nats", m.PublishURL(), "subject", c.Subject, "input", c.Input.Name()}
 	if c.SourceStream != "" {

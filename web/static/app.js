@@ -1,20 +1,22 @@
 // The chatpulse dashboard.
 //
-// Everything live comes over one websocket (/ws): the overview of every
-// configured window (for the top-talker strip), the rooms list of the
-// selected window, a room's view in every window while its detail shows, and
-// the throttle alerts (one frame per push, with a count of those left out).
-// The wanted subscriptions are derived from the route and the window; after
-// any change, or after a reconnect, reconcile() sends what differs. Frames
-// only record data and mark a part of the page dirty; the page is redrawn at
-// most once per animation frame, writing only what changed.
+// Everything live comes over one websocket (/ws, kept by conn.js): the
+// overview of every configured window (for the top-talker strip), the rooms
+// list of the selected window, a room's view in every window while its
+// detail shows, and the throttle alerts (one frame per push, with a count of
+// those left out). The wanted subscriptions are derived from the route and
+// the window; after any change, or after a reconnect, reconcile() sends what
+// differs. Frames only record data and mark a part of the page dirty; the
+// page is redrawn at most once per animation frame, writing only what
+// changed.
 //
 // Data is only ever put in the page with textContent and attributes, never
 // as HTML, and room names in URLs are encodeURIComponent'ed: a room can be
 // called anything, "<script>" included.
 
-import { authFetch, wsProtocols } from './auth.js';
+import { authFetch } from './auth.js';
 import { Chart, fmtSpan } from './chart.js';
+import { reconcile, startConnection, subKey } from './conn.js';
 import { noteView, showPartial, startGroup } from './group.js';
 import { isAction, setModerationRoom } from './moderation.js';
 import { startRaids } from './raids.js';
@@ -22,8 +24,6 @@ import { Rows } from './rows.js';
 
 const MAX_ALERTS = 50;
 const ACTIVE_POLL_MS = 2000;
-const BACKOFF_BASE_MS = 500;
-const BACKOFF_CAP_MS = 10000;
 const STORE_WINDOW = 'chatpulse.window';
 
 const $ = (id) => document.getElementById(id);
@@ -106,23 +106,7 @@ function invalidate(...parts) {
 
 const windowInfo = (name) => state.windows.find((w) => w.name === name);
 
-// ---- connection ----
-
-const conn = {
-  ws: null,
-  connecting: false, // fetching the windows before opening a socket
-  state: 'connecting',
-  attempt: 0,
-  retryAt: 0,
-  retryTimer: 0,
-  countdown: 0,
-  subscribed: new Map(), // key -> request, as the server has them
-  outbox: [],
-  tokens: 15,
-  flushTimer: 0,
-};
-
-const subKey = (view, window, room = '') => JSON.stringify([view, window, room]);
+// ---- the live views (conn.js keeps the websocket) ----
 
 function wanted() {
   const want = new Map();
@@ -136,175 +120,9 @@ function wanted() {
   return want;
 }
 
-// reconcile sends the subscribe and unsubscribe requests that make the
-// server's set of views the wanted one.
-function reconcile() {
-  if (!conn.ws || conn.ws.readyState !== WebSocket.OPEN) return;
-  const want = wanted();
-  for (const [k, m] of conn.subscribed) {
-    if (!want.has(k)) {
-      send({ type: 'unsubscribe', ...m });
-      conn.subscribed.delete(k);
-      forget(m);
-    }
-  }
-  for (const [k, m] of want) {
-    if (!conn.subscribed.has(k)) {
-      send({ type: 'subscribe', ...m });
-      conn.subscribed.set(k, m);
-    }
-  }
-}
-
 function forget(m) {
   if (m.view === 'rooms' && state.rooms && state.rooms.window === m.window) state.rooms = null;
   if (m.view === 'room') state.room.delete(m.window);
-}
-
-// send queues a frame; frames go out at most ~10 a second (with a burst),
-// well inside the server's limit, so a burst of clicks is never refused.
-function send(msg) {
-  conn.outbox.push(JSON.stringify(msg));
-  flush();
-}
-
-function flush() {
-  clearTimeout(conn.flushTimer);
-  while (conn.outbox.length && conn.tokens >= 1) {
-    if (!conn.ws || conn.ws.readyState !== WebSocket.OPEN) {
-      conn.outbox.length = 0;
-      return;
-    }
-    conn.ws.send(conn.outbox.shift());
-    conn.tokens -= 1;
-  }
-  if (conn.outbox.length) conn.flushTimer = setTimeout(flush, 100);
-}
-setInterval(() => { conn.tokens = Math.min(15, conn.tokens + 1); }, 100);
-
-async function connect() {
-  clearTimeout(conn.retryTimer);
-  if (conn.ws || conn.connecting) return;
-  conn.connecting = true;
-  setStatus(conn.attempt ? 'reconnecting' : 'connecting');
-  let windows;
-  try {
-    windows = await getJSON('api/v1/windows');
-  } catch {
-    conn.connecting = false;
-    retry();
-    return;
-  }
-  conn.connecting = false;
-  setWindows(windows.windows || []);
-  checkReady();
-
-  const url = new URL('ws', location.href);
-  url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
-  url.hash = '';
-  let ws;
-  try {
-    ws = new WebSocket(url, wsProtocols());
-  } catch {
-    retry();
-    return;
-  }
-  conn.ws = ws;
-  ws.onopen = () => {
-    conn.subscribed.clear();
-    conn.outbox.length = 0;
-    setStatus('connected');
-    reconcile();
-    if (visible.moderation) pollActive(); // it may have failed while we were away
-  };
-  ws.onmessage = (e) => {
-    conn.attempt = 0; // the server talks: a later drop starts the backoff afresh
-    let msg;
-    try {
-      msg = JSON.parse(e.data);
-    } catch {
-      return;
-    }
-    onFrame(msg);
-  };
-  ws.onclose = () => {
-    if (conn.ws !== ws) return;
-    conn.ws = null;
-    conn.subscribed.clear();
-    retry();
-  };
-}
-
-// retry reconnects after an exponential backoff with jitter, capped at 10 s,
-// or as soon as the browser is back online.
-function retry() {
-  clearTimeout(conn.retryTimer);
-  if (!navigator.onLine) {
-    setStatus('offline');
-    return;
-  }
-  const ceiling = Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** conn.attempt);
-  const delay = ceiling / 2 + Math.random() * ceiling / 2;
-  conn.attempt += 1;
-  conn.retryAt = Date.now() + delay;
-  conn.retryTimer = setTimeout(connect, delay);
-  setStatus('waiting');
-}
-
-window.addEventListener('online', () => {
-  conn.attempt = 0;
-  connect();
-});
-window.addEventListener('offline', () => {
-  // The browser knows the network is gone: say so now rather than when a
-  // socket times out, and start afresh when it is back.
-  clearTimeout(conn.retryTimer);
-  if (conn.ws) conn.ws.close();
-  else setStatus('offline');
-});
-
-function setStatus(s) {
-  conn.state = s;
-  clearInterval(conn.countdown);
-  if (s === 'waiting') conn.countdown = setInterval(showStatus, 250);
-  showStatus();
-}
-
-function showStatus() {
-  const box = $('status');
-  let state = conn.state;
-  let text;
-  switch (state) {
-    case 'connected':
-      text = 'connected';
-      break;
-    case 'offline':
-      text = 'offline';
-      break;
-    case 'waiting': {
-      const s = Math.max(1, Math.ceil((conn.retryAt - Date.now()) / 1000));
-      text = `reconnecting in ${s}s`;
-      state = 'reconnecting';
-      break;
-    }
-    case 'reconnecting':
-      text = 'reconnecting…';
-      break;
-    default:
-      text = 'connecting…';
-  }
-  box.dataset.state = state;
-  setText($('status-text'), text);
-  document.body.classList.toggle('stale', state !== 'connected');
-}
-
-// pulse lights the status dot for a moment when data arrives: a calm tick,
-// and no animation left running between updates.
-function pulse() {
-  const dot = $('status').firstElementChild;
-  dot.classList.add('beat');
-  clearTimeout(pulse.timer);
-  pulse.timer = setTimeout(() => dot.classList.remove('beat'), 350);
 }
 
 async function getJSON(path, signal) {
@@ -331,11 +149,11 @@ async function checkReady() {
   }
 }
 
+// onFrame takes a frame; conn.js has dropped those of views unsubscribed
+// since.
 function onFrame(msg) {
   switch (msg.type) {
     case 'view': {
-      if (!conn.subscribed.has(subKey(msg.view, msg.window, msg.room || ''))) return; // unsubscribed since
-      pulse();
       if (msg.data && 'complete' in msg.data) startGroup(getJSON); // only a group member's views say it
       if (msg.view === 'overview') {
         state.overview.set(msg.window, msg.data);
@@ -857,5 +675,16 @@ $('theme').addEventListener('click', () => {
 try { applyTheme(THEMES.includes(localStorage.getItem(STORE_THEME)) ? localStorage.getItem(STORE_THEME) : 'auto'); } catch { applyTheme('auto'); }
 
 onRoute();
-showStatus();
-connect();
+startConnection({
+  prepare: () => getJSON('api/v1/windows'),
+  prepared: (windows) => {
+    setWindows(windows.windows || []);
+    checkReady();
+  },
+  wanted,
+  forget,
+  opened: () => {
+    if (visible.moderation) pollActive(); // it may have failed while we were away
+  },
+  onFrame,
+});
