@@ -32,19 +32,23 @@ type Over struct {
 	// (user, user_in_room); "" where the key has none.
 	Room, User string
 	First      bool
-	Event      string // the message's id ("": it had none)
-	At         int64  // the message's event time, Unix ms
+	// The message: its id ("": it had none), room, user and event time
+	// (Unix ms).
+	Event, EventRoom, EventUser string
+	At                          int64
 	// Denied is when the key is allowed again, as of this message: the
 	// end of its penalty, or when its rate falls back (Unix ms).
-	Denied  int64
-	LockFor time.Duration // the policy's, for a lock
+	Denied int64
+	// The policy's window, and its lock_for.
+	Window, LockFor time.Duration
 }
 
 // over is the Over of a crossing (or a later message, c.again) of p by e.
 func (p *policy) over(e *chat.Event, c crossing) Over {
 	r, u := keyOf(p.Scope, e.Room, e.User)
 	return Over{Policy: p.Name, Acts: p.Act, Room: strings.Clone(r), User: strings.Clone(u), First: !c.again,
-		Event: strings.Clone(e.ID), At: e.TS, Denied: c.denied, LockFor: p.LockFor}
+		Event: strings.Clone(e.ID), EventRoom: strings.Clone(e.Room), EventUser: strings.Clone(e.User), At: e.TS,
+		Denied: c.denied, Window: p.Window, LockFor: p.LockFor}
 }
 
 // DefaultLockFor is how long a lock holds after the wave's last
@@ -88,6 +92,9 @@ func (p Policy) validateAct(alg *algorithm) *FieldError {
 		case k == ActRedact && p.Scope == ScopeGroup:
 			return fieldErr(field, "redact needs a key that names a user or a room (scope user_in_room, user or room), got group")
 		}
+	}
+	if p.Acts(ActLock) && (p.Penalty != 0 || len(p.Escalate) > 0) {
+		return fieldErr("act", "a join_wave that locks its room denies joins for lock_for after its crossing: give lock_for, not a penalty")
 	}
 	if p.LockFor == 0 {
 		return nil

@@ -96,3 +96,29 @@ func TestOversAreTheDenials(t *testing.T) {
 		})
 	}
 }
+
+// A join wave that locks its room crosses as any join wave does, and the
+// room stays locked, its joins denied, for lock_for after the crossing:
+// Over.Denied is when the lock ends, the lock's penalty.
+func TestLockHoldsForLockFor(t *testing.T) {
+	s := mustSet(t, []Policy{{Name: "raid", Scope: ScopeRoom, Algorithm: AlgJoinWave, Limit: 3, Window: time.Minute, Act: []ActKind{ActLock}, LockFor: 10 * time.Minute}})
+	var overs []Over
+	var evs []chat.Event
+	for i := range 5 {
+		evs = append(evs, chat.Event{Kind: chat.KindJoin, Room: "lobby", User: fmt.Sprint("bot", i), ID: fmt.Sprint("j", i), TS: int64(1000 + i)})
+	}
+	s.ObserveBatch(evs, nil, func(_ int, o Over) { overs = append(overs, o) })
+	if len(overs) != 2 || !overs[0].First || overs[0].Event != "j3" || overs[0].Denied != 1003+10*time.Minute.Milliseconds() {
+		t.Fatalf("overs %+v; want the 4th join's crossing, locked 10m, then the 5th", overs)
+	}
+	// The wave's window is long over, the lock is not: the room is
+	// active (denied) until the lock ends.
+	for _, c := range []struct {
+		at     int64
+		active bool
+	}{{1003 + 5*time.Minute.Milliseconds(), true}, {1002 + 10*time.Minute.Milliseconds(), true}, {1003 + 10*time.Minute.Milliseconds(), false}} {
+		if got := len(s.Active(c.at)) == 1; got != c.active {
+			t.Errorf("at %d: active %v, want %v", c.at, got, c.active)
+		}
+	}
+}

@@ -52,6 +52,8 @@ func extraRuleOf(p *policy) extraRule {
 		r.within = p.StrikesWithin.Milliseconds()
 	case p.Penalty > 0:
 		r.steps = []int64{p.Penalty.Milliseconds()}
+	case p.joins && p.Acts(ActLock):
+		r.steps = []int64{p.LockFor.Milliseconds()} // the room stays locked that long: joins are denied
 	}
 	return r
 }
