@@ -89,6 +89,13 @@ type Server struct {
 // cheaply, for a quick start. What it writes goes to out (nil: nowhere).
 // It returns once Dendrite answers; Stop ends it.
 func Start(tools Tools, dir, natsURL string, out io.Writer) (*Server, error) {
+	return StartWith(tools, dir, natsURL, out, nil)
+}
+
+// StartWith is Start with configure applied to Dendrite's configuration,
+// the YAML as a map, just before it is written: a test that wants
+// Dendrite's rate limits on, say. A nil configure changes nothing.
+func StartWith(tools Tools, dir, natsURL string, out io.Writer, configure func(cfg map[string]any)) (*Server, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -126,6 +133,9 @@ func Start(tools Tools, dir, natsURL string, out io.Writer) (*Server, error) {
 	section(client, "rate_limiting")["enabled"] = false
 	section(cfg, "user_api")["bcrypt_cost"] = 4
 	cfg["logging"] = []map[string]any{{"type": "std", "level": "error"}}
+	if configure != nil {
+		configure(cfg)
+	}
 	data, err := yaml.Marshal(cfg)
 	if err != nil {
 		return nil, err
