@@ -72,6 +72,28 @@ func Find() (Tools, error) {
 	return t, nil
 }
 
+// TB is the part of testing.TB that Need uses: so chatbench, which
+// imports this package, links no testing.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Skip(args ...any)
+}
+
+// Need is Find for a test. Without Dendrite the test skips, unless
+// CI=true: then it fails, as chatpulse's other tests that need a tool do.
+func Need(t TB) Tools {
+	t.Helper()
+	tools, err := Find()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err.Error() + "; CI=true, so this is a failure")
+		}
+		t.Skip(err.Error() + "; skipping")
+	}
+	return tools
+}
+
 // A Server is a Dendrite running, and a client of its client-server API.
 type Server struct {
 	URL    string
