@@ -78,9 +78,9 @@ func (pl *PowerLevels) UnmarshalJSON(content []byte) error {
 		var err error
 		switch k.key {
 		case "users":
-			err = p.readUsers(k.value)
+			p.users, p.levels, err = levels(k.value)
 		case "events":
-			err = p.readEvents(k.value)
+			_, p.events, err = levels(k.value)
 		case "users_default":
 			p.usersDefault, err = readOptional(k.value)
 		case "events_default":
@@ -98,38 +98,23 @@ func (pl *PowerLevels) UnmarshalJSON(content []byte) error {
 	return nil
 }
 
-func (pl *PowerLevels) readUsers(b []byte) error {
-	users, err := object(b)
+// levels reads an object of levels (users, events): its entries in
+// order, each with its level, and the levels by key.
+func levels(b []byte) ([]entry, map[string]int, error) {
+	entries, err := object(b)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	pl.levels = make(map[string]int, len(users))
-	for i, u := range users {
-		n, err := level(u.value)
-		if err != nil {
-			return fmt.Errorf("%q: %w", u.key, err)
-		}
-		users[i].level = n
-		pl.levels[u.key] = n
-	}
-	pl.users = users
-	return nil
-}
-
-func (pl *PowerLevels) readEvents(b []byte) error {
-	events, err := object(b)
-	if err != nil {
-		return err
-	}
-	pl.events = make(map[string]int, len(events))
-	for _, e := range events {
+	byKey := make(map[string]int, len(entries))
+	for i, e := range entries {
 		n, err := level(e.value)
 		if err != nil {
-			return fmt.Errorf("%q: %w", e.key, err)
+			return nil, nil, fmt.Errorf("%q: %w", e.key, err)
 		}
-		pl.events[e.key] = n
+		entries[i].level = n
+		byKey[e.key] = n
 	}
-	return nil
+	return entries, byKey, nil
 }
 
 func readOptional(b []byte) (optional, error) {
