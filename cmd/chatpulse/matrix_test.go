@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -38,14 +37,7 @@ type matrixUser = dendrite.User
 // the other tests that need a tool do.
 func startDendrite(t *testing.T, natsURL string) *homeserver {
 	t.Helper()
-	tools, err := dendrite.Find()
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err.Error() + "; CI=true, so this is a failure")
-		}
-		t.Skip(err.Error() + "; skipping")
-	}
-	s, err := dendrite.Start(tools, t.TempDir(), natsURL, &syncBuffer{t: t})
+	s, err := dendrite.Start(dendrite.Need(t), t.TempDir(), natsURL, &syncBuffer{t: t})
 	if err != nil {
 		t.Fatal(err)
 	}

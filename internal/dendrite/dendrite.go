@@ -72,6 +72,28 @@ func Find() (Tools, error) {
 	return t, nil
 }
 
+// TB is the part of testing.TB that Need uses: so chatbench, which
+// imports this package, links no testing.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Skip(args ...any)
+}
+
+// Need is Find for a test. Without Dendrite the test skips, unless
+// CI=true: then it fails, as chatpulse's other tests that need a tool do.
+func Need(t TB) Tools {
+	t.Helper()
+	tools, err := Find()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err.Error() + "; CI=true, so this is a failure")
+		}
+		t.Skip(err.Error() + "; skipping")
+	}
+	return tools
+}
+
 // A Server is a Dendrite running, and a client of its client-server API.
 type Server struct {
 	URL    string
@@ -89,6 +111,13 @@ type Server struct {
 // cheaply, for a quick start. What it writes goes to out (nil: nowhere).
 // It returns once Dendrite answers; Stop ends it.
 func Start(tools Tools, dir, natsURL string, out io.Writer) (*Server, error) {
+	return StartWith(tools, dir, natsURL, out, nil)
+}
+
+// StartWith is Start with configure applied to Dendrite's configuration,
+// the YAML as a map, just before it is written: a test that wants
+// Dendrite's rate limits on, say. A nil configure changes nothing.
+func StartWith(tools Tools, dir, natsURL string, out io.Writer, configure func(cfg map[string]any)) (*Server, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -126,6 +155,9 @@ func Start(tools Tools, dir, natsURL string, out io.Writer) (*Server, error) {
 	section(client, "rate_limiting")["enabled"] = false
 	section(cfg, "user_api")["bcrypt_cost"] = 4
 	cfg["logging"] = []map[string]any{{"type": "std", "level": "error"}}
+	if configure != nil {
+		configure(cfg)
+	}
 	data, err := yaml.Marshal(cfg)
 	if err != nil {
 		return nil, err
