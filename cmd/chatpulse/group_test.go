@@ -356,7 +356,8 @@ func TestGroupThrottleAndMismatch(t *testing.T) {
 		evs = append(evs, chat.Event{Room: fmt.Sprint("support-", i%3), User: fmt.Sprint("u", i), TS: now, Text: fmt.Sprint("t", i)})
 	}
 	var want []throttle.Alert
-	for _, e := range evs {
+	for i, e := range evs {
+		e.ID = fmt.Sprint("m-", i) // as publishGroup sends it: an alert names the event that crossed
 		want = append(want, standalone.Observe(e)...)
 	}
 	publishGroup(t, url, evs)

@@ -262,7 +262,7 @@ func (s *Server) Register(name string) (User, error) {
 	if err := s.Call("GET", "/_synapse/admin/v1/register", "", nil, &nonce); err != nil {
 		return User{}, err
 	}
-	password := "pw-" + name
+	password := "password-" + name // Dendrite wants 8 characters at least
 	mac := hmac.New(sha1.New, []byte(s.secret))
 	mac.Write([]byte(nonce.Nonce + "\x00" + name + "\x00" + password + "\x00notadmin"))
 	var out struct {
