@@ -16,9 +16,33 @@ import (
 // done.
 func (a *Actor) Run(ctx context.Context) {
 	var wg sync.WaitGroup
+	wg.Go(func() { a.greet(ctx) })
 	wg.Go(func() { a.work(ctx) })
 	a.schedule(ctx)
 	wg.Wait()
+}
+
+// greet asks the homeserver who the bot is, until it answers: a
+// homeserver that does not answer at start is said so once, and asked
+// again every few seconds meanwhile (the jobs ask it too, and wait).
+func (a *Actor) greet(ctx context.Context) {
+	for failed := false; ; {
+		bot, err := a.whoami(ctx)
+		switch {
+		case err == nil && failed:
+			a.cfg.Log.Info("act: the homeserver answers", "bot", bot)
+			return
+		case err == nil:
+			a.cfg.Log.Info("act: acting on the homeserver", "bot", bot, "mode", a.cfg.Mode)
+			return
+		case !failed:
+			a.cfg.Log.Warn("act: the homeserver does not answer; chatpulse runs and asks again", "err", err)
+			failed = true
+		}
+		if pause(ctx, 5*time.Second) {
+			return
+		}
+	}
 }
 
 // work makes the queued changes one after the other: two changes of one

@@ -88,8 +88,13 @@ type Config struct {
 	// SnapshotInterval is how often the state is saved; 0: never (and
 	// none is loaded).
 	SnapshotInterval time.Duration
-	Now              func() time.Time
-	Log              *slog.Logger
+	// OnOver, if set, is told of every message over a policy that acts
+	// (docs/contract.md section 14), from part (a group's partition stage;
+	// "" standalone), once for the group and behind its fence; nil:
+	// nothing acts.
+	OnOver func(part string, o throttle.Over)
+	Now    func() time.Time
+	Log    *slog.Logger
 }
 
 // Defaults fills in what a caller may leave out.

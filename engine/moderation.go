@@ -37,7 +37,14 @@ type Moderation struct {
 	// Settle, if set, waits until every part of the engine holds a
 	// revision (Engine.Settle): a Put returns only then.
 	Settle func(ctx context.Context, rev uint64) error
+	// Acts, if set, is given each entry of the bucket's act.* keys: the
+	// undos of acts due (package act), which are not moderators' actions.
+	Acts func(*bus.Entry)
 }
+
+// Bucket is the moderation bucket; nil without JetStream, or before
+// Attach.
+func (m *Moderation) Bucket() *bus.Bucket { return m.bucket }
 
 // NewModeration returns an empty keeper of actions.
 func NewModeration(now func() time.Time, log *slog.Logger) *Moderation {
@@ -96,7 +103,10 @@ func (m *Moderation) watch(ctx context.Context, w <-chan *bus.Entry, synced chan
 			continue
 		}
 		if e != nil && strings.HasPrefix(e.Key, bus.ActKeys) {
-			continue // an act's undo, not a moderator's action (package act)
+			if m.Acts != nil {
+				m.Acts(e) // an act's undo, not a moderator's action
+			}
+			continue
 		}
 		if e == nil {
 			if synced != nil {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -357,4 +359,17 @@ func (h hand) Stop(p int, claim uint64, lost bool) {
 		return
 	}
 	h.m.parts.Stop(p, claim, lost)
+}
+
+// Holds reports whether this member holds part (a partition stage, as
+// stage names it for acts: "room.17") and may act for it now: whose acts'
+// undos it does (docs/contract.md section 14).
+func (m *Member) Holds(part string) bool {
+	_, n, ok := strings.Cut(part, ".")
+	p, err := strconv.Atoi(n)
+	if !ok || err != nil {
+		return false
+	}
+	pt := m.parts.run(p)
+	return pt != nil && pt.fence.acting()
 }

@@ -2,6 +2,7 @@ package group
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,10 +37,13 @@ type stage struct {
 	feed  feed
 	fence *fence // the partition's
 
-	// On the consumer's throttle goroutine: the alerts of the run being
-	// handled, sent by Handled if the fence allows.
-	held []throttle.Alert
-	send func(throttle.Alert)
+	// On the consumer's throttle goroutine: the alerts and the messages
+	// over policies that act of the run being handled, sent by Handled if
+	// the fence allows; onOver acts (nil: nothing acts).
+	held   []throttle.Alert
+	overs  []throttle.Over
+	send   func(throttle.Alert)
+	onOver func(throttle.Over)
 
 	// applied is the stream sequence of the newest message the pipeline
 	// has handled for the stage, whether the fence let it act or not: the
@@ -113,6 +117,8 @@ func (s *stage) Throttle(evs []chat.Event, replay []bool, alert func(throttle.Al
 
 func (s *stage) hold(a throttle.Alert) { s.held = append(s.held, a) }
 
+func (s *stage) holdOver(o throttle.Over) { s.overs = append(s.overs, o) }
+
 // Handled sends the run's alerts and records how far the stage has read,
 // if the partition may still act; if it may not, neither: the next holder
 // handles the run again, and alerts it, or, if this member gets the
@@ -127,10 +133,18 @@ func (s *stage) Handled(seq uint64, caughtUp bool) {
 				s.send(a)
 			}
 		}
+		for _, o := range s.overs {
+			s.onOver(o)
+		}
 		s.Stage.Handled(seq, caughtUp)
-	} else if send := s.send; send != nil {
-		for _, a := range s.held {
-			s.unsent = append(s.unsent, func() { send(a) })
+	} else {
+		if send := s.send; send != nil {
+			for _, a := range s.held {
+				s.unsent = append(s.unsent, func() { send(a) })
+			}
+		}
+		for _, o := range s.overs {
+			s.unsent = append(s.unsent, func() { s.onOver(o) })
 		}
 	}
 	if seq > s.applied.Load() { // only this goroutine writes it
@@ -142,6 +156,8 @@ func (s *stage) Handled(seq uint64, caughtUp bool) {
 	}
 	clear(s.held)
 	s.held = s.held[:0]
+	clear(s.overs)
+	s.overs = s.overs[:0]
 }
 
 // act does f (a dead letter) now if the partition may act, or keeps it
@@ -235,6 +251,10 @@ func (m *Member) stages(p int) []*stage {
 	// none of them yet: a reload may give it some.
 	add := func(name string, agg, quiet, thr bool, match func(*ingest.Msg, *chat.Event) bool) {
 		s := &stage{Stage: &engine.Stage{Name: name}, quiet: quiet, match: match}
+		if on := m.cfg.OnOver; on != nil {
+			part := name + "." + strconv.Itoa(p)
+			s.Stage.OnOver, s.onOver = s.holdOver, func(o throttle.Over) { on(part, o) }
+		}
 		if agg {
 			s.Agg, _ = aggregator.New(m.cfg.Windows) // checked in New
 		}

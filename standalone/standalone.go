@@ -65,6 +65,9 @@ func New(cfg engine.Config, reg prometheus.Registerer) (*Engine, error) {
 	thr.Moderate(cfg.Book)
 	e := &Engine{Aggregator: agg, Set: thr, cfg: cfg, reg: reg, done: make(chan struct{})}
 	e.stage = &engine.Stage{Name: stageName, Agg: agg, Thr: thr, OnCaughtUp: func() { cfg.Log.Info("replay caught up") }}
+	if cfg.OnOver != nil {
+		e.stage.OnOver = func(o throttle.Over) { cfg.OnOver("", o) }
+	}
 	e.consumer = ingest.New(reg, ingest.Config{
 		Format: cfg.Input, Own: bus.OwnPrefix, MaxSkew: cfg.MaxSkew, Now: cfg.Now, Log: cfg.Log,
 		OnReject: func(m *ingest.Msg, err *ingest.Error) { e.bus.DeadLetter(m, err) },

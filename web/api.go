@@ -215,6 +215,20 @@ func (s *Server) throttlePolicies(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.opts.Policies())
 }
 
+// act is GET /api/v1/act: what acting on the chat system does, or 404
+// without --act.
+func (s *Server) act(w http.ResponseWriter, r *http.Request) {
+	var status any
+	if s.opts.Act != nil {
+		status = s.opts.Act()
+	}
+	if status == nil {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "not acting on the chat system (see --act)"})
+		return
+	}
+	writeJSON(w, http.StatusOK, status)
+}
+
 // group is GET /api/v1/group: the group's members, or 404 when standalone.
 func (s *Server) group(w http.ResponseWriter, r *http.Request) {
 	var status any

@@ -39,6 +39,9 @@ type Options struct {
 	// Group answers GET /api/v1/group; nil, or nil from it (standalone),
 	// answers 404.
 	Group func() any
+	// Act answers GET /api/v1/act (docs/contract.md section 14); nil, or
+	// nil from it (no --act), is a 404.
+	Act func() any
 	// Policies answers GET /api/v1/throttle/policies: the throttle policies
 	// in force, and since when.
 	Policies func() any
@@ -167,6 +170,7 @@ func (s *Server) routes() {
 	s.api.HandleFunc("GET /api/v1/throttle/active", s.json(s.throttleActive))
 	s.api.HandleFunc("GET /api/v1/throttle/policies", s.throttlePolicies)
 	s.api.HandleFunc("GET /api/v1/group", s.group)
+	s.api.HandleFunc("GET /api/v1/act", s.act)
 	s.api.HandleFunc("PUT /api/v1/rooms/{room}/slowmode", s.json(s.putSlowmode))
 	s.api.HandleFunc("DELETE /api/v1/rooms/{room}/slowmode", s.json(s.lift(moderation.Slowmode)))
 	s.api.HandleFunc("PUT /api/v1/users/{user}/timeout", s.json(s.putTimeout))

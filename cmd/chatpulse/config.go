@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chatpulse/chatpulse/act"
 	"github.com/chatpulse/chatpulse/bus"
 	"github.com/chatpulse/chatpulse/ingest"
 	"github.com/chatpulse/chatpulse/rolling"
@@ -44,6 +45,13 @@ type Config struct {
 	// ThrottleUnowned answers a check whose key has no caught-up owner
 	// (docs/contract.md section 10): allow or deny.
 	ThrottleUnowned string
+	// Acting on the chat system (docs/contract.md section 14): --act
+	// matrix, the homeserver, the bot's token file, the queue and mode.
+	Act              string
+	MatrixHomeserver string
+	MatrixTokenFile  string
+	ActQueue         int
+	ActMode          string
 
 	// Who may use the HTTP server, and how it is served (docs/security.md).
 	AllowedHosts []string
@@ -99,6 +107,11 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 	fs.IntVar(&c.Replicas, "replicas", 1, "JetStream replicas of every stream and bucket chatpulse creates (3 on a 3-node cluster)")
 	fs.StringVar(&c.Instance, "instance", host, "this instance's name, unique within its group")
 	fs.StringVar(&c.ThrottleUnowned, "throttle-unowned", "allow", "in a group, how a throttle check is answered while a partition it needs has no caught-up owner: allow or deny (the answer says complete: false either way)")
+	fs.StringVar(&c.Act, "act", "", "act on the chat system as the policies' acts say (mute, redact, lock): matrix, with --input matrix; empty: never")
+	fs.StringVar(&c.MatrixHomeserver, "matrix-homeserver", "", "with --act matrix: the homeserver's client-server API, http(s)://host:port")
+	fs.StringVar(&c.MatrixTokenFile, "matrix-token-file", "", "with --act matrix: file holding the bot's access token (read again on SIGHUP)")
+	fs.IntVar(&c.ActQueue, "act-queue", act.DefaultQueue, "with --act: the most acts waiting for the homeserver; a full queue drops redactions first")
+	fs.StringVar(&c.ActMode, "act-mode", act.ModeAct, "with --act: act (change the homeserver) or shadow (decide, publish and audit what it would do; change nothing)")
 	fs.StringVar(&hosts, "allowed-hosts", "", `comma-separated host names that requests may name in Host, besides IP addresses, localhost and the --http host ("*": any)`)
 	fs.StringVar(&c.AuthToken, "auth-token", "", "bearer token that the API and the websocket need (better: --auth-token-file or the environment)")
 	fs.StringVar(&tokenFile, "auth-token-file", "", "file holding the bearer token")
@@ -168,6 +181,12 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 	}
 	c.AllowedOrigins = list(origins)
 	c.AllowedHosts = list(hosts)
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	fs.VisitAll(func(f *flag.Flag) { given[f.Name] = given[f.Name] || getenv(EnvName(f.Name)) != "" })
+	if err := c.checkAct(func(name string) bool { return given[name] }); err != nil {
+		return err
+	}
 	return c.checkSecurity(tokenFile)
 }
 

@@ -147,6 +147,7 @@ func TestOpenAPI(t *testing.T) {
 		{"GET", "/api/v1/throttle/active", "", 200, ""},
 		{"GET", "/api/v1/throttle/policies", "", 200, ""},
 		{"GET", "/api/v1/group", "", 404, ""}, // standalone
+		{"GET", "/api/v1/act", "", 404, ""},   // no --act
 		{"GET", "/api/v1/openapi.json", "", 200, ""},
 		{"GET", "/healthz", "", 200, ""},
 		{"GET", "/readyz", "", 200, ""},
@@ -170,6 +171,7 @@ func TestOpenAPI(t *testing.T) {
 
 	v.checkCoverage(doc, map[string]string{
 		"GET /api/v1/group 200": "group mode only",
+		"GET /api/v1/act 200":   "with --act only: TestActEndToEnd checks it",
 	})
 }
 

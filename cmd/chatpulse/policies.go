@@ -93,6 +93,13 @@ func (p *policies) set(ps []throttle.Policy) {
 	p.inForce, p.labels, p.since, p.lastErr = ps, s.DecisionLabels(), p.now(), nil
 }
 
+// list is the policies in force.
+func (p *policies) list() []throttle.Policy {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.inForce
+}
+
 // offer parses data, the new version of the source's policies, and makes
 // it the policies in force; a version that is not valid is refused with
 // one log line naming the file or key, the line and the field, and counted.

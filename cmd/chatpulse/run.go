@@ -44,6 +44,7 @@ type Main struct {
 	engine     engine.Engine
 	policies   *policies          // in force, and where new versions come from
 	moderation *engine.Moderation // the moderators' actions
+	actor      *actor             // --act: acts on the chat system; nil without
 	web        *web.Server
 	bus        *bus.Bus
 	svc        micro.Service
@@ -127,8 +128,16 @@ func (m *Main) build() error {
 		Help: "Alerts a group's alert stream did not take: not sent, or not acked in time (0 standalone).",
 	}, func() float64 { return float64(m.bus.AlertFailed()) }))
 	m.moderation = engine.NewModeration(m.Now, m.Log)
-	if m.engine, err = newEngine(c, policies, m.moderation.Book, m.Now, m.Log, reg); err != nil {
+	var onOver func(string, throttle.Over)
+	if c.Act != "" {
+		onOver = func(part string, o throttle.Over) { m.actor.Over(part, o) }
+	}
+	var owns func(string) bool
+	if m.engine, owns, err = newEngine(c, policies, m.moderation.Book, onOver, m.Now, m.Log, reg); err != nil {
 		return &UsageError{err}
+	}
+	if m.actor, err = m.newActor(reg, owns); err != nil {
+		return err
 	}
 	m.policies.apply = m.engine.Reconfigure
 	m.moderation.Settle = m.engine.Settle
@@ -145,6 +154,7 @@ func (m *Main) build() error {
 		Policies:       m.policies.answer,
 		Ready:          m.engine.Ready,
 		Group:          m.engine.Status,
+		Act:            m.actStatus,
 		Moderation:     m.moderation,
 		MaxName:        c.Input.MaxName(),
 	})
@@ -154,25 +164,27 @@ func (m *Main) build() error {
 }
 
 // newEngine is the one place that knows there are two engines: a member
-// of --group, or a standalone instance.
-func newEngine(c *Config, policies []throttle.Policy, book *moderation.Book, now func() time.Time, log *slog.Logger, reg prometheus.Registerer) (engine.Engine, error) {
+// of --group, or a standalone instance. It also returns which parts of
+// the work (a group's partition stages) the engine holds now: whose acts
+// this instance undoes.
+func newEngine(c *Config, policies []throttle.Policy, book *moderation.Book, onOver func(string, throttle.Over), now func() time.Time, log *slog.Logger, reg prometheus.Registerer) (engine.Engine, func(string) bool, error) {
 	ec := engine.Config{
 		Stream: c.Stream, Subject: c.Subject, SourceStream: c.SourceStream, Input: c.Input, JetStream: c.JetStream, Windows: c.Windows, MaxSkew: c.MaxSkew,
 		Policies: policies, Book: book, Replicas: c.Replicas, Instance: c.Instance, SnapshotInterval: c.SnapshotInterval,
-		Now: now, Log: log,
+		OnOver: onOver, Now: now, Log: log,
 	}
 	if c.Group != "" {
 		m, err := group.New(group.Config{Config: ec, Group: c.Group, Partitions: c.Partitions, Unowned: c.ThrottleUnowned}, reg)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return m, nil
+		return m, m.Holds, nil
 	}
 	e, err := standalone.New(ec, reg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return e, nil
+	return e, nil, nil
 }
 
 func names(ws []rolling.Window) []string {
@@ -239,6 +251,12 @@ func (m *Main) open(ln net.Listener) error {
 	}
 	if err := m.engine.Run(m.web.Alert); err != nil {
 		return err
+	}
+	if a := m.actor; a != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		m.goRun(func() { <-m.stop; cancel() })
+		m.goRun(func() { a.Run(ctx) })
+		m.goRun(func() { m.rereadToken(a) })
 	}
 
 	running := []any{"dashboard", m.HTTPURL() + "/", "nats", m.PublishURL(), "subject", c.Subject, "input", c.Input.Name()}
