@@ -51,6 +51,13 @@ func (p *policy) over(e *chat.Event, c crossing) Over {
 		Denied: c.denied, Window: p.Window, LockFor: p.LockFor}
 }
 
+// slowOver is the Over of a message slow mode would have denied (until
+// `until`): it is redacted.
+func slowOver(e *chat.Event, until int64) Over {
+	return Over{Policy: ActionSlowmode, Acts: []ActKind{ActRedact}, Room: strings.Clone(e.Room), User: strings.Clone(e.User), First: true,
+		Event: strings.Clone(e.ID), EventRoom: strings.Clone(e.Room), EventUser: strings.Clone(e.User), At: e.TS, Denied: until}
+}
+
 // DefaultLockFor is how long a lock holds after the wave's last
 // crossing when the policy does not say.
 const DefaultLockFor = 10 * time.Minute

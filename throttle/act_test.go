@@ -3,10 +3,12 @@ package throttle
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/moderation"
 )
 
 // A policy that acts reports, beside its alerts, every message over it:
@@ -120,5 +122,31 @@ func TestLockHoldsForLockFor(t *testing.T) {
 		if got := len(s.Active(c.at)) == 1; got != c.active {
 			t.Errorf("at %d: active %v, want %v", c.at, got, c.active)
 		}
+	}
+}
+
+// Under slow mode, each message slow mode would have denied (a post
+// within the interval of the user's last in the room, as a check just
+// before it says) is reported, to be redacted, with when the user may
+// post again; an exempt user's never.
+func TestSlowModeOvers(t *testing.T) {
+	book := moderation.NewBook()
+	book.Put(moderation.Action{Kind: moderation.Slowmode, Room: "r", Interval: 10_000, ExemptUsers: []string{"mod*"}}, 1)
+	s := mustSet(t, nil)
+	s.Moderate(book)
+	var got []string
+	msg := func(user string, at int64) chat.Event {
+		return chat.Event{Kind: chat.KindMessage, Room: "r", User: user, TS: at, ID: fmt.Sprint(user, "@", at)}
+	}
+	s.ObserveBatch([]chat.Event{msg("u", 0), msg("u", 5000), msg("mod1", 0), msg("mod1", 1), msg("u", 11000), msg("u", 12000)}, nil, func(_ int, o Over) {
+		if o.Policy != ActionSlowmode || !slices.Equal(o.Acts, []ActKind{ActRedact}) {
+			t.Errorf("over %+v", o)
+		}
+		got = append(got, fmt.Sprint(o.Event, " until ", o.Denied))
+	})
+	// Every message that reached the bus is a post: u's at 5000 too, as
+	// a check at 11000 would say.
+	if want := []string{"u@5000 until 10000", "u@11000 until 15000", "u@12000 until 21000"}; !slices.Equal(got, want) {
+		t.Errorf("slow mode's overs %q, want %q", got, want)
 	}
 }

@@ -43,10 +43,14 @@ type slowPosts struct {
 
 // post records a message of user in room at `at`, if the room is under
 // slow mode then.
-func (s *Set) slowPost(book *moderation.Book, room, user string, at int64) {
+//
+// It returns when the user may post there again, if slow mode would have
+// denied this message (0 if not): a post within the interval of their
+// last, by a user slow mode does not exempt.
+func (s *Set) slowPost(book *moderation.Book, room, user string, at int64) (denied int64) {
 	a := book.Slowmode(room, at)
 	if a == nil {
-		return
+		return 0
 	}
 	s.slow.mu.Lock()
 	defer s.slow.mu.Unlock()
@@ -54,12 +58,17 @@ func (s *Set) slowPost(book *moderation.Book, room, user string, at int64) {
 		s.slow.last = map[[2]string]int64{}
 	}
 	k := [2]string{room, user}
-	if t, ok := s.slow.last[k]; !ok || at > t {
+	t, ok := s.slow.last[k]
+	if ok && at-t < a.Interval && !moderation.Exempts(a.ExemptUsers, a.ExemptRoles, user, nil) {
+		denied = t + a.Interval
+	}
+	if !ok || at > t {
 		if !ok {
 			k = [2]string{strings.Clone(room), strings.Clone(user)}
 		}
 		s.slow.last[k] = at
 	}
+	return denied
 }
 
 // sweepSlow forgets the posts that no slow mode can deny any more.

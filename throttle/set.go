@@ -185,16 +185,18 @@ func (p *policy) counts(e *chat.Event, hasText bool) bool {
 
 // posted notes what e tells beside the policies' counts: a post in a room
 // under slow mode, a user seen in a room (by a message or a join; a
-// repeated join, chat.KindRepeat, shows nobody new).
-func (s *Set) posted(st *state, e *chat.Event) {
+// repeated join, chat.KindRepeat, shows nobody new). It returns when the
+// user may post again if slow mode would have denied e (0 if not).
+func (s *Set) posted(st *state, e *chat.Event) (slowDenied int64) {
 	if e.Kind == chat.KindMessage {
 		if book := s.book.Load(); book != nil && !book.Empty() {
-			s.slowPost(book, e.Room, e.User, e.TS)
+			slowDenied = s.slowPost(book, e.Room, e.User, e.TS)
 		}
 	}
 	if st.newMembers > 0 && (e.Kind == chat.KindMessage || e.Kind == chat.KindJoin) {
 		s.seen(e.Room, e.User, e.TS)
 	}
+	return slowDenied
 }
 
 // A batch is ObserveBatch's scratch, pooled.
@@ -218,13 +220,16 @@ var batches = sync.Pool{New: func() any { return new(batch) }}
 //
 // over (if not nil) is called, in the same turn, with each message over a
 // policy that acts (Over): its crossing, right after the crossing's alert,
-// and each later message of the marked key.
+// and each later message of the marked key; and with each message slow
+// mode would have denied, which is redacted (docs/contract.md section 14).
 func (s *Set) ObserveBatch(evs []chat.Event, fn func(i int, a Alert), over func(i int, o Over)) {
 	b := batches.Get().(*batch)
 	b.cross = b.cross[:0]
 	st := s.observeAll(evs, b)
 	for i := range evs {
-		s.posted(st, &evs[i])
+		if until := s.posted(st, &evs[i]); until != 0 && over != nil {
+			over(i, slowOver(&evs[i], until))
+		}
 	}
 	for _, c := range b.cross {
 		e, p := &evs[c.j], st.policies[c.policy]
