@@ -24,7 +24,7 @@ type record struct {
 	// Part is the group's partition stage whose holder undoes it ("":
 	// standalone).
 	Part string `json:"part,omitempty"`
-	Due  int64  `json:"due"` // Unix ms
+	Due  int64  `json:"due"` // Unix ms; 0: until lifted (a timeout's)
 	// Prev is what was there: a mute's level of the user (absent: no
 	// entry), a lock's join rules content. Set is what chatpulse set
 	// (absent: nothing yet).
@@ -116,9 +116,10 @@ func (a *Actor) redact(o throttle.Over) {
 	a.q.push(a.redactJob(o))
 }
 
-// hold moves r's undo to due if that is later; a.mu is held.
+// hold moves r's undo to due if that is later (a timeout's, due 0, is
+// undone when lifted, not before); a.mu is held.
 func (a *Actor) hold(r *record, due int64) {
-	if due > r.Due && r.state != undoing {
+	if r.Due != 0 && due > r.Due && r.state != undoing {
 		r.Due, r.dirty = due, true
 		a.kick()
 	}

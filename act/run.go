@@ -148,8 +148,8 @@ func (a *Actor) schedule(ctx context.Context) {
 			if r.dirty && r.rev != 0 {
 				moved = append(moved, r)
 			}
-			if r.state != active || !a.cfg.Owns(r.Part) {
-				continue
+			if r.state != active || r.Due == 0 || !a.cfg.Owns(r.Part) {
+				continue // not made yet, being undone, a timeout until lifted, or not this instance's
 			}
 			if r.Due > now {
 				next = min(next, r.Due)

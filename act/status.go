@@ -2,6 +2,7 @@ package act
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"strings"
 
@@ -29,10 +30,10 @@ type RoomStatus struct {
 
 // Pending is an undo due.
 type Pending struct {
-	Kind Kind      `json:"kind"` // unmute or unlock
-	Room string    `json:"room"`
-	User string    `json:"user,omitempty"`
-	Due  chat.Time `json:"due"`
+	Kind Kind       `json:"kind"` // unmute or unlock
+	Room string     `json:"room"`
+	User string     `json:"user,omitempty"`
+	Due  *chat.Time `json:"due"` // null: when a moderator's timeout is lifted
 }
 
 // Status says what the Actor is doing.
@@ -55,11 +56,16 @@ func (a *Actor) Status() Status {
 		if r.Kind == Lock {
 			kind = Unlock
 		}
-		s.Pending = append(s.Pending, Pending{Kind: kind, Room: r.Room, User: r.User, Due: chat.Time(r.Due)})
+		p := Pending{Kind: kind, Room: r.Room, User: r.User}
+		if r.Due != 0 {
+			due := chat.Time(r.Due)
+			p.Due = &due
+		}
+		s.Pending = append(s.Pending, p)
 	}
 	slices.SortFunc(s.Rooms, func(x, y RoomStatus) int { return strings.Compare(x.Room, y.Room) })
 	slices.SortFunc(s.Pending, func(x, y Pending) int {
-		return cmp.Or(cmp.Compare(x.Due, y.Due), strings.Compare(x.Room, y.Room), strings.Compare(x.User, y.User))
+		return cmp.Or(cmp.Compare(dueOf(x), dueOf(y)), strings.Compare(x.Room, y.Room), strings.Compare(x.User, y.User))
 	})
 	return s
 }
@@ -75,4 +81,12 @@ func (a *Actor) withoutPower() int {
 		}
 	}
 	return n
+}
+
+// dueOf orders the undos: those until lifted last.
+func dueOf(p Pending) int64 {
+	if p.Due == nil {
+		return math.MaxInt64
+	}
+	return int64(*p.Due)
 }

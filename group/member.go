@@ -373,3 +373,13 @@ func (m *Member) Holds(part string) bool {
 	pt := m.parts.run(p)
 	return pt != nil && pt.fence.acting()
 }
+
+// PartOf is the part (a partition stage, as Holds takes it) that decides
+// for room, or, if room is empty, for user: whose member acts for a
+// moderator's timeout (docs/contract.md section 14).
+func (m *Member) PartOf(room, user string) string {
+	if room != "" {
+		return stageRoom + "." + strconv.Itoa(Partition(chat.Token(room), m.cfg.Partitions))
+	}
+	return stageUser + "." + strconv.Itoa(Partition(chat.Token(user), m.cfg.Partitions))
+}

@@ -78,18 +78,19 @@ func readToken(path string) (string, error) {
 type actor struct {
 	*act.Actor
 	token atomic.Pointer[string]
+	parts parts
 }
 
 // newActor makes the Actor of --act matrix, or nil without it: it acts
 // through the homeserver with the bot's token, keeps its undos in the
 // moderation bucket, and undoes those of the parts owns says this
 // instance holds.
-func (m *Main) newActor(reg prometheus.Registerer, owns func(part string) bool) (*actor, error) {
+func (m *Main) newActor(reg prometheus.Registerer, ps parts) (*actor, error) {
 	c := &m.Config
 	if c.Act == "" {
 		return nil, nil
 	}
-	a := &actor{}
+	a := &actor{parts: ps}
 	t, err := readToken(c.MatrixTokenFile)
 	if err != nil {
 		return nil, usagef("--matrix-token-file: %v", err)
@@ -102,7 +103,7 @@ func (m *Main) newActor(reg prometheus.Registerer, owns func(part string) bool) 
 	a.Actor = act.New(act.Config{
 		Mode: c.ActMode, Queue: c.ActQueue, Homeserver: client, Bucket: actRecords{m.moderation},
 		Publish:  func(ctx context.Context, kind, id string, data []byte) error { return m.bus.Act(ctx, kind, id, data) },
-		Policies: m.policies.list, Rooms: m.userRooms, Owns: owns, Now: m.Now, Log: m.Log, Reg: reg,
+		Policies: m.policies.list, Rooms: m.userRooms, Owns: ps.owns, Now: m.Now, Log: m.Log, Reg: reg,
 	})
 	m.moderation.Acts = a.Kept
 	return a, nil
@@ -170,6 +171,28 @@ func (m *Main) rereadToken(a *actor) {
 			a.token.Store(&t)
 			m.Log.Info("SIGHUP: the bot's token read again", "file", m.Config.MatrixTokenFile)
 		}
+	}
+}
+
+// timeouts hands the moderators' timeouts in force to the Actor whenever
+// they change, and every minute (one ends), until chatpulse stops.
+func (m *Main) timeouts(a *actor) {
+	book := m.moderation.Book
+	ws := m.Config.Windows
+	largest := ws[len(ws)-1].Size
+	for _, w := range ws {
+		largest = max(largest, w.Size)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { <-m.stop; cancel() }()
+	for ctx.Err() == nil {
+		rev, now := book.Rev(), m.Now().UnixMilli()
+		inForce, _ := book.List(now)
+		a.Timeouts(inForce, now, a.parts.of, largest)
+		wait, done := context.WithTimeout(ctx, time.Minute)
+		book.Await(wait, rev+1)
+		done()
 	}
 }
 

@@ -383,3 +383,82 @@ func TestActFlags(t *testing.T) {
 		t.Error("the bot's token is in the log")
 	}
 }
+
+// Moderators' actions act too: a timeout mutes the user until it ends,
+// or until it is lifted; under slow mode each message slow mode would
+// have denied is redacted.
+func TestActModeratorsActions(t *testing.T) {
+	r := newActRoom(t)
+	h := hear(t, r.url)
+	tm := startMain(t, r.args...)
+	r.sourced(t)
+	alice := r.users["alice"]
+	timeout := "/api/v1/users/" + url.PathEscape(alice.ID) + "/timeout"
+
+	if code := tm.put(timeout, fmt.Sprintf(`{"room":%q,"for":"3s","actor":"mod"}`, r.room), nil); code != 200 {
+		t.Fatalf("timeout: %d", code)
+	}
+	wait.For(t, 30*time.Second, func() error {
+		if m := h.of(act.Mute, alice.ID); len(m) != 1 || m[0].Event == "" || m[0].Policy != "timeout" {
+			return fmt.Errorf("heard mutes %+v", m)
+		}
+		return nil
+	})
+	if r.canSend("alice") {
+		t.Error("alice can post while timed out")
+	}
+	wait.For(t, 30*time.Second, func() error { // the timeout ends
+		if u := h.of(act.Unmute, alice.ID); len(u) != 1 || u[0].Event == "" {
+			return fmt.Errorf("heard unmutes %+v", u)
+		}
+		return nil
+	})
+	if _, ok := r.level("alice"); ok || !r.canSend("alice") {
+		t.Error("alice is still muted once her timeout ended")
+	}
+
+	// A timeout without an end holds until it is lifted.
+	if code := tm.put(timeout, fmt.Sprintf(`{"room":%q}`, r.room), nil); code != 200 {
+		t.Fatalf("timeout: %d", code)
+	}
+	wait.For(t, 30*time.Second, func() error {
+		if m := h.of(act.Mute, alice.ID); len(m) != 2 || m[1].Event == "" {
+			return fmt.Errorf("heard mutes %+v", m)
+		}
+		return nil
+	})
+	var st act.Status
+	tm.get("/api/v1/act", &st)
+	if len(st.Pending) != 1 || st.Pending[0].Due != nil {
+		t.Errorf("pending: %+v; want alice's unmute, when the timeout is lifted", st.Pending)
+	}
+	if resp := tm.do("DELETE", timeout+"?room="+url.QueryEscape(r.room), ""); resp.StatusCode != 200 {
+		t.Fatalf("lift: %s", resp.Status)
+	}
+	wait.For(t, 30*time.Second, func() error {
+		if u := h.of(act.Unmute, alice.ID); len(u) != 2 || u[1].Event == "" {
+			return fmt.Errorf("heard unmutes %+v", u)
+		}
+		return nil
+	})
+	if !r.canSend("alice") {
+		t.Error("alice cannot post once her timeout was lifted")
+	}
+
+	// Slow mode: alice's second message within the interval is redacted,
+	// her first and the moderator's are not.
+	if code := tm.put("/api/v1/rooms/"+url.PathEscape(r.room)+"/slowmode", `{"interval":"1m","for":"5m"}`, nil); code != 200 {
+		t.Fatalf("slow mode: %d", code)
+	}
+	msgs := r.say("alice", 2)
+	mod := r.say("mod", 2)
+	wait.For(t, 30*time.Second, func() error {
+		if rd := h.of(act.Redact, alice.ID); len(rd) != 1 || rd[0].Answered[0] != msgs[1] || rd[0].Policy != "slowmode" {
+			return fmt.Errorf("heard redactions %+v", rd)
+		}
+		return nil
+	})
+	if r.redacted(t, msgs[0]) || !r.redacted(t, msgs[1]) || r.redacted(t, mod[1]) {
+		t.Error("slow mode redacted the wrong messages")
+	}
+}

@@ -132,11 +132,11 @@ func (m *Main) build() error {
 	if c.Act != "" {
 		onOver = func(part string, o throttle.Over) { m.actor.Over(part, o) }
 	}
-	var owns func(string) bool
-	if m.engine, owns, err = newEngine(c, policies, m.moderation.Book, onOver, m.Now, m.Log, reg); err != nil {
+	var parts parts
+	if m.engine, parts, err = newEngine(c, policies, m.moderation.Book, onOver, m.Now, m.Log, reg); err != nil {
 		return &UsageError{err}
 	}
-	if m.actor, err = m.newActor(reg, owns); err != nil {
+	if m.actor, err = m.newActor(reg, parts); err != nil {
 		return err
 	}
 	m.policies.apply = m.engine.Reconfigure
@@ -163,11 +163,18 @@ func (m *Main) build() error {
 	return nil
 }
 
+// parts say, in a group, which part of the work (a partition stage)
+// decides for a room or a user, and which parts this member holds now:
+// whose acts it undoes (docs/contract.md section 14). Standalone, both
+// are nil: one instance does it all.
+type parts struct {
+	owns func(part string) bool
+	of   func(room, user string) string // a room's stage if room is set, else the user's
+}
+
 // newEngine is the one place that knows there are two engines: a member
-// of --group, or a standalone instance. It also returns which parts of
-// the work (a group's partition stages) the engine holds now: whose acts
-// this instance undoes.
-func newEngine(c *Config, policies []throttle.Policy, book *moderation.Book, onOver func(string, throttle.Over), now func() time.Time, log *slog.Logger, reg prometheus.Registerer) (engine.Engine, func(string) bool, error) {
+// of --group, or a standalone instance.
+func newEngine(c *Config, policies []throttle.Policy, book *moderation.Book, onOver func(string, throttle.Over), now func() time.Time, log *slog.Logger, reg prometheus.Registerer) (engine.Engine, parts, error) {
 	ec := engine.Config{
 		Stream: c.Stream, Subject: c.Subject, SourceStream: c.SourceStream, Input: c.Input, JetStream: c.JetStream, Windows: c.Windows, MaxSkew: c.MaxSkew,
 		Policies: policies, Book: book, Replicas: c.Replicas, Instance: c.Instance, SnapshotInterval: c.SnapshotInterval,
@@ -176,15 +183,15 @@ func newEngine(c *Config, policies []throttle.Policy, book *moderation.Book, onO
 	if c.Group != "" {
 		m, err := group.New(group.Config{Config: ec, Group: c.Group, Partitions: c.Partitions, Unowned: c.ThrottleUnowned}, reg)
 		if err != nil {
-			return nil, nil, err
+			return nil, parts{}, err
 		}
-		return m, m.Holds, nil
+		return m, parts{owns: m.Holds, of: m.PartOf}, nil
 	}
 	e, err := standalone.New(ec, reg)
 	if err != nil {
-		return nil, nil, err
+		return nil, parts{}, err
 	}
-	return e, nil, nil
+	return e, parts{}, nil
 }
 
 func names(ws []rolling.Window) []string {
@@ -257,6 +264,7 @@ func (m *Main) open(ln net.Listener) error {
 		m.goRun(func() { <-m.stop; cancel() })
 		m.goRun(func() { a.Run(ctx) })
 		m.goRun(func() { m.rereadToken(a) })
+		m.goRun(func() { m.timeouts(a) })
 	}
 
 	running := []any{"dashboard", m.HTTPURL() + "/", "nats", m.PublishURL(), "subject", c.Subject, "input", c.Input.Name()}
