@@ -113,11 +113,12 @@ type Actor struct {
 	wake chan struct{} // the records changed: the scheduler looks again
 	m    *metrics
 
-	mu      sync.Mutex
-	recs    map[string]*record // by key
-	rooms   map[string]*room   // what the bot can do where
-	skipped map[string]int64   // mutes found needless (a moderator): until when, by key
-	bot     string             // the bot's user id, once known
+	mu       sync.Mutex
+	recs     map[string]*record // by key
+	rooms    map[string]*room   // what the bot can do where
+	skipped  map[string]int64   // mutes found needless (a moderator): until when, by key
+	redacted recent             // the events last redacted
+	bot      string             // the bot's user id, once known
 }
 
 // New makes an Actor; nothing happens until Run.

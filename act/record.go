@@ -111,9 +111,41 @@ func (a *Actor) lock(part string, o throttle.Over) {
 	}
 }
 
-// redact has the message of o redacted.
+// redact has the message of o redacted, once: a message over two
+// policies (a flood under slow mode) is redacted by the first.
 func (a *Actor) redact(o throttle.Over) {
-	a.q.push(a.redactJob(o))
+	a.mu.Lock()
+	seen := a.redacted.seen(o.Event)
+	a.mu.Unlock()
+	if !seen {
+		a.q.push(a.redactJob(o))
+	}
+}
+
+// recent is a bounded set of the last ids added.
+type recent struct {
+	ids  map[string]struct{}
+	ring []string
+	next int
+}
+
+// recentRedactions is how many redacted events an Actor remembers, not to
+// redact one twice: far more than a burst of messages over its policies.
+const recentRedactions = 4096
+
+// seen adds id and reports whether it was there already.
+func (r *recent) seen(id string) bool {
+	if r.ids == nil {
+		r.ids, r.ring = map[string]struct{}{}, make([]string, recentRedactions)
+	}
+	if _, ok := r.ids[id]; ok {
+		return true
+	}
+	delete(r.ids, r.ring[r.next])
+	r.ring[r.next] = id
+	r.next = (r.next + 1) % len(r.ring)
+	r.ids[id] = struct{}{}
+	return false
 }
 
 // hold moves r's undo to due if that is later (a timeout's, due 0, is
