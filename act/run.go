@@ -128,8 +128,9 @@ func temporary(err error) error { return &tempError{err} }
 
 // schedule queues each undo when it is due, if this instance holds its
 // part, and keeps the records whose undo moved later; until ctx is done.
-// It looks again when the records change, and every minute (a takeover
-// changes what this instance holds).
+// It looks again when the records change, when the next is due, and
+// every second while one is overdue that another instance holds (it may
+// die, and this one take its part over: the undo is then done here).
 func (a *Actor) schedule(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -148,11 +149,15 @@ func (a *Actor) schedule(ctx context.Context) {
 			if r.dirty && r.rev != 0 {
 				moved = append(moved, r)
 			}
-			if r.state != active || r.Due == 0 || !a.cfg.Owns(r.Part) {
-				continue // not made yet, being undone, a timeout until lifted, or not this instance's
+			if r.state != active || r.Due == 0 {
+				continue // not made yet, being undone, or a timeout until lifted
 			}
 			if r.Due > now {
 				next = min(next, r.Due)
+				continue
+			}
+			if !a.cfg.Owns(r.Part) {
+				next = min(next, now+time.Second.Milliseconds())
 				continue
 			}
 			r.state = undoing

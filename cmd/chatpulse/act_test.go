@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chatpulse/chatpulse/act"
+	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/group"
 	"github.com/chatpulse/chatpulse/internal/dendrite"
 	"github.com/chatpulse/chatpulse/internal/natstest"
 	"github.com/chatpulse/chatpulse/internal/wait"
@@ -464,5 +467,78 @@ func TestActModeratorsActions(t *testing.T) {
 	})
 	if r.redacted(t, msgs[0]) || !r.redacted(t, msgs[1]) || r.redacted(t, mod[1]) {
 		t.Error("slow mode redacted the wrong messages")
+	}
+}
+
+// In a group of two, each act is done once for the group, by the member
+// that holds the room's partition; killed (SIGKILL) in the middle of a
+// penalty, it leaves the mute's undo to the other, which takes the
+// partition over and unmutes once, when due.
+func TestActGroupSurvivesAKill(t *testing.T) {
+	r := newActRoomWith(t, strings.Replace(actPolicies, "penalty: 3s", "penalty: 10s", 1))
+	h := hear(t, r.url)
+	args := append([]string{"--group", "g", "--partitions", "8", "--snapshot-interval", "1s"}, r.args...)
+	m0, tm0 := startBinary(t, append(args, "--instance", "m0")...)
+	m1, tm1 := startBinary(t, append(args, "--instance", "m1")...)
+	waitComplete(t, tm0, 2)
+	r.sourced(t)
+
+	// Who holds the room's partition: its member acts.
+	p := group.Partition(chat.Token(r.room), 8)
+	var st struct {
+		Members []struct {
+			Instance   string `json:"instance"`
+			Partitions []int  `json:"partitions"`
+		} `json:"members"`
+	}
+	tm0.get("/api/v1/group", &st)
+	owner, survivor := m0, tm1
+	for _, m := range st.Members {
+		if slices.Contains(m.Partitions, p) && m.Instance == "m1" {
+			owner, survivor = m1, tm0
+		}
+	}
+
+	alice := r.say("alice", 6)
+	aliceID := r.users["alice"].ID
+	wait.For(t, 30*time.Second, func() error {
+		if m := h.of(act.Mute, aliceID); len(m) != 1 || m[0].Event == "" {
+			return fmt.Errorf("heard mutes %+v", m)
+		}
+		return nil
+	})
+	owner.Process.Kill() // SIGKILL, its mute due in 10 s
+	owner.Wait()
+	if r.canSend("alice") {
+		t.Error("alice can post while muted")
+	}
+	wait.For(t, 60*time.Second, func() error {
+		if u := h.of(act.Unmute, aliceID); len(u) != 1 || u[0].Event == "" {
+			return fmt.Errorf("heard unmutes %+v", u)
+		}
+		return nil
+	})
+	if l, ok := r.level("alice"); ok {
+		t.Errorf("alice's level after the survivor's unmute: %d; want no entry, as before", l)
+	}
+	if !r.canSend("alice") {
+		t.Error("alice cannot post once unmuted")
+	}
+	// Each of her messages over the policy was redacted once, by one
+	// member: the group acts once.
+	seen := map[string]int{}
+	for _, rd := range h.of(act.Redact, aliceID) {
+		seen[rd.Answered[0]]++
+	}
+	for i, ev := range alice {
+		if i >= 3 && seen[ev] > 1 || i < 3 && seen[ev] != 0 {
+			t.Errorf("alice's message %d redacted %d times", i, seen[ev])
+		}
+	}
+	if len(h.of(act.Mute, aliceID)) != 1 {
+		t.Errorf("muted %d times", len(h.of(act.Mute, aliceID)))
+	}
+	if n := survivor.metric(`chatpulse_acts_total{kind="unmute",result="done"}`); n != 1 {
+		t.Errorf("the survivor unmuted %v times, want once", n)
 	}
 }
