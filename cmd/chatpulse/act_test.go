@@ -542,3 +542,35 @@ func TestActGroupSurvivesAKill(t *testing.T) {
 		t.Errorf("the survivor unmuted %v times, want once", n)
 	}
 }
+
+// Killed (SIGKILL) in the middle of a penalty, a standalone chatpulse
+// unmutes once when it comes back: the undo was kept before the mute.
+func TestActSurvivesAKill(t *testing.T) {
+	r := newActRoomWith(t, strings.Replace(actPolicies, "penalty: 3s", "penalty: 6s", 1))
+	h := hear(t, r.url)
+	victim, _ := startBinary(t, r.args...)
+	r.sourced(t)
+	r.say("alice", 5)
+	aliceID := r.users["alice"].ID
+	wait.For(t, 30*time.Second, func() error {
+		if m := h.of(act.Mute, aliceID); len(m) != 1 || m[0].Event == "" {
+			return fmt.Errorf("heard mutes %+v", m)
+		}
+		return nil
+	})
+	victim.Process.Kill()
+	victim.Wait()
+	_, back := startBinary(t, r.args...)
+	wait.For(t, 60*time.Second, func() error {
+		if u := h.of(act.Unmute, aliceID); len(u) != 1 || u[0].Event == "" {
+			return fmt.Errorf("heard unmutes %+v", u)
+		}
+		return nil
+	})
+	if _, ok := r.level("alice"); ok || !r.canSend("alice") {
+		t.Error("alice is still muted after the restart's unmute")
+	}
+	if n := back.metric(`chatpulse_acts_total{kind="mute",result="done"}`); n != 0 {
+		t.Errorf("the restart muted again %v times: the replay acted on what was acted on", n)
+	}
+}
