@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -145,6 +146,7 @@ func (a *Actor) schedule(ctx context.Context) {
 		next := now + time.Minute.Milliseconds()
 		var moved []*record
 		a.mu.Lock()
+		maps.DeleteFunc(a.skipped, func(_ string, until int64) bool { return until <= now })
 		for _, r := range a.recs {
 			if r.dirty && r.rev != 0 {
 				moved = append(moved, r)
