@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chatpulse/chatpulse/act"
+	"github.com/chatpulse/chatpulse/bus"
 	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/group"
 	"github.com/chatpulse/chatpulse/internal/dendrite"
@@ -227,6 +228,18 @@ func TestActEndToEnd(t *testing.T) {
 	alice = alice[:seen]
 	if m := h.of(act.Mute, aliceID)[0]; len(m.Answered) != 1 || m.Answered[0] != alice[3] || m.Policy != "user_room_flood" || m.Until == nil {
 		t.Errorf("alice's mute: %+v; want it to answer her 4th message, until the penalty's end", m)
+	}
+	// The audit trail keeps it.
+	logged, err := r.js.Stream(t.Context(), bus.ModerationLogStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := logged.Info(t.Context(), jetstream.WithSubjectFilter(bus.ActPrefix+">"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := info.State.Subjects[bus.ActPrefix+"mute"], uint64(len(h.of(act.Mute, ""))); got != want {
+		t.Errorf("the audit stream keeps %d mutes, %d were published", got, want)
 	}
 	if l, ok := r.level("alice"); !ok || l != -1 {
 		t.Errorf("alice's level while muted: %d (%v), want -1", l, ok)
