@@ -20,15 +20,7 @@ import (
 // event_id. Dendrite's own keys (_event_id, _room_version) go too.
 func synapseBody(t testing.TB, envelope []byte) []byte {
 	t.Helper()
-	var env struct {
-		E struct {
-			Event map[string]json.RawMessage `json:"event"`
-		} `json:"new_room_event"`
-	}
-	if err := json.Unmarshal(envelope, &env); err != nil {
-		t.Fatal(err)
-	}
-	ev := env.E.Event
+	ev := dendriteEvent(t, envelope)
 	id := ev["_event_id"]
 	for _, k := range []string{"auth_events", "prev_events", "hashes", "signatures", "depth", "origin", "prev_state", "_event_id", "_room_version"} {
 		delete(ev, k)
@@ -39,6 +31,20 @@ func synapseBody(t testing.TB, envelope []byte) []byte {
 		t.Fatal(err)
 	}
 	return body
+}
+
+// dendriteEvent is the event of a Dendrite envelope, by key.
+func dendriteEvent(t testing.TB, envelope []byte) map[string]json.RawMessage {
+	t.Helper()
+	var env struct {
+		E struct {
+			Event map[string]json.RawMessage `json:"event"`
+		} `json:"new_room_event"`
+	}
+	if err := json.Unmarshal(envelope, &env); err != nil {
+		t.Fatal(err)
+	}
+	return env.E.Event
 }
 
 // SynapseEvent reads the event of each Dendrite sample, as Synapse sends
