@@ -39,6 +39,8 @@ type Bus struct {
 	nc  *nats.Conn
 	js  jetstream.JetStream
 	url string // the external server's URL, credentials hidden
+	// jetStream: chatpulse's streams are JetStream's (Options.JetStream).
+	jetStream bool
 
 	events     atomic.Pointer[nats.Subscription] // the core subscription to events, if any
 	dropped    atomic.Uint64                     // events its client dropped
@@ -52,7 +54,7 @@ type Bus struct {
 // server the connection reconnects forever, buffering what is published
 // meanwhile.
 func Open(o Options) (*Bus, error) {
-	b := &Bus{log: o.Log}
+	b := &Bus{log: o.Log, jetStream: o.JetStream}
 	if b.log == nil {
 		b.log = slog.Default()
 	}

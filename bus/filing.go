@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/ingest"
 )
 
@@ -22,6 +23,37 @@ import (
 // format, with the Nats-Msg-Id FiledID(copy, sequence): a takeover of the
 // filing that files an event again is dropped by the chat stream's
 // duplicate window.
+
+// FiledMsg is the message that files ev on the chat stream in chatpulse's
+// own form (ingest.AppendNative), on prefix<room>.<user> (each a subject
+// token: chat.Token), with Nats-Msg-Id id and ingest.FiledHeader, so that
+// a consumer of any --input reads it as chatpulse's own. prefix is that
+// of --subject: "chat." for chat.>.
+func FiledMsg(prefix string, ev ingest.Event, id string) *nats.Msg {
+	return &nats.Msg{
+		Subject: prefix + chat.Token(ev.Room) + "." + chat.Token(ev.User),
+		// Its own buffer: it is kept until acknowledged.
+		Data:   ingest.AppendNative(make([]byte, 0, 64+len(ev.Room)+len(ev.User)+len(ev.ID)+len(ev.Text)), ev),
+		Header: nats.Header{nats.MsgIdHdr: {id}, ingest.FiledHeader: {"1"}},
+	}
+}
+
+// FileOne files one message (FiledMsg) on the chat stream: with
+// JetStream it returns once the stream has stored it, or had it already
+// (a duplicate of its Nats-Msg-Id within the stream's duplicate window);
+// without, once it is published.
+func (b *Bus) FileOne(ctx context.Context, m *nats.Msg) error {
+	if !b.jetStream {
+		if err := b.nc.PublishMsg(m); err != nil {
+			return fmt.Errorf("file on %s: %w", m.Subject, err)
+		}
+		return nil
+	}
+	if _, err := b.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("file on %s: %w", m.Subject, err)
+	}
+	return nil
+}
 
 // SourceCopy is the stream that sources a foreign stream for a group
 // whose chat stream is stream.

@@ -31,7 +31,8 @@ type Engine interface {
 	Room(name, win string, k int, now int64) (aggregator.Room, error)
 	User(name, win string, now int64) (aggregator.User, error)
 	// The throttle of docs/contract.md sections 5 and 10 (web.Throttle):
-	// a consuming check publishes the alerts it raises.
+	// a consuming check (of a message, or of a join: q.Kind) publishes
+	// the alerts it raises.
 	Check(now int64, q throttle.Query) throttle.Result
 	Consume(now int64, q throttle.Query, id string) throttle.Result
 	Active(now int64) []throttle.Active

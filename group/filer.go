@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chatpulse/chatpulse/bus"
-	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/ingest"
 )
 
@@ -334,17 +333,12 @@ func (f *filer) encode(batch []ingest.Msg, out []*nats.Msg) []*nats.Msg {
 			f.consumer.Unfiled("")
 			continue
 		}
-		// Its own buffer: it is kept until acknowledged.
-		data := ingest.AppendNative(make([]byte, 0, 64+len(ev.Room)+len(ev.User)+len(ev.ID)+len(ev.Text)), ev)
-		if len(data) > limit {
-			f.reject(m, &ingest.Error{Reason: ingest.ReasonTooLarge, Msg: fmt.Sprintf("filed, the event is %d bytes, more than the limit of %d", len(data), limit)})
+		msg := bus.FiledMsg(f.prefix, ev, bus.FiledID(f.copy, m.Seq))
+		if len(msg.Data) > limit {
+			f.reject(m, &ingest.Error{Reason: ingest.ReasonTooLarge, Msg: fmt.Sprintf("filed, the event is %d bytes, more than the limit of %d", len(msg.Data), limit)})
 			continue
 		}
-		out = append(out, &nats.Msg{
-			Subject: f.prefix + chat.Token(ev.Room) + "." + chat.Token(ev.User),
-			Data:    data,
-			Header:  nats.Header{nats.MsgIdHdr: {bus.FiledID(f.copy, m.Seq)}},
-		})
+		out = append(out, msg)
 	}
 	return out
 }

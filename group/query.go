@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/chatpulse/chatpulse/aggregator"
+	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/throttle"
 )
 
@@ -37,6 +38,7 @@ const (
 	opUser      = op(aggregator.ViewUser)
 	opCheck     = op("check")
 	opConsume   = op("consume")   // a consuming check's part: decide and record
+	opJoin      = op("join")      // a join's consuming check: see Member.Consume
 	opUnconsume = op("unconsume") // take back what a consume recorded
 	opActive    = op("active")
 	opBook      = op("book") // answered once the member holds the moderators' actions up to Book
@@ -77,9 +79,13 @@ func (m *Member) awaitBook(rev uint64) {
 	m.cfg.Book.Await(ctx, rev)
 }
 
-// query is a check question's throttle query.
+// query is a check question's throttle query: a join's, for opJoin.
 func (q *question) query() throttle.Query {
-	return throttle.Query{Room: q.Room, User: q.User, Text: q.Text, HasText: q.HasText, Roles: q.Roles}
+	tq := throttle.Query{Room: q.Room, User: q.User, Text: q.Text, HasText: q.HasText, Roles: q.Roles}
+	if q.Op == opJoin {
+		tq.Kind = chat.KindJoin
+	}
+	return tq
 }
 
 // An answer covers the parts of the question that its member owns and has
@@ -104,7 +110,7 @@ type answer struct {
 }
 
 // known are the ops this member answers.
-var known = []op{opOverview, opRooms, opRoom, opUser, opCheck, opConsume, opUnconsume, opActive, opBook}
+var known = []op{opOverview, opRooms, opRoom, opUser, opCheck, opConsume, opJoin, opUnconsume, opActive, opBook}
 
 // unknown is the answer to a question this member cannot answer, or nil.
 func unknown(q question) *answer {
@@ -219,7 +225,7 @@ func (m *Member) answer(q question) answer {
 		if s := pts[0].stage(q.Stage); s != nil && s.Thr != nil {
 			a.Decisions = s.Thr.Decide(q.Now, q.query()).Decisions
 		}
-	case opConsume:
+	case opConsume, opJoin:
 		a.Allowed = true
 		if s := pts[0].stage(q.Stage); s != nil && s.Thr != nil {
 			res, recorded, alerts := s.Thr.Consume(q.Now, q.query(), q.ID)

@@ -19,7 +19,8 @@ func TestUnknownQuestions(t *testing.T) {
 		{`{"v":2,"op":"overview","parts":[1]}`, "protocol version 2; this member speaks 1"},
 		{`{"op":"overview","parts":[1]}`, "protocol version 0"},
 		{`{"v":1,"op":"consume","parts":[1]}`, ""},
-		{`{"v":1,"op":"join_wave","parts":[1]}`, `unknown op "join_wave"; this member knows [overview rooms room user check consume unconsume active book]`},
+		{`{"v":1,"op":"join","parts":[1]}`, ""},
+		{`{"v":1,"op":"join_wave","parts":[1]}`, `unknown op "join_wave"; this member knows [overview rooms room user check consume join unconsume active book]`},
 	} {
 		var q question
 		if err := json.Unmarshal([]byte(c.question), &q); err != nil {

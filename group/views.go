@@ -252,6 +252,16 @@ func (m *Member) checks(base question, r *rules) []question {
 	return asks
 }
 
+// joinChecks is the question of a join's consuming check: to the room
+// stage, if some policy locks the room; none for another kind.
+func (m *Member) joinChecks(tq throttle.Query, id string, now int64, r *rules) []question {
+	if tq.Kind != chat.KindJoin || !slices.ContainsFunc(r.byScope[throttle.ScopeRoom], func(p throttle.Policy) bool { return p.Acts(throttle.ActLock) }) {
+		return nil
+	}
+	return []question{{Op: opJoin, Room: tq.Room, User: tq.User, ID: id, Now: now,
+		Stage: stageRoom, Parts: []int{Partition(chat.Token(tq.Room), m.cfg.Partitions)}}}
+}
+
 // Settle returns once every live member of the group holds the
 // moderators' actions up to revision rev (each waits a second at most for
 // its watch), so that an action set through this member holds for the
@@ -331,11 +341,20 @@ func (m *Member) finish(res *throttle.Result, r *rules, missing int) {
 // next. A stage with no caught-up owner is missing: the check then follows
 // --throttle-unowned, and records nothing there. The alert of a crossing
 // is published by the owner that decides it.
+//
+// A join (tq.Kind chat.KindJoin) is decided by the join waves that lock
+// its room, which are the room stage's: only its owner is asked, with an
+// op of its own (opJoin), not opConsume with a kind: a member that does
+// not know joins (a rolling upgrade) answers Unknown, where it would
+// decide a message.
 func (m *Member) Consume(now int64, tq throttle.Query, id string) throttle.Result {
 	now = m.clamp(now)
 	res := throttle.Result{Allowed: true, AsOf: chat.Time(now), Room: tq.Room, User: tq.User, Decisions: []throttle.Decision{}}
 	r := m.rules.Load()
-	asks := m.checks(question{Op: opConsume, Room: tq.Room, User: tq.User, Text: tq.Text, HasText: tq.HasText, Roles: tq.Roles, ID: id, Book: m.bookRev(), Now: now}, r)
+	asks := m.joinChecks(tq, id, now, r)
+	if tq.Kind == chat.KindMessage {
+		asks = m.checks(question{Op: opConsume, Room: tq.Room, User: tq.User, Text: tq.Text, HasText: tq.HasText, Roles: tq.Roles, ID: id, Book: m.bookRev(), Now: now}, r)
+	}
 	var taken []question
 	counted := len(asks) == 0 // some stage counts the message (vacuously, when none decides)
 	missing := 0

@@ -7,11 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/chatpulse/chatpulse/bus"
+	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/group/internal/fake"
 	"github.com/chatpulse/chatpulse/group/lease"
 	"github.com/chatpulse/chatpulse/internal/natstest"
@@ -62,12 +64,17 @@ func TestCheckUnowned(t *testing.T) {
 // that a asks.
 func askingB(t *testing.T, unowned string, respond func(q question) answer) *Member {
 	t.Helper()
-	url := natstest.Start(t).URL()
-	const partitions = 4
-	policies := []throttle.Policy{
+	return askingBWith(t, unowned, []throttle.Policy{
 		{Name: "room_p", Scope: throttle.ScopeRoom, Algorithm: throttle.AlgSlidingWindow, Limit: 5, Window: time.Minute, Resolution: throttle.DefaultResolution, Mode: throttle.ModeEnforce},
 		{Name: "user_p", Scope: throttle.ScopeUser, Algorithm: throttle.AlgSlidingWindow, Limit: 5, Window: time.Minute, Resolution: throttle.DefaultResolution, Mode: throttle.ModeEnforce},
-	}
+	}, respond)
+}
+
+// askingBWith is askingB with policies of its own.
+func askingBWith(t *testing.T, unowned string, policies []throttle.Policy, respond func(q question) answer) *Member {
+	t.Helper()
+	url := natstest.Start(t).URL()
+	const partitions = 4
 	r, err := newRules(policies)
 	if err != nil {
 		t.Fatal(err)
@@ -184,5 +191,41 @@ func TestConsumeOwnerLetGo(t *testing.T) {
 		if res.Allowed != c.allowed || res.Coverage.Complete || res.Coverage.MissingPartitions != 1 {
 			t.Errorf("--throttle-unowned %s: allowed %v, coverage %+v; want %v, one partition missing", c.unowned, res.Allowed, res.Coverage, c.allowed)
 		}
+	}
+}
+
+// A join's consuming check is asked of the owner of its room stage alone,
+// as a join (opJoin, which a member that does not know joins refuses
+// rather than decide a message), and answered as that owner decides; with
+// no policy that locks, nobody is asked and it is allowed.
+func TestConsumeJoinAsksTheRoomStage(t *testing.T) {
+	room := throttle.Policy{Name: "room_p", Scope: throttle.ScopeRoom, Algorithm: throttle.AlgSlidingWindow, Limit: 5, Window: time.Minute, Resolution: throttle.DefaultResolution, Mode: throttle.ModeEnforce}
+	user := throttle.Policy{Name: "user_p", Scope: throttle.ScopeUser, Algorithm: throttle.AlgSlidingWindow, Limit: 5, Window: time.Minute, Resolution: throttle.DefaultResolution, Mode: throttle.ModeEnforce}
+	raid := throttle.Policy{Name: "raid", Scope: throttle.ScopeRoom, Algorithm: throttle.AlgJoinWave, Limit: 3, Window: time.Minute, Resolution: throttle.DefaultResolution, Mode: throttle.ModeEnforce,
+		Act: []throttle.ActKind{throttle.ActLock}, LockFor: time.Minute}
+	join := throttle.Query{Room: "lobby", User: "bot", Kind: chat.KindJoin}
+	var asked []string
+	var mu sync.Mutex
+	respond := func(q question) answer {
+		if q.Op == "" {
+			return answer{} // askingBWith's probe
+		}
+		mu.Lock()
+		asked = append(asked, fmt.Sprint(q.Op, " ", q.Stage, " ", q.ID))
+		mu.Unlock()
+		return answer{Parts: q.Parts, AsOf: q.Now, Decisions: []throttle.Decision{{Policy: "raid", Mode: throttle.ModeEnforce}}}
+	}
+	m := askingBWith(t, "", []throttle.Policy{room, user, raid}, respond)
+	if res := m.Consume(1000, join, "j-1"); res.Allowed || *res.Consumed || len(res.Decisions) != 1 || res.Decisions[0].Policy != "raid" {
+		t.Errorf("a join the lock refuses: %+v, want refused by raid", res)
+	}
+	if fmt.Sprint(asked) != "[join room j-1]" {
+		t.Errorf("asked %q, want the room stage alone, as a join", asked)
+	}
+
+	asked = nil
+	m = askingBWith(t, "", []throttle.Policy{room, user}, respond)
+	if res := m.Consume(1000, join, "j-2"); !res.Allowed || !*res.Consumed || len(asked) != 0 {
+		t.Errorf("a join with no policy that locks: %+v, asked %q; want allowed, nobody asked", res, asked)
 	}
 }

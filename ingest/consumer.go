@@ -92,6 +92,10 @@ type Config struct {
 type Consumer struct {
 	cfg Config
 	m   *metrics
+	// filed is how the messages marked with FiledHeader are read:
+	// cfg.Format.Filed(); nil when that is cfg.Format's own reading (the
+	// native format), so that no header is looked at.
+	filed *Format
 
 	handled atomic.Uint64 // messages handled, of every kind
 	done    chan struct{} // closed when the loop has handled everything
@@ -123,6 +127,9 @@ func New(reg prometheus.Registerer, cfg Config) *Consumer {
 		cfg.Format = Native()
 	}
 	c := &Consumer{cfg: cfg, m: newMetrics(reg), done: make(chan struct{})}
+	if !cfg.Format.Native() {
+		c.filed = cfg.Format.Filed()
+	}
 	c.drained.L = &c.drainMu
 	return c
 }
@@ -275,7 +282,11 @@ func (c *Consumer) handleRun(msgs []Msg, s Sink, nowMs int64, j *job) {
 		if m.Received != 0 {
 			received = m.Received
 		}
-		ev, err := c.cfg.Format.Decode(m.Data, received, skew)
+		format := c.cfg.Format
+		if c.filed != nil && m.Header[FiledHeader] != nil {
+			format = c.filed
+		}
+		ev, err := format.Decode(m.Data, received, skew)
 		switch {
 		case err != nil:
 			c.reject(m, s, err)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -209,26 +210,71 @@ func TestHandleTrackedDoesNotAllocate(t *testing.T) {
 			t.Errorf("match %v: %v allocations per batch of 64 tracked events", match, a)
 		}
 	}
+	handle, counted := matrixBatches(t)
+	for range 3000 {
+		handle()
+	}
+	if a := testing.AllocsPerRun(300, handle); a != 0 || counted() != 64 {
+		t.Errorf("--input matrix: %v allocations per batch of 64 tracked events, %d of them counted", a, counted())
+	}
 }
 
 // BenchmarkHandle is what the consumer's loop and throttle goroutine do
 // with a batch of 64 events of tracked keys (40 users in 5 rooms), with
 // and without a subject to match: one op is one batch.
 func BenchmarkHandle(b *testing.B) {
-	for _, match := range []bool{false, true} {
-		b.Run(fmt.Sprint("match=", match), func(b *testing.B) {
-			handle := trackedBatches(b, match)
-			for range 3000 {
-				handle()
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for range b.N {
-				handle()
-			}
-			b.ReportMetric(float64(b.N)*64/b.Elapsed().Seconds(), "events/s")
-		})
+	run := func(b *testing.B, handle func()) {
+		for range 3000 {
+			handle()
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for range b.N {
+			handle()
+		}
+		b.ReportMetric(float64(b.N)*64/b.Elapsed().Seconds(), "events/s")
 	}
+	for _, match := range []bool{false, true} {
+		b.Run(fmt.Sprint("match=", match), func(b *testing.B) { run(b, trackedBatches(b, match)) })
+	}
+	b.Run("format=matrix", func(b *testing.B) {
+		handle, _ := matrixBatches(b)
+		run(b, handle)
+	})
+}
+
+// matrixBatches is trackedBatches with --input matrix: 64 Dendrite
+// messages of tracked keys (40 users in 5 rooms), each with the headers
+// Dendrite publishes, their origin_server_ts moved with the clock; and
+// how many events of the last batch were counted.
+func matrixBatches(t testing.TB) (handle func(), counted func() int) {
+	sink := newSink(t, false)
+	now := int64(1_796_155_481_077)
+	c := New(prometheus.NewRegistry(), Config{
+		Format: Matrix(), Now: func() time.Time { return time.UnixMilli(now) }, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	tmpl := string(sample(t, "011-message"))
+	const ts = `"origin_server_ts":`
+	batch := make([]Msg, 64)
+	stamps := make([][]byte, 64) // where each payload's ts is, 13 digits
+	for i := range batch {
+		room, user := fmt.Sprintf("!r%d:localhost", i%5), fmt.Sprintf("@u%d:localhost", i%40)
+		data := strings.NewReplacer("!3rYnfsG2FsJdpctO:localhost", room, "@alice1:localhost", user, "hello from alice1", fmt.Sprint("hello ", i%3)).Replace(tmpl)
+		at := strings.Index(data, ts) + len(ts)
+		batch[i] = Msg{Subject: "DendriteOutputRoomEvent", Sink: sink, Data: []byte(data),
+			Header: map[string][]string{"output_room_event_type": {"new_room_event"}, "room_id": {room}}}
+		stamps[i] = batch[i].Data[at : at+13]
+	}
+	j := &job{}
+	handle = func() {
+		now += 50
+		for _, s := range stamps {
+			strconv.AppendInt(s[:0], now, 10)
+		}
+		c.handle(batch, j)
+		c.throttle(j)
+	}
+	return handle, func() int { return j.runs[0].end - j.runs[0].start }
 }
 
 // BenchmarkLoop is BenchmarkHandle's batches through the consumer's loop

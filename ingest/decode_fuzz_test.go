@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"testing"
 )
@@ -34,14 +35,19 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
-// FuzzDecodeMatrix holds the Matrix front end to its reference, seeded
-// with the events a real Dendrite published:
+// FuzzDecodeMatrix holds the Matrix front ends to their reference,
+// Dendrite's envelopes and Synapse's checks alike, seeded with the
+// events a real Dendrite published (and each as Synapse sends it to be
+// checked):
 //
 //	go test -run='^$' -fuzz=FuzzDecodeMatrix -fuzztime=60s ./ingest/
 func FuzzDecodeMatrix(f *testing.F) {
 	bases := matrixBases(f)
 	for _, data := range bases {
 		f.Add(data)
+		if bytes.Contains(data, []byte(`"new_room_event":{`)) {
+			f.Add(synapseBody(f, data))
+		}
 	}
 	for _, c := range matrixCases {
 		if len(c.in) <= 4096 {
@@ -56,6 +62,7 @@ func FuzzDecodeMatrix(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkMappedAgainstReference(t, matrixMapping, Matrix(), data, matrixNow)
+		checkMappedAgainstReference(t, synapseMapping, SynapseEvent(), data, matrixNow)
 	})
 }
 

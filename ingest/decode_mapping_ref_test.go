@@ -123,9 +123,9 @@ func refMapped(m mapping, data []byte, maxPayload, maxName int, now, maxSkewMs i
 
 	kind, counted, userField := chat.KindMessage, true, mUser
 	switch {
-	case m.rules == matrixRules: // Matrix, from docs/contract.md section 13
+	case m.rules == matrixRules: // Matrix, from docs/contract.md section 13 (Synapse's checks: no envelope)
 		counted = false
-		if is(mEnvelope, "new_room_event") {
+		if len(m.ptrs[mEnvelope]) == 0 || is(mEnvelope, "new_room_event") {
 			stateKey, _ := value(mStateKey)
 			hasStateKey := stateKey != nil
 			switch {

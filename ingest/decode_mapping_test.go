@@ -77,18 +77,11 @@ func TestMatrixSamples(t *testing.T) {
 					Content                           struct{ Body *string }
 				}
 			}
-			var raw struct {
-				E struct {
-					Ev map[string]json.RawMessage `json:"event"`
-				} `json:"new_room_event"`
-			}
-			if err := json.Unmarshal(data, &raw); err != nil {
-				t.Fatal(err)
-			}
+			raw := dendriteEvent(t, data)
 			fields := map[string]any{"room_id": &env.Event.RoomID, "sender": &env.Event.Sender, "state_key": &env.Event.StateKey,
 				"_event_id": &env.Event.EventID, "origin_server_ts": &env.Event.TS, "content": &env.Event.Content}
 			for k, v := range fields {
-				if r, ok := raw.E.Ev[k]; ok {
+				if r, ok := raw[k]; ok {
 					if err := json.Unmarshal(r, v); err != nil {
 						t.Fatal(err)
 					}

@@ -6,6 +6,13 @@ import (
 	"github.com/chatpulse/chatpulse/chat"
 )
 
+// FiledHeader marks a message that chatpulse filed in its own form
+// (AppendNative) on its chat stream: what a group's filer files, and the
+// events Synapse's checks allowed (docs/contract.md section 14). A
+// Consumer reads such a message as Filed says, whatever its Format: a
+// stream read as Matrix events carries chatpulse's own as well.
+const FiledHeader = "Chatpulse-Filed"
+
 // AppendNative appends ev as an event of chatpulse's own format
 // (docs/contract.md section 1): room, user, ts (always written, as Unix
 // milliseconds), type for a join or a leave, id and text when it has
@@ -69,8 +76,9 @@ func appendJSONString(b []byte, s string) []byte {
 }
 
 // Filed is how a group's partitions read the events it filed from f's
-// (docs/contract.md section 13): chatpulse's own format, with f's limits
-// on names and payloads, since a Matrix id may run to 255 bytes.
+// (docs/contract.md section 13), and how a Consumer reads a message marked
+// with FiledHeader: chatpulse's own format, with f's limits on names and
+// payloads, since a Matrix id may run to 255 bytes.
 func (f *Format) Filed() *Format {
 	return &Format{name: f.name, maxName: f.maxName, maxPayload: f.maxPayload}
 }

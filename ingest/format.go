@@ -33,8 +33,9 @@ type Format struct {
 }
 
 var (
-	native = &Format{name: "chatpulse", maxName: chat.MaxNameLen, maxPayload: MaxPayload}
-	matrix = mustFormat("matrix", matrixMapping, MaxMatrixPayload)
+	native  = &Format{name: "chatpulse", maxName: chat.MaxNameLen, maxPayload: MaxPayload}
+	matrix  = mustFormat("matrix", matrixMapping, MaxMatrixPayload)
+	synapse = mustFormat("synapse", synapseMapping, MaxMatrixPayload)
 )
 
 func mustFormat(name string, m mapping, maxPayload int) *Format {
@@ -52,6 +53,13 @@ func Native() *Format { return native }
 // publishes them (see matrixKind), payloads of up to 1 MiB, names of up
 // to 255 bytes.
 func Matrix() *Format { return matrix }
+
+// SynapseEvent reads what Synapse asks about an event through the module
+// synapse-http-antispam (docs/contract.md section 14): {"event": {...}},
+// the event in the client format v2 with its event_id, by the rules of
+// Matrix (see matrixKind): a message, a join or a leave, or ignored.
+// Payloads of up to 1 MiB, names of up to 255 bytes. It is no --input.
+func SynapseEvent() *Format { return synapse }
 
 // ParseInput reads --input: chatpulse, matrix or mapping:FILE.
 func ParseInput(spec string) (*Format, error) {

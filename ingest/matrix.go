@@ -23,10 +23,31 @@ var matrixMapping = mapping{
 	rules: matrixRules,
 }
 
+// synapseMapping reads the event of a Synapse spam check
+// (docs/contract.md section 14): {"event": {...}}, the event in the
+// client format v2 with its event_id, as the module synapse-http-antispam
+// sends it to check_event_for_spam. No envelope: the rules are Matrix's
+// all the same.
+var synapseMapping = mapping{
+	ptrs: [numFields][]string{
+		mRoom:       {"/event/room_id"},
+		mUser:       {"/event/sender"},
+		mTS:         {"/event/origin_server_ts"},
+		mID:         {"/event/event_id"},
+		mText:       {"/event/content/body"},
+		mType:       {"/event/type"},
+		mStateKey:   {"/event/state_key"},
+		mMembership: {"/event/content/membership"},
+		mRelType:    {"/event/content/m.relates_to/rel_type"},
+	},
+	unit:  tsMs,
+	rules: matrixRules,
+}
+
 // matrixKind applies Matrix's rules, beyond where the fields are:
 //   - only envelopes of type new_room_event carry new events; the others
 //     (redacted_event, new_invite_event, retire_invite_event...) are
-//     ignored;
+//     ignored (a mapping without an envelope reads the event alone);
 //   - m.room.message is a message, unless it edits another
 //     (content["m.relates_to"].rel_type m.replace) or is a state event
 //     (it has a state_key: not a message a client shows);
@@ -43,7 +64,7 @@ var matrixMapping = mapping{
 // remembers each member's last join or leave, counts it nowhere
 // (docs/contract.md section 12).
 func matrixKind(d *mapper) (chat.Kind, bool, int) {
-	if !d.is(mEnvelope, "new_room_event") {
+	if len(d.p.fields[mEnvelope]) > 0 && !d.is(mEnvelope, "new_room_event") {
 		return 0, false, 0
 	}
 	switch {

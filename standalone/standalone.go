@@ -184,9 +184,9 @@ func (e *Engine) Active(now int64) []throttle.Active {
 // Check is a read-only throttle check.
 func (e *Engine) Check(now int64, q throttle.Query) throttle.Result { return e.Set.Decide(now, q) }
 
-// Consume is a consuming check: decided and, if allowed, counted at once
-// (docs/contract.md section 10); the alert of a crossing goes out as an
-// event's does.
+// Consume is a consuming check, of a message or of a join (q.Kind):
+// decided and, if allowed, counted at once (docs/contract.md sections 10
+// and 14); the alert of a crossing goes out as an event's does.
 func (e *Engine) Consume(now int64, q throttle.Query, id string) throttle.Result {
 	res, _, alerts := e.Set.Consume(now, q, id)
 	for _, a := range alerts {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -148,5 +150,84 @@ func TestSlowModeOvers(t *testing.T) {
 	// a check at 11000 would say.
 	if want := []string{"u@5000 until 10000", "u@11000 until 15000", "u@12000 until 21000"}; !slices.Equal(got, want) {
 		t.Errorf("slow mode's overs %q, want %q", got, want)
+	}
+}
+
+// A join's consuming check (Query.Kind chat.KindJoin) is decided by the
+// join waves of its room that lock it, and by nothing else: the join that
+// would cross is refused (the crossing, with its alert), and so is every
+// later one until lock_for after the crossing. The joins that arrive on
+// the bus with the ids of the allowed ones are not counted again by the
+// lock, and are counted by the join waves that only alert.
+func TestConsumeJoinLocks(t *testing.T) {
+	s := mustSet(t, []Policy{
+		{Name: "flood", Scope: ScopeUserInRoom, Algorithm: AlgSlidingWindow, Limit: 1, Window: time.Minute},
+		{Name: "watch", Scope: ScopeRoom, Algorithm: AlgJoinWave, Limit: 2, Window: time.Minute},
+		{Name: "raid", Scope: ScopeRoom, Algorithm: AlgJoinWave, Limit: 3, Window: time.Minute, Act: []ActKind{ActLock}, LockFor: 10 * time.Minute},
+	})
+	join := func(now int64, user string) (Result, []Alert) {
+		res, _, alerts := s.Consume(now, Query{Room: "lobby", User: user, Kind: chat.KindJoin}, "j-"+user)
+		return res, alerts
+	}
+	var evs []chat.Event
+	for i := range 3 {
+		user := fmt.Sprint("u", i)
+		if res, _ := join(at(int64(i)), user); !res.Allowed || !*res.Consumed || len(res.Decisions) != 1 || res.Decisions[0].Policy != "raid" {
+			t.Fatalf("join %d: %+v, want allowed and consumed, decided by raid alone", i, res)
+		}
+		evs = append(evs, chat.Event{Kind: chat.KindJoin, Room: "lobby", User: user, ID: "j-" + user, TS: at(int64(i))})
+	}
+	var watched []Alert
+	s.ObserveBatch(evs, func(_ int, a Alert) { watched = append(watched, a) }, nil)
+	if len(watched) != 1 || watched[0].Policy != "watch" {
+		t.Errorf("the joins on the bus alerted %+v, want watch's crossing alone", watched)
+	}
+
+	crossing := at(3)
+	lockEnd := crossing + (10 * time.Minute).Milliseconds()
+	res, alerts := join(crossing, "u3")
+	if d := res.Decisions[0]; res.Allowed || *res.Consumed || d.Count != 3 || d.RetryAfterMs != lockEnd-crossing {
+		t.Fatalf("the join that would cross: %+v, want refused with the 3 joins counted once, for lock_for", res)
+	}
+	if len(alerts) != 1 || alerts[0].Policy != "raid" || alerts[0].Event != "j-u3" || alerts[0].Until == nil || int64(*alerts[0].Until) != lockEnd {
+		t.Errorf("alerts %+v, want raid's crossing by j-u3, locked until %d", alerts, lockEnd)
+	}
+	for _, c := range []struct {
+		at      int64
+		allowed bool
+	}{{crossing + 1, false}, {crossing + (5 * time.Minute).Milliseconds(), false}, {lockEnd - 1, false}, {lockEnd, true}} {
+		if res, alerts := join(c.at, fmt.Sprint("late-", c.at)); res.Allowed != c.allowed || len(alerts) != 0 {
+			t.Errorf("a join at crossing%+dms: %+v, alerts %v; want allowed %v, no alert", c.at-crossing, res, alerts, c.allowed)
+		}
+	}
+	if res := s.Check(lockEnd, "lobby", "u0", "", false); !res.Allowed || len(res.Decisions) != 1 || res.Decisions[0].Count != 0 {
+		t.Errorf("the message policies after the joins: %+v, want flood alone, counting nothing", res)
+	}
+	if res, _, _ := s.Consume(lockEnd, Query{Room: "lobby", User: "u0"}, "m-1"); !res.Allowed || len(res.Decisions) != 1 || res.Decisions[0].Policy != "flood" {
+		t.Errorf("a message's consuming check: %+v, want decided by flood alone", res)
+	}
+}
+
+// Of n joins of one room checked at once from many goroutines, exactly
+// the lock's limit is allowed; a room it does not see is not decided.
+func TestConsumeJoinBurstIsExact(t *testing.T) {
+	s := mustSet(t, []Policy{{Name: "raid", Scope: ScopeRoom, Algorithm: AlgJoinWave, Limit: 20, Window: time.Minute, Rooms: []string{"public-*"}, Act: []ActKind{ActLock}}})
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				if res, _, _ := s.Consume(at(0), Query{Room: "public-lobby", User: fmt.Sprint("bot-", g, "-", i), Kind: chat.KindJoin}, fmt.Sprint("j-", g, "-", i)); res.Allowed {
+					allowed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := allowed.Load(); got != 20 {
+		t.Errorf("%d of 400 joins allowed, want the limit, 20", got)
+	}
+	if res, _, _ := s.Consume(at(0), Query{Room: "private", User: "bot", Kind: chat.KindJoin}, "j-private"); !res.Allowed || len(res.Decisions) != 0 {
+		t.Errorf("a join of a room the lock does not see: %+v, want allowed, decided by nothing", res)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/moderation"
 )
 
@@ -12,11 +13,18 @@ import (
 // with Text if HasText, sent by someone the chat server says has Roles
 // (docs/contract.md section 11: roles are the caller's word, so only an
 // authorised caller should send them).
+//
+// A consuming check may ask about a join instead (Kind chat.KindJoin):
+// one more join of User to Room, which only the room's join waves that
+// lock it decide (see Consume).
 type Query struct {
 	Room, User string
 	Text       string
 	HasText    bool
 	Roles      []string
+	// Kind is chat.KindMessage (the zero value) or, for Consume only,
+	// chat.KindJoin.
+	Kind chat.Kind
 }
 
 // The names of the decisions of moderators' actions (docs/contract.md

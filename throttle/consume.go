@@ -134,10 +134,19 @@ func (t *table[S, E, K]) untake(m msg) bool {
 // what a crossing records: the key's alert mark and its penalty; the
 // alerts of those crossings are returned, for the caller to publish.
 //
+// A join (q.Kind chat.KindJoin) is decided and recorded the same way by
+// the join waves of its room that lock it (act: [lock]), and by nothing
+// else: not by the moderators' actions, which are about messages, nor by
+// the join waves that only alert, which count the joins that arrive on
+// the bus. Such a policy keeps its room denied for lock_for after its
+// crossing (its penalty): the join that would cross is refused, and so is
+// every later one until the lock ends. Any other kind is decided by
+// nothing, and allowed.
+//
 // id must not be empty.
 func (s *Set) Consume(now int64, q Query, id string) (res Result, recorded bool, alerts []Alert) {
-	if !q.HasText {
-		q.Text = ""
+	if !q.HasText || q.Kind != chat.KindMessage {
+		q.Text, q.HasText = "", false
 	}
 	s.consuming.Store(true)
 	s.swap.RLock()
@@ -148,7 +157,7 @@ func (s *Set) Consume(now int64, q Query, id string) (res Result, recorded bool,
 	m.id = st.hk.idHash(id)
 	sel := make([]int, 0, len(st.policies))
 	for pi, p := range st.policies {
-		if p.sees(q.Room) && (!p.text || hasText) && s.applies(st, p, &q, m, now) {
+		if s.consumes(st, p, &q, hasText, m, now) {
 			sel = append(sel, pi)
 		}
 	}
@@ -160,7 +169,10 @@ func (s *Set) Consume(now int64, q Query, id string) (res Result, recorded bool,
 			st.stores[pi].unlock()
 		}
 	}()
-	res = Result{Allowed: true, AsOf: chat.Time(now), Room: strings.Clone(q.Room), User: strings.Clone(q.User), Decisions: s.actions(make([]Decision, 0, len(sel)), now, &q)}
+	res = Result{Allowed: true, AsOf: chat.Time(now), Room: strings.Clone(q.Room), User: strings.Clone(q.User), Decisions: make([]Decision, 0, len(sel))}
+	if q.Kind == chat.KindMessage {
+		res.Decisions = s.actions(res.Decisions, now, &q)
+	}
 	again := false
 	for _, pi := range sel {
 		again = again || !st.policies[pi].exempt(&q) && st.stores[pi].counted(m)
@@ -207,7 +219,7 @@ func (s *Set) Consume(now int64, q Query, id string) (res Result, recorded bool,
 		res.Decisions = append(res.Decisions, d)
 	}
 	if res.Allowed && !again {
-		s.posted(st, &chat.Event{Room: q.Room, User: q.User, TS: now})
+		s.posted(st, &chat.Event{Room: q.Room, User: q.User, TS: now, Kind: q.Kind})
 	}
 	consumed := res.Allowed
 	res.Consumed = &consumed
@@ -215,6 +227,19 @@ func (s *Set) Consume(now int64, q Query, id string) (res Result, recorded bool,
 		s.consumed.Add(1)
 	}
 	return res, recorded, alerts
+}
+
+// consumes reports whether policy p decides and records the consuming
+// check q: for a message, every policy that decides it (as Decide's);
+// for a join, the join waves of its room that lock it.
+func (s *Set) consumes(st *state, p *policy, q *Query, hasText bool, m msg, now int64) bool {
+	switch q.Kind {
+	case chat.KindMessage:
+		return p.sees(q.Room) && (!p.text || hasText) && s.applies(st, p, q, m, now)
+	case chat.KindJoin:
+		return p.joins && p.Acts(ActLock) && p.sees(q.Room)
+	}
+	return false
 }
 
 // Consumed is how many consuming checks the Set has recorded: a state
@@ -227,8 +252,8 @@ func (s *Set) Consumed() uint64 { return s.consumed.Load() }
 // slow mode's post is not taken back: the next message waits an interval
 // more than it would have, at most.)
 func (s *Set) Unconsume(q Query, id string) bool {
-	if !q.HasText {
-		q.Text = ""
+	if !q.HasText || q.Kind != chat.KindMessage {
+		q.Text, q.HasText = "", false
 	}
 	s.swap.RLock()
 	defer s.swap.RUnlock()
@@ -238,7 +263,7 @@ func (s *Set) Unconsume(q Query, id string) bool {
 	m.id = st.hk.idHash(id)
 	taken := false
 	for pi, p := range st.policies {
-		if !p.joins && p.sees(q.Room) && (!p.text || hasText) {
+		if p.joins == (q.Kind == chat.KindJoin) && p.sees(q.Room) && (!p.text || hasText) {
 			taken = st.stores[pi].untake(m) || taken
 		}
 	}

@@ -110,16 +110,33 @@ func (s *Server) throttleCheck(r *http.Request) (any, error) {
 	body := jsonBufs.Get().(*bytes.Buffer) // decodeCheck keeps none of it
 	defer jsonBufs.Put(body)
 	body.Reset()
-	_, err := body.ReadFrom(http.MaxBytesReader(nil, r.Body, maxCheckBody))
+	if err := readBodyInto(body, r, maxCheckBody); err != nil {
+		return nil, err
+	}
+	return s.CheckRequest(body.Bytes())
+}
+
+// readBody reads a request's body, of at most limit bytes, into a buffer
+// of its own.
+func readBody(r *http.Request, limit int) ([]byte, error) {
+	var body bytes.Buffer
+	err := readBodyInto(&body, r, limit)
+	return body.Bytes(), err
+}
+
+// readBodyInto reads a request's body, of at most limit bytes, into buf;
+// the error is a bad request.
+func readBodyInto(buf *bytes.Buffer, r *http.Request, limit int) error {
+	_, err := buf.ReadFrom(http.MaxBytesReader(nil, r.Body, int64(limit)))
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
-		return nil, badf("request body over %d bytes", maxCheckBody)
+		return badf("request body over %d bytes", limit)
 	case err != nil:
 		// The client is gone, or too slow: the server's read timeout.
-		return nil, badf("reading the request body: %v", err)
+		return badf("reading the request body: %v", err)
 	}
-	return s.CheckRequest(body.Bytes())
+	return nil
 }
 
 // check answers a valid check request, over HTTP or NATS.

@@ -3,6 +3,7 @@ package web
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 
 	"github.com/chatpulse/chatpulse/ingest"
 	"github.com/chatpulse/chatpulse/moderation"
@@ -160,6 +161,12 @@ func (f fields) Get(name string) string { return f[name] }
 //   - an integer is a JSON number without fraction or exponent;
 //   - null means absent.
 func decodeObject(data []byte, shape string, want map[string]kind) (fields, error) {
+	return decodeFields(data, shape, want, false)
+}
+
+// decodeFields is decodeObject, skipping the fields it does not know if
+// loose (a body another program writes, which may grow new fields).
+func decodeFields(data []byte, shape string, want map[string]kind, loose bool) (fields, error) {
 	// One valid JSON value and nothing else: the walk below can then only
 	// meet the wrong shapes, not broken syntax.
 	if !json.Valid(data) {
@@ -177,6 +184,13 @@ func decodeObject(data []byte, shape string, want map[string]kind) (fields, erro
 		key, next := literal(data, i)
 		field := unquote(key)
 		k, ok := want[field]
+		if !ok && loose {
+			i = skipSpace(data, skipSpace(data, next)+1) // past the colon
+			if i = skipSpace(data, skipValue(data, i)); data[i] == ',' {
+				i = skipSpace(data, i+1)
+			}
+			continue
+		}
 		if !ok {
 			return nil, badf("unknown field %q; %s", field, shape)
 		}
@@ -197,22 +211,8 @@ func decodeObject(data []byte, shape string, want map[string]kind) (fields, erro
 		case k == boolean:
 			return nil, badf("%s: must be true or false", field)
 		case k == list && c == '[':
-			j := i
-			for depth := 0; ; j++ { // json.Valid checked it: the brackets balance
-				switch data[j] {
-				case '[':
-					depth++
-				case ']':
-					depth--
-				case '"':
-					_, next := literal(data, j)
-					j = next - 1
-				}
-				if depth == 0 {
-					break
-				}
-			}
-			f[field], i = string(data[i:j+1]), j+1
+			j := skipValue(data, i)
+			f[field], i = string(data[i:j]), j
 		case k == list:
 			return nil, badf("%s: must be a list", field)
 		case c == '"' && k != integer:
@@ -248,6 +248,34 @@ func decodeObject(data []byte, shape string, want map[string]kind) (fields, erro
 
 func skipSpace(data []byte, i int) int {
 	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipValue is the index after the JSON value that starts at data[i].
+func skipValue(data []byte, i int) int {
+	switch data[i] {
+	case '"':
+		_, next := literal(data, i)
+		return next
+	case '{', '[':
+		for depth := 0; ; i++ { // json.Valid checked it: the brackets balance
+			switch data[i] {
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+			case '"':
+				_, next := literal(data, i)
+				i = next - 1
+			}
+			if depth == 0 {
+				return i + 1
+			}
+		}
+	}
+	for i < len(data) && !strings.ContainsRune(",}] \t\r\n", rune(data[i])) { // a number, true, false or null
 		i++
 	}
 	return i

@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/ingest"
 	"github.com/chatpulse/chatpulse/moderation"
 	"github.com/chatpulse/chatpulse/throttle"
 )
@@ -45,6 +47,10 @@ type Options struct {
 	// Policies answers GET /api/v1/throttle/policies: the throttle policies
 	// in force, and since when.
 	Policies func() any
+	// File files an event Synapse's checks allowed on chatpulse's own
+	// chat stream, as if it had arrived on the bus, under its ID
+	// (docs/contract.md section 14); nil: nothing is filed.
+	File func(ctx context.Context, ev ingest.Event) error
 
 	// AllowedHosts are the names that requests may carry in Host, besides
 	// IP addresses and localhost; "*" allows any. See checkHost.
@@ -91,6 +97,7 @@ type Server struct {
 	api   *http.ServeMux // the routes under /api/
 	hub   *hub
 	guard guard
+	anti  antispam
 }
 
 // New returns a server over views and thr. Start its websocket hub with Run.
@@ -129,6 +136,7 @@ func New(views Views, thr Throttle, opts Options) *Server {
 	// answer names none of those it offered.
 	s.hub.upgrader.Subprotocols = []string{wsProtocol}
 	s.guard = newGuard(opts, s.checkOrigin)
+	s.anti = newAntispam(opts.Registerer)
 	opts.Registerer.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "chatpulse_ws_clients", Help: "Websocket clients connected.",
 	}, func() float64 { return float64(s.hub.connected()) }))
@@ -176,6 +184,10 @@ func (s *Server) routes() {
 	s.api.HandleFunc("PUT /api/v1/users/{user}/timeout", s.json(s.putTimeout))
 	s.api.HandleFunc("DELETE /api/v1/users/{user}/timeout", s.json(s.lift(moderation.Timeout)))
 	s.api.HandleFunc("GET /api/v1/moderation", s.json(s.listActions))
+	s.api.HandleFunc("POST /api/v1/matrix/antispam/check_event_for_spam", s.checkEventForSpam)
+	s.api.HandleFunc("POST /api/v1/matrix/antispam/user_may_join_room", s.userMayJoinRoom)
+	s.api.HandleFunc("POST /api/v1/matrix/antispam/ping", s.antispamPing)
+	s.api.HandleFunc("POST /api/v1/matrix/antispam/{callback}", s.antispamOther)
 	s.api.HandleFunc("GET /api/v1/openapi.json", serveOpenAPI)
 	s.mux.HandleFunc(routeAPI, s.serveAPI)
 	s.mux.Handle(routeMetrics, promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))

@@ -46,11 +46,10 @@ var actionFields = map[string]kind{"interval": text, "for": text, "until": text,
 
 // decodeAction reads the body of a PUT into a of kind, room and user.
 func (s *Server) decodeAction(r *http.Request, a *moderation.Action) error {
-	var body bytes.Buffer
-	if _, err := body.ReadFrom(http.MaxBytesReader(nil, r.Body, maxCheckBody)); err != nil {
-		return badf("reading the request body: %v", err)
+	data, err := readBody(r, maxCheckBody)
+	if err != nil {
+		return err
 	}
-	data := body.Bytes()
 	if len(bytes.TrimSpace(data)) == 0 {
 		data = []byte("{}")
 	}

@@ -53,6 +53,12 @@ func TestOpenAPI(t *testing.T) {
     limit: 1
     window: 1m
     mode: shadow
+  - name: raid
+    scope: room
+    algorithm: join_wave
+    limit: 1
+    window: 1h
+    act: [lock]
 `), 0o644)
 	tm := startMain(t, "--windows", "1m,1h", "--policies", policies)
 	for i := range 5 {
@@ -148,6 +154,21 @@ func TestOpenAPI(t *testing.T) {
 		{"GET", "/api/v1/throttle/policies", "", 200, ""},
 		{"GET", "/api/v1/group", "", 404, ""}, // standalone
 		{"GET", "/api/v1/act", "", 404, ""},   // no --act
+		{"POST", "/api/v1/matrix/antispam/ping", `{"id":"AbCdEfGh"}`, 200, ""},
+		{"POST", "/api/v1/matrix/antispam/ping", `{}`, 400, ""},
+		{"POST", "/api/v1/matrix/antispam/check_event_for_spam", synapseMessage("$m1"), 200, ""},
+		{"POST", "/api/v1/matrix/antispam/check_event_for_spam", synapseMessage("$m2"), 200, ""},
+		{"POST", "/api/v1/matrix/antispam/check_event_for_spam", synapseMessage("$m3"), 200, ""},
+		{"POST", "/api/v1/matrix/antispam/check_event_for_spam", synapseMessage("$m4"), 429, ""},
+		{"POST", "/api/v1/matrix/antispam/check_event_for_spam", `{"event":{"type":"m.reaction","event_id":"$r","room_id":"!x:hs","sender":"@a:hs","origin_server_ts":1,"content":{}}}`, 200, ""},
+		{"POST", "/api/v1/matrix/antispam/check_event_for_spam", `{"event":`, 400, ""},
+		{"POST", "/api/v1/matrix/antispam/check_event_for_spam", `{"event":{"type":"m.room.message","room_id":"!x:hs","sender":"@a:hs","origin_server_ts":1,"content":{"body":"hi"}}}`, 400, "the schema cannot say that a message needs its event_id"},
+		{"POST", "/api/v1/matrix/antispam/check_event_for_spam", synapseJoin("$j1", "@a:remote"), 200, ""},
+		{"POST", "/api/v1/matrix/antispam/check_event_for_spam", synapseJoin("$j2", "@b:remote"), 403, ""},
+		{"POST", "/api/v1/matrix/antispam/user_may_join_room", `{"user":"@c:hs","room":"!x:hs","is_invited":false}`, 403, ""},
+		{"POST", "/api/v1/matrix/antispam/user_may_join_room", `{"user_id":"@c:hs","room_id":"!y:hs","is_invited":false}`, 200, ""},
+		{"POST", "/api/v1/matrix/antispam/user_may_join_room", `{"user":"@c:hs"}`, 400, ""},
+		{"POST", "/api/v1/matrix/antispam/user_may_invite", `{"inviter":"@a:hs","invitee":"@b:hs","room_id":"!x:hs"}`, 200, ""},
 		{"GET", "/api/v1/openapi.json", "", 200, ""},
 		{"GET", "/healthz", "", 200, ""},
 		{"GET", "/readyz", "", 200, ""},
@@ -173,6 +194,18 @@ func TestOpenAPI(t *testing.T) {
 		"GET /api/v1/group 200": "group mode only",
 		"GET /api/v1/act 200":   "with --act only: TestActEndToEnd checks it",
 	})
+}
+
+// synapseMessage and synapseJoin are check_event_for_spam's bodies for a
+// message of @spam:hs and a join of user in !x:hs, now.
+func synapseMessage(id string) string {
+	return fmt.Sprintf(`{"event":{"content":{"body":"buy","msgtype":"m.text"},"event_id":%q,"origin_server_ts":%d,"room_id":"!x:hs","sender":"@spam:hs","type":"m.room.message","unsigned":{}}}`,
+		id, time.Now().UnixMilli())
+}
+
+func synapseJoin(id, user string) string {
+	return fmt.Sprintf(`{"event":{"content":{"membership":"join"},"event_id":%q,"origin_server_ts":%d,"room_id":"!x:hs","sender":%q,"state_key":%q,"type":"m.room.member","unsigned":{}}}`,
+		id, time.Now().UnixMilli(), user, user)
 }
 
 // loadOpenAPI fetches the document and checks that it is valid OpenAPI 3.1.

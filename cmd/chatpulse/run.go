@@ -152,6 +152,7 @@ func (m *Main) build() error {
 		AuthToken:      c.AuthToken,
 		MetricsAuth:    c.MetricsAuth,
 		Policies:       m.policies.answer,
+		File:           m.file,
 		Ready:          m.engine.Ready,
 		Group:          m.engine.Status,
 		Act:            m.actStatus,
