@@ -83,11 +83,7 @@ func newTestRoom(t *testing.T) *testRoom {
 	if r.set, err = throttle.NewSet(r.policies); err != nil {
 		t.Fatal(err)
 	}
-	b, err := bus.Open(bus.Options{URL: url, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
+	b := natstest.Bus(t, url)
 	if r.bucket, err = b.Bucket(t.Context(), bus.ModerationBucket, "test", 1); err != nil {
 		t.Fatal(err)
 	}

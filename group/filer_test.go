@@ -62,7 +62,7 @@ func (h filerLog) WithGroup(name string) slog.Handler {
 func newFilerRig(tb testing.TB) *filerRig {
 	tb.Helper()
 	url := natstest.Start(tb).URL()
-	b := openBus(tb, url)
+	b := natstest.Bus(tb, url)
 	nc, err := nats.Connect(url)
 	if err != nil {
 		tb.Fatal(err)
@@ -406,7 +406,7 @@ func BenchmarkFilerEncode(b *testing.B) {
 	cfg.Defaults()
 	f := newFiler(cfg, ingest.New(reg, ingest.Config{}), reg)
 	f.copy = "CHAT_SOURCE"
-	f.bus = openBus(b, natstest.Start(b).URL())
+	f.bus = natstest.Bus(b, natstest.Start(b).URL())
 	var out []*nats.Msg
 	b.ReportAllocs()
 	for b.Loop() {

@@ -80,7 +80,7 @@ func askingBWith(t *testing.T, unowned string, policies []throttle.Policy, respo
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	m := &Member{cfg: Config{Group: "g", Partitions: partitions, Unowned: unowned}, bus: openBus(t, url), log: log, closing: make(chan struct{}),
+	m := &Member{cfg: Config{Group: "g", Partitions: partitions, Unowned: unowned}, bus: natstest.Bus(t, url), log: log, closing: make(chan struct{}),
 		metrics: &metrics{count: map[string]*[3]uint64{}}, unconsumeFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "failed"})}
 	m.cfg.Instance = "a"
 	m.rules.Store(r)
@@ -103,7 +103,7 @@ func askingBWith(t *testing.T, unowned string, policies []throttle.Policy, respo
 		return nil
 	})
 
-	sub, err := openBus(t, url).Answer(bus.GroupQuery("g", "b"), func(data []byte) []byte {
+	sub, err := natstest.Bus(t, url).Answer(bus.GroupQuery("g", "b"), func(data []byte) []byte {
 		var q question
 		json.Unmarshal(data, &q)
 		out, _ := json.Marshal(respond(q))

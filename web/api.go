@@ -235,26 +235,24 @@ func (s *Server) throttlePolicies(w http.ResponseWriter, r *http.Request) {
 // act is GET /api/v1/act: what acting on the chat system does, or 404
 // without --act.
 func (s *Server) act(w http.ResponseWriter, r *http.Request) {
-	var status any
-	if s.opts.Act != nil {
-		status = s.opts.Act()
-	}
-	if status == nil {
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": "not acting on the chat system (see --act)"})
-		return
-	}
-	writeJSON(w, http.StatusOK, status)
+	writeStatus(w, s.opts.Act, "not acting on the chat system (see --act)")
 }
 
 // group is GET /api/v1/group: the group's members, or 404 when standalone.
 func (s *Server) group(w http.ResponseWriter, r *http.Request) {
-	var status any
-	if s.opts.Group != nil {
-		status = s.opts.Group()
+	writeStatus(w, s.opts.Group, "not in a group: this instance runs standalone (see --group)")
+}
+
+// writeStatus answers with what status says, or 404 with why not if it
+// (or what it says) is nil.
+func writeStatus(w http.ResponseWriter, status func() any, why string) {
+	var v any
+	if status != nil {
+		v = status()
 	}
-	if status == nil {
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": "not in a group: this instance runs standalone (see --group)"})
+	if v == nil {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": why})
 		return
 	}
-	writeJSON(w, http.StatusOK, status)
+	writeJSON(w, http.StatusOK, v)
 }

@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -155,23 +153,15 @@ func (m *Main) userRooms(user string, d time.Duration, now int64) []string {
 // rereadToken reads --matrix-token-file again on every SIGHUP, until
 // chatpulse stops: a bad read keeps the token in force, and says why.
 func (m *Main) rereadToken(a *actor) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	for {
-		select {
-		case <-m.stop:
+	m.onSIGHUP(func() {
+		t, err := readToken(m.Config.MatrixTokenFile)
+		if err != nil {
+			m.Log.Warn("SIGHUP: the bot's token not read again: the one in force stays", "err", err)
 			return
-		case <-hup:
-			t, err := readToken(m.Config.MatrixTokenFile)
-			if err != nil {
-				m.Log.Warn("SIGHUP: the bot's token not read again: the one in force stays", "err", err)
-				continue
-			}
-			a.token.Store(&t)
-			m.Log.Info("SIGHUP: the bot's token read again", "file", m.Config.MatrixTokenFile)
 		}
-	}
+		a.token.Store(&t)
+		m.Log.Info("SIGHUP: the bot's token read again", "file", m.Config.MatrixTokenFile)
+	})
 }
 
 // timeouts hands the moderators' timeouts in force to the Actor whenever

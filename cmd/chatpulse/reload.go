@@ -61,25 +61,32 @@ func (m *Main) kvPolicies(ctx context.Context) error {
 	return nil
 }
 
+// onSIGHUP calls f, on a goroutine of its own, on every SIGHUP until
+// chatpulse stops: the signal is caught from the moment it returns (each
+// caller hears every signal).
+func (m *Main) onSIGHUP(f func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP) // never the default, which ends the process
+	m.goRun(func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-m.stop:
+				return
+			case <-hup:
+				f()
+			}
+		}
+	})
+}
+
 // watchPolicies offers every new version of the policies source until
 // chatpulse stops: a key's as the watch delivers them, a file's on SIGHUP
 // and when it changes.
 func (m *Main) watchPolicies() error {
 	src := m.policies.source
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP) // never the default, which ends the process
 	if src.name == "" || src.kv() {
-		m.goRun(func() {
-			defer signal.Stop(hup)
-			for {
-				select {
-				case <-m.stop:
-					return
-				case <-hup:
-					m.Log.Info("SIGHUP: no policies file to read again", "policies", src.shown())
-				}
-			}
-		})
+		m.onSIGHUP(func() { m.Log.Info("SIGHUP: no policies file to read again", "policies", src.shown()) })
 	}
 	switch {
 	case src.kv():
@@ -93,6 +100,8 @@ func (m *Main) watchPolicies() error {
 			m.policies.offer(v.Data) // the first is the version in force: no change
 		})
 	case src.name != "":
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
 		m.goRun(func() {
 			defer signal.Stop(hup)
 			m.watchFile(src.name, hup)

@@ -264,7 +264,7 @@ func (m *Main) open(ln net.Listener) error {
 		ctx, cancel := context.WithCancel(context.Background())
 		m.goRun(func() { <-m.stop; cancel() })
 		m.goRun(func() { a.Run(ctx) })
-		m.goRun(func() { m.rereadToken(a) })
+		m.rereadToken(a)
 		m.goRun(func() { m.timeouts(a) })
 	}
 

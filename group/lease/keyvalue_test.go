@@ -19,7 +19,7 @@ func TestKeyValueContract(t *testing.T) {
 	buckets := map[string]func(t *testing.T) KV{
 		"fake": func(t *testing.T) KV { return fake.NewKV(fake.NewClock(), time.Hour, &fake.Trace{}) },
 		"jetstream": func(t *testing.T) KV {
-			kv, err := Open(t.Context(), openBus(t, natstest.Start(t).URL()), "contract", 1, time.Hour)
+			kv, err := Open(t.Context(), natstest.Bus(t, natstest.Start(t).URL()), "contract", 1, time.Hour)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -21,17 +21,6 @@ import (
 
 const testTTL = time.Second
 
-// openBus connects to the server at url as a member does.
-func openBus(t testing.TB, url string) *bus.Bus {
-	t.Helper()
-	b, err := bus.Open(bus.Options{URL: url, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	return b
-}
-
 // tracker checks that no partition is ever started by two members at once,
 // and that a member stops answering for a partition before another starts
 // it.
@@ -93,7 +82,7 @@ type member struct {
 // startMember starts member name's lease loop through the server at url.
 func startMember(t *testing.T, url string, tr *tracker, name string, partitions int) *member {
 	t.Helper()
-	b := openBus(t, url)
+	b := natstest.Bus(t, url)
 	ctx, cancel := context.WithCancel(context.Background())
 	kv, err := Open(ctx, b, "test", 1, testTTL)
 	if err != nil {
@@ -158,7 +147,7 @@ func TestLeasesConvergeAndFailOver(t *testing.T) {
 	ms["b"].cancel()
 	<-ms["b"].done
 	delete(ms, "b")
-	kv, err := Open(context.Background(), openBus(t, url), "test", 1, testTTL)
+	kv, err := Open(context.Background(), natstest.Bus(t, url), "test", 1, testTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +218,7 @@ func TestDuplicateInstance(t *testing.T) {
 	url := natstest.Start(t).URL()
 	tr := &tracker{t: t, active: map[int]run{}, byWho: map[string]*Loop{}}
 	startMember(t, url, tr, "a", 4)
-	kv, err := Open(context.Background(), openBus(t, url), "test", 1, testTTL)
+	kv, err := Open(context.Background(), natstest.Bus(t, url), "test", 1, testTTL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,8 @@ package natstest
 import (
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"slices"
 	"strings"
@@ -28,6 +30,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/chatpulse/chatpulse/bus"
 	"github.com/chatpulse/chatpulse/internal/proxy"
 	"github.com/chatpulse/chatpulse/internal/wait"
 )
@@ -301,4 +304,16 @@ func freePorts(t testing.TB, n int) []int {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports
+}
+
+// Bus connects to the server at url as chatpulse does, quietly, until the
+// test ends.
+func Bus(t testing.TB, url string) *bus.Bus {
+	t.Helper()
+	b, err := bus.Open(bus.Options{URL: url, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	return b
 }
