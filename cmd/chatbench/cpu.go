@@ -164,8 +164,9 @@ type paceResult struct {
 // ratio is process k's CPU per event over the bare subscriber's.
 func (r paceResult) ratio(k int) float64 { return r.cpu[k] / r.cpu[len(r.cpu)-1] }
 
-// spread is the median of the results, and their range if there are more.
-func spread(rs []paceResult, f func(paceResult) float64, format string) string {
+// spread is the median of f over the results, and their range if there
+// are more.
+func spread[R any](rs []R, f func(R) float64, format string) string {
 	var vs []float64
 	for _, r := range rs {
 		vs = append(vs, f(r))

@@ -100,8 +100,9 @@ func decideCmd(args []string) error {
 				url, bodies[i] = tg.body(ks.key())
 			}
 			var n atomic.Int64
-			next := func() (string, []byte) { return url, bodies[int(n.Add(1))%len(bodies)] }
-			lat, cpu, err := closedLoop(*workers, *d, tg.proc, next)
+			lat, cpu, err := closedLoop(*workers, *d, tg.proc, func(c *http.Client) error {
+				return post(c, url, bodies[int(n.Add(1))%len(bodies)])
+			})
 			if err != nil {
 				return fmt.Errorf("%s: %w", tg.name, err)
 			}
@@ -149,9 +150,9 @@ func decideCmd(args []string) error {
 }
 
 // closedLoop runs workers clients, each on its own keep-alive connection,
-// each sending the next request as soon as the last is answered, for d;
-// it returns the latencies and the CPU seconds p used meanwhile.
-func closedLoop(workers int, d time.Duration, p *process, next func() (string, []byte)) ([]time.Duration, float64, error) {
+// each making the next call as soon as the last is answered, for d; it
+// returns the latencies and the CPU seconds p used meanwhile (none: nil).
+func closedLoop(workers int, d time.Duration, p *process, call func(*http.Client) error) ([]time.Duration, float64, error) {
 	var (
 		mu    sync.Mutex
 		lat   []time.Duration
@@ -168,9 +169,8 @@ func closedLoop(workers int, d time.Duration, p *process, next func() (string, [
 		wg.Go(func() {
 			var mine []time.Duration
 			for time.Now().Before(end) {
-				url, body := next()
 				start := time.Now()
-				if err := post(client, url, body); err != nil {
+				if err := call(client); err != nil {
 					mu.Lock()
 					first = err
 					mu.Unlock()
@@ -196,7 +196,20 @@ func closedLoop(workers int, d time.Duration, p *process, next func() (string, [
 }
 
 func post(client *http.Client, url string, body []byte) error {
-	resp, err := client.Post(url, "application/json", bytes.NewReader(body))
+	return postWith(client, url, body, nil)
+}
+
+// postWith posts body as JSON with the headers h too, and wants 200.
+func postWith(client *http.Client, url string, body []byte, h http.Header) error {
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}

@@ -55,15 +55,9 @@ func restartCmd(args []string) error {
 		p.stop()
 		return err
 	}
-	for deadline := time.Now().Add(10 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		m, err := scrape(p.url + "/metrics")
-		if err == nil && m["chatpulse_events_received_total"] >= float64(*n) {
-			break
-		}
-		if time.Now().After(deadline) {
-			p.stop()
-			return errors.New("chatpulse did not take every event in")
-		}
+	if err := received(p, *n, 10*time.Minute); err != nil {
+		p.stop()
+		return err
 	}
 	var st struct{ Pairs int }
 	if m, err := scrape(p.url + "/metrics"); err == nil {
