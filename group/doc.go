@@ -11,7 +11,8 @@
 //	stage.go      a stage: one fenced reading of a partition, which acts only while the lease is valid
 //	progress.go   how far each partition was handled, handed from one holder to the next
 //	snapshot.go   a partition's snapshot: saved by its owner, loaded by the next
-//	views.go      the group's views and checks, asked of the owners and merged
+//	views.go      the group's views, asked of the owners and merged
+//	checks.go     the throttle checks, consuming checks and their take-backs, asked of the owners
 //	query.go      the members' protocol: what one asks another, and the answers
 //	merge.go      merging partial views, exactly
 //	policies.go   the throttle policies, split by stage; Reconfigure
