@@ -25,8 +25,8 @@ const (
 // client is one websocket connection: one reader goroutine, which owns the
 // rate of its requests, and one writer goroutine. The hub owns what it
 // watches. Between the hub and the writer sit the pending frames: the
-// newest unsent version of each view (latest wins), the alerts and the
-// errors; the writer sends all of them in one write to the network.
+// newest unsent version of each view (latest wins), the feeds' frames
+// and the errors; the writer sends all of them in one write to the network.
 type client struct {
 	hub     *hub
 	conn    *websocket.Conn
@@ -40,10 +40,15 @@ type client struct {
 
 	mu      sync.Mutex
 	pending []pendingView // in the order they came
-	alerts  []alertFrame  // at most maxAlertFrames
-	lost    int64         // alerts in frames dropped unsent
+	feeds   [numFeeds]feedQueue
 	errs    [][]byte
 	closed  bool
+}
+
+// feedQueue is a client's unsent frames of one feed.
+type feedQueue struct {
+	frames []feedFrame // at most maxFeedFrames
+	lost   int64       // items in frames dropped unsent
 }
 
 // pendingView is the newest unsent frame of a view.
@@ -181,8 +186,8 @@ func (c *client) write(frames [][]byte) error {
 	return c.out.flush()
 }
 
-// take empties the client's queues (errors, then views, then alerts), and
-// says whether the client has left.
+// take empties the client's queues (errors, then views, then the feeds),
+// and says whether the client has left.
 func (c *client) take(frames [][]byte) ([][]byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -190,15 +195,19 @@ func (c *client) take(frames [][]byte) ([][]byte, bool) {
 	for _, p := range c.pending {
 		frames = append(frames, p.frame)
 	}
-	if c.lost > 0 {
-		frames = append(frames, newAlertFrame(nil, c.lost).frame)
-	}
-	for _, a := range c.alerts {
-		frames = append(frames, a.frame)
+	for k := range c.feeds {
+		q := &c.feeds[k]
+		if q.lost > 0 {
+			frames = append(frames, newFeedFrame[struct{}](feedKind(k), nil, q.lost).frame)
+		}
+		for _, f := range q.frames {
+			frames = append(frames, f.frame)
+		}
+		clear(q.frames)
+		q.frames, q.lost = q.frames[:0], 0
 	}
 	clear(c.pending)
-	clear(c.alerts)
-	c.pending, c.alerts, c.errs, c.lost = c.pending[:0], c.alerts[:0], nil, 0
+	c.pending, c.errs = c.pending[:0], nil
 	return frames, c.closed
 }
 
@@ -223,16 +232,17 @@ func (c *client) dropView(k viewKey) {
 	c.mu.Unlock()
 }
 
-// queueAlerts queues a push's alerts frame; a client that has not written
-// for maxAlertFrames pushes loses the oldest, and is told how many alerts
-// it lost. The caller wakes the writer.
-func (c *client) queueAlerts(f alertFrame) {
+// queueFeed queues a push's frame of a feed; a client that has not
+// written for maxFeedFrames pushes loses the oldest, and is told how many
+// items it lost. The caller wakes the writer.
+func (c *client) queueFeed(f feedFrame) {
 	c.mu.Lock()
-	if len(c.alerts) == maxAlertFrames {
-		c.lost += c.alerts[0].n
-		c.alerts = append(c.alerts[:0], c.alerts[1:]...)
+	q := &c.feeds[f.kind]
+	if len(q.frames) == maxFeedFrames {
+		q.lost += q.frames[0].n
+		q.frames = append(q.frames[:0], q.frames[1:]...)
 	}
-	c.alerts = append(c.alerts, f)
+	q.frames = append(q.frames, f)
 	c.mu.Unlock()
 }
 

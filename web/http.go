@@ -155,7 +155,15 @@ func (s *Server) Run(stop <-chan struct{}) { s.hub.run(stop) }
 // Alert sends an alert to the dashboards that subscribed to alerts, with
 // the next push. It never blocks: if the hub is that far behind, the alert
 // is dropped (it is on NATS too) and counted as omitted.
-func (s *Server) Alert(a throttle.Alert) { s.hub.alert(a) }
+func (s *Server) Alert(a throttle.Alert) { s.hub.alerts.send(a) }
+
+// Acted sends an act on the chat system, or an undo (docs/contract.md
+// section 14), to the dashboards that subscribed to acts, with the next
+// push. data is its JSON as published on chatpulse.act.<kind> (act.Act);
+// the hub keeps it, so the caller must not change it. It never blocks: if
+// the hub is that far behind, the act is dropped (it is on NATS too) and
+// counted as omitted.
+func (s *Server) Acted(data []byte) { s.hub.acts.send(data) }
 
 // Routes the guard tells apart: the health checks need no token and
 // answer any Host; the API and the websocket need the token, and metrics

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -40,15 +41,15 @@ const (
 // not ingest, not other clients. What a client costs the hub is what it
 // watches: a leave walks the client's own subscriptions, and a push walks
 // the views, of which there are at most maxRoomViews plus two per window
-// and the alerts.
+// and the feeds.
 //
-// Alerts are coalesced into the push (alerts.go): one frame per push to the
-// clients that subscribed to them.
+// The feeds, alerts and acts, are coalesced into the push (feed.go): one
+// frame per push and feed to the clients that subscribed to it.
 type hub struct {
 	hubConfig
 	upgrader websocket.Upgrader
-	alerts   chan throttle.Alert
-	missed   atomic.Int64 // alerts dropped because the hub was behind
+	alerts   *feed[throttle.Alert]
+	acts     *feed[json.RawMessage]
 	requests chan request
 	jobs     chan *renderJob
 	results  chan *renderJob
@@ -61,7 +62,6 @@ type hub struct {
 	views     map[viewKey]*watched
 	roomViews int // of views, those of a room
 	renders   renderQueue
-	pending   pendingAlerts
 }
 
 // hubConfig is what a hub needs from the server it serves.
@@ -84,7 +84,8 @@ type watched struct {
 func newHub(cfg hubConfig) *hub {
 	h := &hub{
 		hubConfig: cfg,
-		alerts:    make(chan throttle.Alert, 256),
+		alerts:    newFeed[throttle.Alert](feedAlerts),
+		acts:      newFeed[json.RawMessage](feedActs),
 		requests:  make(chan request, 1024),
 		jobs:      make(chan *renderJob),
 		results:   make(chan *renderJob, renderers),
@@ -98,8 +99,8 @@ func newHub(cfg hubConfig) *hub {
 	return h
 }
 
-// run serves requests, pushes views every push interval and fans alerts
-// out, until stop is closed.
+// run serves requests, pushes views every push interval and fans the
+// feeds out, until stop is closed.
 func (h *hub) run(stop <-chan struct{}) {
 	defer close(h.stopped)
 	for range renderers {
@@ -123,8 +124,10 @@ func (h *hub) run(stop <-chan struct{}) {
 			h.apply(j)
 		case <-t.C:
 			h.push()
-		case a := <-h.alerts:
-			h.pending.add(a)
+		case a := <-h.alerts.in:
+			h.alerts.add(a)
+		case a := <-h.acts.in:
+			h.acts.add(a)
 		}
 	}
 }
@@ -175,7 +178,7 @@ func (h *hub) watch(c *client, k viewKey) error {
 		if k.kind == viewRoom {
 			h.roomViews++
 		}
-		if k.kind != viewAlerts {
+		if !k.feed() {
 			h.renders.first(v)
 		}
 	}
@@ -211,17 +214,6 @@ func (h *hub) release(c *client, k viewKey) {
 	h.nviews.Add(-1)
 	if k.kind == viewRoom {
 		h.roomViews--
-	}
-}
-
-// alert hands an alert to the hub, for the next push. It never blocks: if
-// the hub is that far behind, the alert is dropped (it is on NATS too) and
-// counted in the next frame's omitted.
-func (h *hub) alert(a throttle.Alert) {
-	select {
-	case h.alerts <- a:
-	default:
-		h.missed.Add(1)
 	}
 }
 

@@ -258,9 +258,25 @@ func TestHubNeverOlder(t *testing.T) {
 	feeding.Wait()
 }
 
-// Alerts go, coalesced, only to the clients that subscribed to them, and
-// every alert is in a frame or counted as omitted.
-func TestHubAlerts(t *testing.T) {
+// Each feed (alerts, acts) goes, coalesced, only to the clients that
+// subscribed to it, and every item is in a frame or counted as omitted.
+func TestHubFeeds(t *testing.T) {
+	for _, tc := range []struct {
+		view string
+		send func(s *Server, user string)
+	}{
+		{"alerts", func(s *Server, user string) {
+			s.Alert(throttle.Alert{Policy: "user_flood", User: user, Count: 31, Limit: 30, At: chat.Time(testNow.UnixMilli())})
+		}},
+		{"acts", func(s *Server, user string) {
+			s.Acted(fmt.Appendf(nil, `{"kind":"redact","room":"lobby","user":%q,"policy":"user_flood","at":"2026-11-30T07:00:00.000Z"}`, user))
+		}},
+	} {
+		t.Run(tc.view, func(t *testing.T) { testHubFeed(t, tc.view, tc.send) })
+	}
+}
+
+func testHubFeed(t *testing.T, view string, send func(s *Server, user string)) {
 	s := New(newAggregator(t), nil, Options{Now: func() time.Time { return testNow }, PushInterval: 10 * time.Millisecond})
 	stop := make(chan struct{})
 	defer close(stop)
@@ -274,77 +290,87 @@ func TestHubAlerts(t *testing.T) {
 	for _, c := range []*websocket.Conn{sub, other} {
 		sendFrame(t, c, `{"type":"subscribe","view":"overview"}`)
 	}
-	sendFrame(t, sub, `{"type":"subscribe","view":"alerts"}`)
+	sendFrame(t, sub, `{"type":"subscribe","view":%q}`, view)
+	sendFrame(t, other, `{"type":"subscribe","view":%q}`, otherFeed(view))
 	for _, frames := range []<-chan testFrame{subFrames, otherFrames} { // the hub has the subscriptions
 		waitFrame(t, frames, "overview", func(f testFrame) bool { return f.View == "overview" })
 	}
-	sendFrame(t, sub, `{"type":"subscribe","view":"alerts","window":"1m"}`)
-	if f := waitFrame(t, subFrames, "error", func(f testFrame) bool { return f.Type == "error" }); f.Error != "view alerts takes no window and no room" {
+	sendFrame(t, sub, `{"type":"subscribe","view":%q,"window":"1m"}`, view)
+	if f := waitFrame(t, subFrames, "error", func(f testFrame) bool { return f.Type == "error" }); f.Error != "view "+view+" takes no window and no room" {
 		t.Fatalf("error %q", f.Error)
 	}
 
 	const total = 1000
 	for i := range total {
-		s.Alert(throttle.Alert{Policy: "user_flood", User: fmt.Sprint("u", i), Count: 31, Limit: 30, At: chat.Time(testNow.UnixMilli())})
+		send(s, fmt.Sprint("u", i))
 		if i%100 == 99 {
-			time.Sleep(20 * time.Millisecond) // pace: the alerts spread over pushes, so over several frames
+			time.Sleep(20 * time.Millisecond) // pace: the items spread over pushes, so over several frames
 		}
 	}
 	got, users := int64(0), map[string]bool{}
 	for got < total {
-		f := waitFrame(t, subFrames, "alerts", func(f testFrame) bool { return f.Type == "alerts" })
-		var alerts []throttle.Alert
-		if err := json.Unmarshal(f.Data, &alerts); err != nil {
+		f := waitFrame(t, subFrames, view, func(f testFrame) bool { return f.Type == view })
+		var items []struct{ User string }
+		if err := json.Unmarshal(f.Data, &items); err != nil {
 			t.Fatal(err)
 		}
-		if len(alerts) > maxAlertsPerFrame || len(alerts)+int(f.Omitted) == 0 {
-			t.Fatalf("a frame with %d alerts and %d omitted", len(alerts), f.Omitted)
+		if len(items) > maxPerFrame || len(items)+int(f.Omitted) == 0 {
+			t.Fatalf("a frame with %d items and %d omitted", len(items), f.Omitted)
 		}
-		for _, a := range alerts {
+		for _, a := range items {
 			if users[a.User] {
-				t.Fatalf("%s's alert twice", a.User)
+				t.Fatalf("%s's item twice", a.User)
 			}
 			users[a.User] = true
 		}
-		got += int64(len(alerts)) + f.Omitted
+		got += int64(len(items)) + f.Omitted
 	}
 	if got != total {
-		t.Fatalf("%d alerts sent, %d delivered or omitted", total, got)
+		t.Fatalf("%d items sent, %d delivered or omitted", total, got)
 	}
-	if len(users) < maxAlertsPerFrame {
-		t.Fatalf("only %d alerts delivered", len(users))
+	if len(users) < maxPerFrame {
+		t.Fatalf("only %d items delivered", len(users))
 	}
 	other.Close()
 	for f := range otherFrames {
-		if f.Type == "alerts" {
-			t.Fatal("alerts to a client that did not subscribe to them")
+		if f.Type == view {
+			t.Fatalf("%s to a client that did not subscribe to them", view)
 		}
 	}
 }
 
-func TestPendingAlerts(t *testing.T) {
-	for _, n := range []int{0, 1, maxAlertsPerFrame, maxAlertsPerFrame + 1, 2 * maxAlertsPerFrame, 2*maxAlertsPerFrame + 1, 1234} {
-		var p pendingAlerts
+// otherFeed is the feed that is not view.
+func otherFeed(view string) string {
+	if view == "alerts" {
+		return "acts"
+	}
+	return "alerts"
+}
+
+func TestFeedTake(t *testing.T) {
+	for _, n := range []int{0, 1, maxPerFrame, maxPerFrame + 1, 2 * maxPerFrame, 2*maxPerFrame + 1, 1234} {
+		p := newFeed[json.RawMessage](feedActs)
 		for i := range n {
-			p.add(throttle.Alert{User: fmt.Sprint(i)})
+			p.add(json.RawMessage(fmt.Sprintf(`{"user":"%d"}`, i)))
 		}
-		f := p.take(7)
+		p.missed.Add(7)
+		f := p.take()
 		var got struct {
 			Type    string
-			Data    []throttle.Alert
+			Data    []struct{ User string }
 			Omitted int64
 		}
 		json.Unmarshal(f.frame, &got)
-		kept := min(n, maxAlertsPerFrame)
-		if got.Type != "alerts" || len(got.Data) != kept || got.Omitted != int64(n-kept+7) || f.n != int64(n+7) {
-			t.Fatalf("%d alerts: %s", n, f.frame)
+		kept := min(n, maxPerFrame)
+		if got.Type != "acts" || len(got.Data) != kept || got.Omitted != int64(n-kept+7) || f.n != int64(n+7) || f.kind != feedActs {
+			t.Fatalf("%d items: %s", n, f.frame)
 		}
 		for i, a := range got.Data { // the newest, oldest first
 			if a.User != fmt.Sprint(n-kept+i) {
-				t.Fatalf("%d alerts: %s", n, f.frame)
+				t.Fatalf("%d items: %s", n, f.frame)
 			}
 		}
-		if f := p.take(0); f.frame != nil {
+		if f := p.take(); f.frame != nil {
 			t.Fatalf("after take: %s", f.frame)
 		}
 	}
@@ -361,6 +387,8 @@ func FuzzParseFrame(f *testing.F) {
 		`{"type":"subscribe","view":"alerts"}`,
 		`{"type":"subscribe","view":"room","room":"\ud800"}`,
 		`{"type":"subscribe","view":"alerts","window":"1m"}`,
+		`{"type":"subscribe","view":"acts"}`,
+		`{"type":"unsubscribe","view":"acts","room":"x"}`,
 		`{"type":"subscribe","view":"overview","room":"x"}`,
 		`{"type":"subscribe","view":"overview"} {}`,
 		`not json`, `null`, `{}`,
@@ -377,7 +405,7 @@ func FuzzParseFrame(f *testing.F) {
 			t.Fatalf("%q: op %v", data, op)
 		}
 		switch k.kind {
-		case viewAlerts:
+		case viewAlerts, viewActs:
 			if k.window != "" || k.room != "" {
 				t.Fatalf("%q: %+v", data, k)
 			}

@@ -11,7 +11,7 @@ import "bytes"
 // versions of a view reach the hub in the order they were computed.
 //
 // Clients given versions during a push are woken when its last batch is
-// applied, with the push's alerts, so that each writes everything the push
+// applied, with the push's feeds, so that each writes everything the push
 // brought it at once.
 
 // renderFunc computes a view. last is the version pushed last (without a
@@ -136,7 +136,7 @@ func (h *hub) push() {
 	var j *renderJob
 	for _, v := range h.views {
 		if v.busy || v.last.frame == nil {
-			continue // its first version is being computed; alerts have none
+			continue // its first version is being computed; feeds have none
 		}
 		if j == nil {
 			j = &renderJob{items: make([]renderItem, 0, passBatch)}
@@ -205,15 +205,17 @@ func (h *hub) touch(c *client) {
 	}
 }
 
-// pushed ends a push: the alerts since the last one go to their watchers,
-// and every client with something new is woken.
+// pushed ends a push: what the feeds took since the last one goes to
+// their watchers, and every client with something new is woken.
 func (h *hub) pushed() {
-	if f := h.pending.take(h.missed.Swap(0)); f.frame != nil {
-		if v := h.views[viewKey{kind: viewAlerts}]; v != nil {
-			for c := range v.watchers {
-				c.queueAlerts(f)
-				h.touch(c)
-			}
+	for _, f := range [...]feedFrame{h.alerts.take(), h.acts.take()} {
+		v := h.views[viewKey{kind: feedViews[f.kind]}]
+		if f.frame == nil || v == nil {
+			continue
+		}
+		for c := range v.watchers {
+			c.queueFeed(f)
+			h.touch(c)
 		}
 	}
 	q := &h.renders

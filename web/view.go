@@ -18,7 +18,8 @@ const (
 	viewOverview          = aggregator.ViewOverview
 	viewRoom              = aggregator.ViewRoom
 	viewRooms             = aggregator.ViewRooms // the rooms list, an addition to the contract's two views
-	viewAlerts   viewKind = "alerts"             // throttle alerts, coalesced (alerts.go)
+	viewAlerts   viewKind = "alerts"             // throttle alerts, coalesced (feed.go)
+	viewActs     viewKind = "acts"               // acts on the chat system and their undos, coalesced (feed.go)
 )
 
 // viewKey names one pushed view; window is always a configured name.
@@ -27,6 +28,10 @@ type viewKey struct {
 	window string
 	room   string
 }
+
+// feed reports whether k is a feed's view (feed.go), which takes no
+// window and no room.
+func (k viewKey) feed() bool { return k.kind == viewAlerts || k.kind == viewActs }
 
 // clientMsg is a frame from the browser.
 type clientMsg struct {
@@ -39,11 +44,11 @@ type clientMsg struct {
 // key validates a subscription against the configured windows and names it
 // canonically.
 func (m clientMsg) key(windows []string, maxName int) (viewKey, error) {
-	if m.View == viewAlerts {
+	if k := (viewKey{kind: m.View}); k.feed() {
 		if m.Window != "" || m.Room != "" {
-			return viewKey{}, fmt.Errorf("view alerts takes no window and no room")
+			return viewKey{}, fmt.Errorf("view %s takes no window and no room", m.View)
 		}
-		return viewKey{kind: viewAlerts}, nil
+		return k, nil
 	}
 	win, err := windowName(m.Window, windows)
 	if err != nil {
@@ -61,7 +66,7 @@ func (m clientMsg) key(windows []string, maxName int) (viewKey, error) {
 		}
 		k.room = m.Room
 	default:
-		return k, fmt.Errorf("view must be overview, room, rooms or alerts, got %q", m.View)
+		return k, fmt.Errorf("view must be overview, room, rooms, alerts or acts, got %q", m.View)
 	}
 	return k, nil
 }

@@ -173,7 +173,7 @@ func TestWebsocket(t *testing.T) {
 	// Bad frames get error frames, and the connection stays open.
 	for msg, want := range map[string]string{
 		`not json`:                           "frames are JSON objects",
-		`{"type":"subscribe","view":"nope"}`: `view must be overview, room, rooms or alerts, got "nope"`,
+		`{"type":"subscribe","view":"nope"}`: `view must be overview, room, rooms, alerts or acts, got "nope"`,
 		`{"type":"subscribe","view":"overview","window":"2m"}`: `unknown window "2m"; configured: 1m, 5m, 1h`,
 		`{"type":"subscribe","view":"room","room":""}`:         "room: must be 1..128 bytes, got 0",
 		`{"type":"dance"}`: "type must be subscribe or unsubscribe",

@@ -3,8 +3,8 @@
 // Everything live comes over one websocket (/ws, kept by conn.js): the
 // overview of every configured window (for the top-talker strip), the rooms
 // list of the selected window, a room's view in every window while its
-// detail shows, and the throttle alerts (one frame per push, with a count of
-// those left out). The wanted subscriptions are derived from the route and
+// detail shows, the throttle alerts and the acts on the chat system (one
+// frame per push each, with a count of those left out). The wanted subscriptions are derived from the route and
 // the window; after any change, or after a reconnect, reconcile() sends what
 // differs. Frames only record data and mark a part of the page dirty; the
 // page is redrawn at most once per animation frame, writing only what
@@ -14,8 +14,10 @@
 // as HTML, and room names in URLs are encodeURIComponent'ed: a room can be
 // called anything, "<script>" included.
 
+import { addActs } from './acts.js';
 import { authFetch } from './auth.js';
 import { Chart, fmtSpan } from './chart.js';
+import { el, setText } from './dom.js';
 import { reconcile, startConnection, subKey } from './conn.js';
 import { noteView, showPartial, startGroup } from './group.js';
 import { isAction, setModerationRoom } from './moderation.js';
@@ -54,23 +56,6 @@ function fmtAgo(ms) {
 
 const plural = (n, one, many) => `${fmtInt(n)} ${n === 1 ? one : many}`;
 const roomHref = (room) => `#/rooms/${encodeURIComponent(room)}`;
-
-// el builds an element; children are nodes or text (set as text, never parsed).
-function el(tag, props = {}, ...children) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(props)) {
-    if (k === 'class') e.className = v;
-    else if (k === 'text') e.textContent = v;
-    else if (k === 'data') Object.assign(e.dataset, v);
-    else e.setAttribute(k, v);
-  }
-  for (const c of children) e.append(c);
-  return e;
-}
-
-function setText(node, text) {
-  if (node.textContent !== text) node.textContent = text;
-}
 
 // ---- state ----
 
@@ -112,6 +97,7 @@ function wanted() {
   const want = new Map();
   const add = (m) => want.set(subKey(m.view, m.window, m.room), m);
   add({ view: 'alerts' });
+  add({ view: 'acts' });
   for (const w of state.windows) add({ view: 'overview', window: w.name });
   if (state.route.name === 'dashboard' && state.window) add({ view: 'rooms', window: state.window });
   if (state.route.name === 'room') {
@@ -173,6 +159,9 @@ function onFrame(msg) {
       state.alertTotal += msg.omitted || 0;
       showAlertCount();
       if (visible.moderation) pollActive(); // show the new keys over their limits now
+      break;
+    case 'acts':
+      addActs(msg); // acts.js
       break;
     case 'error':
       toast(msg.error);

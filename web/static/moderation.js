@@ -23,6 +23,7 @@
 // encodeURIComponent or URLSearchParams.
 
 import { authFetch, TOKEN_EVENT } from './auth.js';
+import { el, setText } from './dom.js';
 import { Rows } from './rows.js';
 
 const POLL_MS = 3000;
@@ -80,18 +81,6 @@ function fmtInterval(ms) {
     }
   }
   return out;
-}
-
-// el builds an element; children are nodes or text (set as text, never parsed).
-function el(tag, props = {}, ...children) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(props)) {
-    if (k === 'class') e.className = v;
-    else if (k === 'text') e.textContent = v;
-    else e.setAttribute(k, v);
-  }
-  e.append(...children);
-  return e;
 }
 
 const roomLink = (room) => el('a', { class: 'room', href: `#/rooms/${encodeURIComponent(room)}`, text: room, title: room });
@@ -241,10 +230,6 @@ function renderRoom(all, now) {
       : `${user} is not timed out here.`;
   }
   setText($('timeout-state'), state);
-}
-
-function setText(node, text) {
-  if (node.textContent !== text) node.textContent = text;
 }
 
 // slowBadge is the mark beside the room's title, made here so that the
