@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/chatpulse/chatpulse/aggregator"
 	"github.com/chatpulse/chatpulse/internal/dendrite"
 )
@@ -25,37 +28,17 @@ func dendriteCmd(args []string) error {
 	n := fs.Int("n", 300, "messages, sent one at a time")
 	bin := fs.String("bin", "", "the chatpulse binary (default: go build ./cmd/chatpulse)")
 	fs.Parse(args)
-	tools, err := dendrite.Find()
+	mb, err := startMatrix("dendrite", bin)
 	if err != nil {
 		return err
 	}
-	dir, natsURL, done, err := setUp("dendrite", bin)
-	if err != nil {
-		return err
-	}
-	defer done()
-	hs, err := dendrite.Start(tools, filepath.Join(dir, "dendrite"), natsURL, nil)
-	if err != nil {
-		return err
-	}
-	defer hs.Stop()
-	nc, js, err := connectJS(natsURL, "chatbench dendrite")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	own, err := dendrite.Streamed(js)
-	if err != nil {
-		return err
-	}
-	p, err := startChatpulse(*bin, dir, "--nats-url", natsURL, "--input", "matrix", "--source-stream", dendrite.Stream, "--stream", "CHAT_MATRIX")
+	defer mb.stop()
+	hs := mb.hs
+	p, err := mb.chatpulse()
 	if err != nil {
 		return err
 	}
 	defer p.stop()
-	if err := dendrite.Sourced(js, own); err != nil {
-		return err
-	}
 	alice, err := hs.Register("alice")
 	if err != nil {
 		return err
@@ -123,4 +106,66 @@ func dendriteCmd(args []string) error {
 	fmt.Printf("send returned -> shown in the room view: p50 %v, p99 %v, max %v (%d of %d shown before the send returned)\n", a[0], a[1], a[2], before, *n)
 	fmt.Printf("send started -> shown in the room view:  p50 %v, p99 %v, max %v\n", w[0], w[1], w[2])
 	return nil
+}
+
+// matrixBench is a NATS server and a real Dendrite on it, and chatbench's
+// connection to them: what the commands that measure chatpulse on a
+// Matrix homeserver share.
+type matrixBench struct {
+	dir, bin, natsURL string
+	hs                *dendrite.Server
+	nc                *nats.Conn
+	js                jetstream.JetStream
+	own               int // Dendrite's own consumers of its stream
+	done              func()
+}
+
+// startMatrix starts a NATS server and Dendrite for the command name,
+// building chatpulse unless *bin names a binary. Dendrite must be
+// installed (dendrite.Install).
+func startMatrix(name string, bin *string) (*matrixBench, error) {
+	tools, err := dendrite.Find()
+	if err != nil {
+		return nil, err
+	}
+	dir, natsURL, done, err := setUp(name, bin)
+	if err != nil {
+		return nil, err
+	}
+	mb := &matrixBench{dir: dir, bin: *bin, natsURL: natsURL, done: done}
+	if mb.hs, err = dendrite.Start(tools, filepath.Join(dir, "dendrite"), natsURL, nil); err != nil {
+		done()
+		return nil, err
+	}
+	if mb.nc, mb.js, err = connectJS(natsURL, "chatbench "+name); err == nil {
+		mb.own, err = dendrite.Streamed(mb.js)
+	}
+	if err != nil {
+		mb.stop()
+		return nil, err
+	}
+	return mb, nil
+}
+
+func (mb *matrixBench) stop() {
+	if mb.nc != nil {
+		mb.nc.Close()
+	}
+	mb.hs.Stop()
+	mb.done()
+}
+
+// chatpulse starts chatpulse reading Dendrite's stream as docs/input.md
+// sets it up, with args besides, and returns once its stream sources
+// Dendrite's: no room event may come before.
+func (mb *matrixBench) chatpulse(args ...string) (*process, error) {
+	p, err := startChatpulse(mb.bin, mb.dir, append([]string{"--nats-url", mb.natsURL, "--input", "matrix", "--source-stream", dendrite.Stream, "--stream", "CHAT_MATRIX"}, args...)...)
+	if err != nil {
+		return nil, err
+	}
+	if err := dendrite.Sourced(mb.js, mb.own); err != nil {
+		p.stop()
+		return nil, err
+	}
+	return p, nil
 }

@@ -11,6 +11,7 @@
 //	chatbench burst    how many of a flood bot's burst get through, checks read-only and consuming, standalone and a group
 //	chatbench dendrite time from a Matrix client's send to the message in chatpulse's room view, against a real Dendrite
 //	chatbench synapse  consuming checks per CPU-second asked as Synapse asks (filed on the stream), beside the plain check
+//	chatbench react    time from a flood's crossing message to the homeserver's mute, and what of the flood stays readable, against a real Dendrite
 //
 // ingest runs everything in process; check, fanout and stall drive a chatpulse
 // that is already running (go run ./cmd/chatpulse), as clients would.
@@ -22,9 +23,9 @@ import (
 )
 
 func main() {
-	cmds := map[string]func([]string) error{"ingest": ingestCmd, "check": checkCmd, "fanout": fanoutCmd, "stall": stallCmd, "group": groupCmd, "restart": restartCmd, "cpu": cpuCmd, "burst": burstCmd, "decide": decideCmd, "dendrite": dendriteCmd, "synapse": synapseCmd, "bare-sub": bareSubCmd, "bare-feed": bareFeedCmd}
+	cmds := map[string]func([]string) error{"ingest": ingestCmd, "check": checkCmd, "fanout": fanoutCmd, "stall": stallCmd, "group": groupCmd, "restart": restartCmd, "cpu": cpuCmd, "burst": burstCmd, "decide": decideCmd, "dendrite": dendriteCmd, "react": reactCmd, "synapse": synapseCmd, "bare-sub": bareSubCmd, "bare-feed": bareFeedCmd}
 	if len(os.Args) < 2 || cmds[os.Args[1]] == nil {
-		fmt.Fprintln(os.Stderr, "usage: chatbench ingest|check|fanout|stall|group|restart|cpu|burst|decide|dendrite|synapse [flags]   (chatbench <cmd> -h for the flags)")
+		fmt.Fprintln(os.Stderr, "usage: chatbench ingest|check|fanout|stall|group|restart|cpu|burst|decide|dendrite|react|synapse [flags]   (chatbench <cmd> -h for the flags)")
 		os.Exit(2)
 	}
 	if err := cmds[os.Args[1]](os.Args[2:]); err != nil {
