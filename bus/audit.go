@@ -54,6 +54,12 @@ func (b *Bus) Audit(ctx context.Context, kind, id string, data []byte) error {
 	return b.publishKept(ctx, &nats.Msg{Subject: ModerationPrefix + kind, Header: nats.Header{nats.MsgIdHdr: {id}}, Data: data})
 }
 
+// SubscribeActs calls fn with every act and undo published on
+// chatpulse.act.> (in a group, every member's), as published.
+func (b *Bus) SubscribeActs(fn func(data []byte)) (*nats.Subscription, error) {
+	return b.nc.Subscribe(ActPrefix+">", func(m *nats.Msg) { fn(m.Data) })
+}
+
 // publishKept publishes msg to the audit stream, or, without JetStream,
 // only publishes it.
 func (b *Bus) publishKept(ctx context.Context, msg *nats.Msg) error {

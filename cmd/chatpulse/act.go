@@ -100,10 +100,7 @@ func (m *Main) newActor(reg prometheus.Registerer, ps parts) (*actor, error) {
 	}
 	a.Actor = act.New(act.Config{
 		Mode: c.ActMode, Queue: c.ActQueue, Homeserver: client, Bucket: actRecords{m.moderation},
-		Publish: func(ctx context.Context, kind, id string, data []byte) error {
-			m.web.Acted(data) // the dashboards' moderation panel, live
-			return m.bus.Act(ctx, kind, id, data)
-		},
+		Publish:  func(ctx context.Context, kind, id string, data []byte) error { return m.bus.Act(ctx, kind, id, data) },
 		Policies: m.policies.list, Rooms: m.userRooms, Owns: ps.owns, Now: m.Now, Log: m.Log, Reg: reg,
 	})
 	m.moderation.Acts = a.Kept

@@ -261,6 +261,13 @@ func (m *Main) open(ln net.Listener) error {
 		return err
 	}
 	if a := m.actor; a != nil {
+		// The dashboards' moderation panel shows every act, live: in a
+		// group, every member's.
+		sub, err := m.bus.SubscribeActs(m.web.Acted)
+		if err != nil {
+			return fmt.Errorf("acts: %w", err)
+		}
+		m.goRun(func() { <-m.stop; sub.Unsubscribe() })
 		ctx, cancel := context.WithCancel(context.Background())
 		m.goRun(func() { <-m.stop; cancel() })
 		m.goRun(func() { a.Run(ctx) })
