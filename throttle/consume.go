@@ -235,7 +235,7 @@ func (s *Set) Consume(now int64, q Query, id string) (res Result, recorded bool,
 func (s *Set) consumes(st *state, p *policy, q *Query, hasText bool, m msg, now int64) bool {
 	switch q.Kind {
 	case chat.KindMessage:
-		return p.sees(q.Room) && (!p.text || hasText) && s.applies(st, p, q, m, now)
+		return p.sees(q.Room) && (!p.text || hasText) && (!p.similar || q.HasText) && s.applies(st, p, q, m, now)
 	case chat.KindJoin:
 		return p.joins && p.Acts(ActLock) && p.sees(q.Room)
 	}
@@ -263,7 +263,7 @@ func (s *Set) Unconsume(q Query, id string) bool {
 	m.id = st.hk.idHash(id)
 	taken := false
 	for pi, p := range st.policies {
-		if p.joins == (q.Kind == chat.KindJoin) && p.sees(q.Room) && (!p.text || hasText) {
+		if p.joins == (q.Kind == chat.KindJoin) && p.sees(q.Room) && (!p.text || hasText) && (!p.similar || q.HasText) {
 			taken = st.stores[pi].untake(m) || taken
 		}
 	}

@@ -25,7 +25,7 @@ const maxNameLen = 64
 
 // algorithms is the table of algorithms, one row from each algorithm's
 // file, in the order in which errors list them.
-var algorithms = []*algorithm{&slidingAlg, &counterAlg, &fixedAlg, &bucketAlg, &gcraAlg, &repeatAlg, &joinWaveAlg}
+var algorithms = []*algorithm{&slidingAlg, &counterAlg, &fixedAlg, &bucketAlg, &gcraAlg, &repeatAlg, &joinWaveAlg, &similarAlg}
 
 // algorithmNamed returns the row of the algorithm called name, or nil.
 func algorithmNamed(name Algorithm) *algorithm {
@@ -92,6 +92,12 @@ type Policy struct {
 	// only). A shadow policy's acts are what it would have done.
 	Act     []ActKind     `json:",omitempty"`
 	LockFor time.Duration `json:",omitempty"`
+	// Similarity and MinChars are a similar policy's (similar.go): the
+	// share of word pairs at which two texts are alike, in (0, 1]
+	// (0: DefaultSimilarity), and the fewest code points of a text that
+	// can be (0: DefaultMinChars). Other algorithms have neither.
+	Similarity float64 `json:",omitempty"`
+	MinChars   int     `json:",omitempty"`
 }
 
 // DefaultStrikesWithin is how long a crossing counts toward an escalating
@@ -142,7 +148,7 @@ func (p Policy) withDefaults() Policy {
 	if p.Acts(ActLock) && p.LockFor == 0 {
 		p.LockFor = DefaultLockFor
 	}
-	return p
+	return p.simDefaults()
 }
 
 // Validate reports the first setting of p that is not valid, as a
@@ -204,6 +210,9 @@ func (p Policy) validate() *FieldError {
 		return err
 	}
 	if err := p.validateAct(alg); err != nil {
+		return err
+	}
+	if err := p.validateSimilar(alg); err != nil {
 		return err
 	}
 	return p.validatePenalty()
@@ -284,7 +293,9 @@ func validName(name string) *FieldError {
 
 // settings are the numbers of p.
 func (p Policy) settings() settings {
-	return settings{limit: p.Limit, window: p.Window, resolution: p.Resolution, burst: p.Burst}
+	s := settings{limit: p.Limit, window: p.Window, resolution: p.Resolution, burst: p.Burst}
+	s.similarity, s.minChars = millionths(p.simDefaults().Similarity), p.simDefaults().MinChars
+	return s
 }
 
 // notTaken is the error of a policy of a that sets an option a does not

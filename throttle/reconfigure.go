@@ -98,7 +98,8 @@ func (s *Set) Reconfigure(policies []Policy) error {
 // both with their defaults filled in: the settings that shape it are the
 // same.
 func keeps(was, now Policy) bool {
-	return was.Scope == now.Scope && was.Algorithm == now.Algorithm && was.Window == now.Window && was.Resolution == now.Resolution
+	return was.Scope == now.Scope && was.Algorithm == now.Algorithm && was.Window == now.Window && was.Resolution == now.Resolution &&
+		was.MinChars == now.MinChars // similar: which texts its windows hold
 }
 
 // sameRules reports whether a and b are the same policies in the same

@@ -290,7 +290,7 @@ func (s *Set) observeAll(evs []chat.Event, b *batch) *state {
 // state's key, and reports whether it has a text that is not empty once
 // normalized (only if a policy needs one).
 func (st *state) message(m *msg, at int64, room, user, text string) bool {
-	*m = msg{at: at, room: room, user: user}
+	*m = msg{at: at, room: room, user: user, body: text}
 	hasText := false
 	if st.text {
 		m.text, hasText = st.hk.textHash(text)
@@ -341,7 +341,7 @@ func (s *Set) Decide(now int64, q Query) Result {
 		res.Allowed = res.Allowed && d.Allowed
 	}
 	for pi, p := range st.policies {
-		if !p.sees(q.Room) || p.text && !hasText || !s.applies(st, p, &q, m, now) {
+		if !p.sees(q.Room) || p.text && !hasText || p.similar && !q.HasText || !s.applies(st, p, &q, m, now) {
 			continue
 		}
 		v := st.stores[pi].check(m)

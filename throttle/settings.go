@@ -21,6 +21,8 @@ type settings struct {
 	limit              int
 	window, resolution time.Duration
 	burst              int
+	similarity         int64 // similar: millionths
+	minChars           int   // similar
 }
 
 // A FieldError says which setting of a policy is wrong and why.

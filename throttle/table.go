@@ -62,13 +62,15 @@ type crossing struct {
 	again bool
 }
 
-// A msg is one message as the tables see it: its names, the hash of its
-// normalized text (for repeat policies), and the hashes of its user and
+// A msg is one message as the tables see it: its names, its text (for
+// similar policies), the hash of its normalized text (for repeat
+// policies), and the hashes of its user and
 // room, computed once per message for all the policies whose scope needs
 // them (nameHash; 0 when no policy does).
 type msg struct {
 	at                 int64
 	room, user         string
+	body               string
 	text               uint64
 	userHash, roomHash uint64
 	id                 uint64 // the keyed hash of its id; 0: none

@@ -141,8 +141,13 @@ func appendExtra(b []byte, x *keyExtra) []byte {
 // readExtra reads what appendExtra wrote, no more ids than the rule keeps
 // nor strikes than a policy may have steps.
 func (t *table[S, E, K]) readExtra(r *snapshot.Reader) *keyExtra {
+	return readKeyExtra(r, t.rule.idCap)
+}
+
+// readKeyExtra reads what appendExtra wrote, at most idCap ids.
+func readKeyExtra(r *snapshot.Reader, idCap int) *keyExtra {
 	x := &keyExtra{}
-	n := int(r.UvarintUpTo(uint64(t.rule.idCap), "ids"))
+	n := int(r.UvarintUpTo(uint64(idCap), "ids"))
 	for range n {
 		id := binary.LittleEndian.Uint64(r.Next(8))
 		h := idHit{id: id, at: r.Varint(), since: r.Varint()}

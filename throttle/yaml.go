@@ -33,7 +33,8 @@ func LoadPolicies(path string) ([]Policy, error) {
 //
 // name, scope, algorithm, limit and window are required; resolution, burst,
 // mode, rooms, penalty, escalate, strikes_within, exempt_users,
-// exempt_roles, new_members, act and lock_for are optional (see Policy). Durations are Go durations plus
+// exempt_roles, new_members, act, lock_for, similarity and min_chars are
+// optional (see Policy). Durations are Go durations plus
 // d for days (rolling.ParseDuration). Unknown fields, a field given twice and two
 // policies with one name are errors. An error names the file, the line and
 // the field, as in
@@ -85,7 +86,7 @@ func ParsePolicies(file string, data []byte) ([]Policy, error) {
 	return policies, nil
 }
 
-var policyFields = []string{"name", "scope", "algorithm", "limit", "window", "resolution", "burst", "mode", "rooms", "penalty", "escalate", "strikes_within", "exempt_users", "exempt_roles", "new_members", "act", "lock_for"}
+var policyFields = []string{"name", "scope", "algorithm", "limit", "window", "resolution", "burst", "mode", "rooms", "penalty", "escalate", "strikes_within", "exempt_users", "exempt_roles", "new_members", "act", "lock_for", "similarity", "min_chars"}
 
 // parsePolicy parses policies[i] and returns it with the line of each field
 // it has.
@@ -187,6 +188,10 @@ func parsePolicy(file string, i int, n *yaml.Node) (Policy, map[string]int, erro
 				p.Limit = int(x)
 			} else {
 				p.Burst = int(x)
+			}
+		case "similarity", "min_chars":
+			if err := parseSimilar(&p, field, v); err != "" {
+				return fail(v.Line, field, "%s", err)
 			}
 		case "window", "resolution", "penalty", "strikes_within", "new_members", "lock_for":
 			d, err := rolling.ParseDuration(s)

@@ -1,0 +1,217 @@
+package throttle
+
+import (
+	"slices"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Word pairs and fingerprints: what algorithm similar compares texts by
+// (docs/contract.md section 15).
+//
+// A text's words are its runs of letters and digits (unicode.IsLetter,
+// unicode.IsDigit), lower-cased rune by rune (unicode.ToLower); anything
+// else separates them, and an invalid UTF-8 byte is a separator too. Its
+// word pairs are each word with the next one, in order. Two texts are
+// alike when the pairs both have are at least `similarity` of the pairs
+// either has (the Jaccard index of the two sets). A text of fewer than
+// two words has no pair, and is alike to nothing.
+//
+// A fingerprint is that set as 32-bit keyed hashes, ascending: every pair
+// of a text of at most simK distinct pairs (exact), or the simK smallest
+// hashes of a longer one (cut: a bottom-k sketch, a sample of its pairs).
+// It never holds the text. Two exact fingerprints give the share exactly
+// (unless two pairs' hashes collide: 1 in 2^32 for two given pairs). If
+// either is cut, share estimates it from the simK smallest hashes of the
+// union, a sample without replacement of the union's pairs: for each of
+// them, whether both texts have it.
+
+// simK is the most pair hashes a fingerprint holds: 512 bytes.
+const simK = 128
+
+// A fingerprint is the set of a text's word pairs: h holds the hashes of
+// all of them, or, if cut, the simK smallest.
+type fingerprint struct {
+	h   []uint32
+	cut bool
+}
+
+// A sketch is a fingerprint being made, on the stack: v[:n], ascending.
+type sketch struct {
+	v   [simK]uint32
+	n   int
+	cut bool
+}
+
+func (s *sketch) fingerprint() fingerprint {
+	return fingerprint{h: s.v[:s.n:s.n], cut: s.cut}
+}
+
+// wordBuf is how much of a word is hashed at once: a longer word is hashed
+// a piece at a time, each piece's hash the seed of the next.
+const wordBuf = 64
+
+// pairsOf sets s to the fingerprint of text, with the hash key h.
+func (h *hashKey) pairsOf(text string, s *sketch) {
+	var c collector
+	var buf [wordBuf + utf8.UTFMax]byte
+	seed := h.text ^ 0x7061697273  // "pairs": apart from textHash's
+	n, w := 0, seed                // the word so far: buf[:n], from seed w
+	prev, have := uint64(0), false // the word before, if any
+	end := func() {
+		if n == 0 && w == seed {
+			return
+		}
+		word := h.hash(w, buf[:n])
+		if have {
+			c.add(uint32(mix(prev^h.k[1], word^h.k[2]) >> 32))
+		}
+		prev, have, n, w = word, true, 0, seed
+	}
+	for i := 0; i < len(text); {
+		r, size := rune(text[i]), 1
+		if r >= utf8.RuneSelf {
+			r, size = utf8.DecodeRuneInString(text[i:])
+		}
+		i += size
+		switch {
+		case r < utf8.RuneSelf && asciiWord[r] != 0:
+			buf[n] = asciiWord[r]
+			n++
+		case r >= utf8.RuneSelf && (unicode.IsLetter(r) || unicode.IsDigit(r)):
+			n += utf8.EncodeRune(buf[n:], unicode.ToLower(r))
+		default:
+			end()
+			continue
+		}
+		if n >= wordBuf {
+			w, n = h.hash(w, buf[:n]), 0
+		}
+	}
+	end()
+	c.finish(s)
+}
+
+// asciiWord is the lower-case of an ASCII letter or digit, 0 for any other
+// ASCII byte.
+var asciiWord = func() (t [utf8.RuneSelf]byte) {
+	for c := range t {
+		switch {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+			t[c] = byte(c)
+		case 'A' <= c && c <= 'Z':
+			t[c] = byte(c + 'a' - 'A')
+		}
+	}
+	return t
+}()
+
+// A collector keeps the simK smallest distinct values added: they go to a
+// buffer of twice that; when it is full, it keeps the simK smallest and
+// from then on skips every value not below the largest of them.
+type collector struct {
+	v     [2 * simK]uint32
+	n     int
+	cut   bool
+	bound uint32 // if cut: values at or above it are not among the smallest
+}
+
+func (c *collector) add(x uint32) {
+	if c.cut && x >= c.bound {
+		return
+	}
+	c.v[c.n] = x
+	c.n++
+	if c.n == len(c.v) {
+		c.keep()
+	}
+}
+
+// keep sorts the values, drops the repeated ones and, past simK, the
+// largest.
+func (c *collector) keep() {
+	slices.Sort(c.v[:c.n])
+	c.n = len(slices.Compact(c.v[:c.n]))
+	if c.n > simK {
+		c.n, c.cut, c.bound = simK, true, c.v[simK-1]
+	}
+}
+
+func (c *collector) finish(s *sketch) {
+	slices.Sort(c.v[:c.n])
+	c.n = len(slices.Compact(c.v[:c.n]))
+	if c.n > simK {
+		c.n, c.cut = simK, true
+	}
+	s.n, s.cut = copy(s.v[:], c.v[:c.n]), c.cut
+}
+
+// simScale is the unit of similarity as a Set compares it: millionths, so
+// that the comparison is exact in integers.
+const simScale = 1_000_000
+
+// share returns how many of the pairs compared both texts have, and how
+// many were compared: every pair of either text if neither fingerprint is
+// cut, else the simK smallest of the union of their hashes.
+func share(a, b fingerprint) (both, union int) {
+	i, j := 0, 0
+	// A cut fingerprint holds simK hashes: the union's simK smallest are
+	// all in one or the other, and whether each is in both is known.
+	limit := len(a.h) + len(b.h)
+	if a.cut || b.cut {
+		limit = simK
+	}
+	for union < limit && (i < len(a.h) || j < len(b.h)) {
+		switch {
+		case j == len(b.h) || i < len(a.h) && a.h[i] < b.h[j]:
+			i++
+		case i == len(a.h) || b.h[j] < a.h[i]:
+			j++
+		default:
+			both++
+			i++
+			j++
+		}
+		union++
+	}
+	return both, union
+}
+
+// alike reports whether a and b are alike at similarity sim (millionths):
+// a share of at least sim of the pairs compared. Two exact fingerprints of
+// very different sizes cannot be, which is checked first.
+func alike(a, b fingerprint, sim int64) bool {
+	if !a.cut && !b.cut {
+		small, big := int64(min(len(a.h), len(b.h))), int64(max(len(a.h), len(b.h)))
+		if small*simScale < sim*big {
+			return false
+		}
+	}
+	both, union := share(a, b)
+	return union > 0 && int64(both)*simScale >= sim*int64(union)
+}
+
+// surely is the share (millionths) at and above which two texts must
+// always be found alike, whatever the similarity (docs/contract.md
+// section 15).
+const surely = 950_000
+
+// prefix is how many of f's smallest hashes a similar policy indexes f by
+// (and looks f up by): enough that two fingerprints with a share of
+// `surely` or more always share one of them (the prefix filter of exact
+// set-similarity joins: if |A ∩ B| >= t|A ∪ B|, the |A| - ⌈t|A|⌉ + 1
+// smallest of A and the |B| - ⌈t|B|⌉ + 1 smallest of B meet). An exact
+// fingerprint that may meet a cut one at that share (it has at least
+// 95% of simK pairs), and a cut one, whose share is estimated, use the
+// lower of `surely` and sim, so that every one whose estimate reaches sim
+// is found. At least two, as candidates come cheap: a pair of texts of
+// share 0.8 then meets more often than not.
+func (f fingerprint) prefix(sim int64) int {
+	n := int64(len(f.h))
+	t := int64(surely)
+	if f.cut || n*100 >= simK*95 {
+		t = min(t, sim)
+	}
+	p := n - (t*n+simScale-1)/simScale + 1
+	return int(min(n, max(p, 2)))
+}

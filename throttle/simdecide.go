@@ -1,0 +1,330 @@
+package throttle
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/chatpulse/chatpulse/chat"
+)
+
+// How a similar policy decides, records and answers: the store methods of
+// simStore (simstore.go keeps its windows).
+
+// judge is the verdict of k (nil: a key never seen) for a message of
+// fingerprint f (has: it has one) at now, its penalty included.
+func (t *simStore) judge(k *simKey, f fingerprint, has bool, now int64) Verdict {
+	v := allowed(0, t.limit)
+	if has && k != nil {
+		v = t.count(k, f, now)
+	}
+	if k == nil {
+		return v
+	}
+	return k.extra.penalty(v, now)
+}
+
+// count decides a message of fingerprint f at now by the alike messages
+// of k's window: for scope room, one per distinct user, at the user's
+// newest; for scope user, every one. It is denied once limit of them are
+// in the window, and allowed again once the limit-th newest leaves it.
+func (t *simStore) count(k *simKey, f fingerprint, now int64) Verdict {
+	at := max(now, k.newest)
+	t.stamp++
+	found := t.found[:0]
+	for _, x := range f.h[:f.prefix(t.sim)] {
+		for _, gi := range k.post[x] {
+			g := &k.groups[gi]
+			if g.seen == t.stamp {
+				continue
+			}
+			g.seen = t.stamp
+			if !alike(f, g.fp, t.sim) {
+				continue
+			}
+			for _, m := range g.members {
+				if m.at > at-t.w {
+					found = append(found, m)
+				}
+			}
+		}
+	}
+	if t.scope == ScopeRoom && len(found) > 1 {
+		// Each user once, at its newest.
+		slices.SortFunc(found, func(a, b member) int { return cmp.Or(cmp.Compare(a.user, b.user), cmp.Compare(b.at, a.at)) })
+		found = slices.CompactFunc(found, func(a, b member) bool { return a.user == b.user })
+	}
+	t.found = found[:0]
+	n := int64(len(found))
+	if n < t.limit {
+		return allowed(n, t.limit)
+	}
+	slices.SortFunc(found, func(a, b member) int { return cmp.Compare(b.at, a.at) })
+	return denied(n, t.limit, found[t.limit-1].at+t.w-now)
+}
+
+// holds reports whether k's wave (the message that crossed) would still
+// be denied at now: while it does, k stays marked.
+func (t *simStore) holds(k *simKey, now int64) bool {
+	return !t.judge(k, k.wave, len(k.wave.h) > 0, now).Allowed
+}
+
+func (t *simStore) observe(m msg, mark bool) crossing {
+	var sk sketch
+	has := t.sketchOf(&m, &sk)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.hit(&m, sk.fingerprint(), has, mark)
+}
+
+func (t *simStore) observeAll(ms []msg, sel []int32, mark bool, out *[]crossing) {
+	var sk sketch
+	for _, j := range sel {
+		has := t.sketchOf(&ms[j], &sk)
+		t.mu.Lock()
+		c := t.hit(&ms[j], sk.fingerprint(), has, mark)
+		t.mu.Unlock()
+		if c.j >= 0 {
+			c.j = int(j)
+			*out = append(*out, c)
+		}
+	}
+}
+
+// hit records message m, of fingerprint f if has, and returns the
+// crossing it makes (j 0) or none (j -1); the lock is held. A marked key
+// whose wave no longer holds is unmarked first.
+func (t *simStore) hit(m *msg, f fingerprint, has, mark bool) crossing {
+	k := t.key(m)
+	if t.ids && m.id != 0 && k.counted(m.id, m.at, t.w, true) {
+		t.touch(k)
+		return crossing{j: -1}
+	}
+	if k.since != chat.Never && !t.holds(k, m.at) {
+		k.since, k.wave = chat.Never, fingerprint{}
+	}
+	ok := t.judge(k, f, has, m.at).Allowed
+	t.add(k, m, f, has)
+	c := crossing{j: -1}
+	switch {
+	case ok:
+	case mark && k.since == chat.Never:
+		c = t.cross(k, m, f)
+	case mark && t.rule.acting:
+		v := t.judge(k, f, has, m.at)
+		c = crossing{count: v.Count, limit: v.Limit, denied: m.at + v.RetryAfter.Milliseconds(), again: true}
+	}
+	if t.ids && m.id != 0 {
+		k.remember(m.id, simID{at: m.at})
+	}
+	t.touch(k)
+	return c
+}
+
+// add puts a message in k's window if it has a fingerprint and is not
+// older than the window, and moves the window on to its instant.
+func (t *simStore) add(k *simKey, m *msg, f fingerprint, has bool) {
+	now := max(m.at, k.newest)
+	if has && m.at > now-t.w {
+		t.record(k, f, m.userHash, m.at)
+	}
+	k.newest = now
+	t.expire(k, now)
+}
+
+// cross marks k as crossed by m, of fingerprint f, starts its penalty if
+// the policy has one, and returns the crossing.
+func (t *simStore) cross(k *simKey, m *msg, f fingerprint) crossing {
+	k.since, k.wave = m.at, fingerprint{h: slices.Clone(f.h), cut: f.cut}
+	c := crossing{}
+	if len(t.rule.steps) > 0 {
+		c.until = k.extraOf().strike(m.at, &t.rule)
+	}
+	v := t.judge(k, k.wave, len(f.h) > 0, m.at)
+	c.count, c.limit, c.denied = v.Count, v.Limit, m.at+v.RetryAfter.Milliseconds()
+	return c
+}
+
+func (k *simKey) extraOf() *keyExtra {
+	if k.extra == nil {
+		k.extra = &keyExtra{}
+	}
+	return k.extra
+}
+
+// counted reports whether k counted a hit with id within the window
+// before now: consumed only, or any.
+func (k *simKey) counted(id uint64, now, w int64, consumedOnly bool) bool {
+	h, ok := k.ids[id]
+	return ok && h.at > now-w && (h.consumed || !consumedOnly)
+}
+
+func (k *simKey) remember(id uint64, h simID) {
+	if k.ids == nil {
+		k.ids = map[uint64]simID{}
+	}
+	k.ids[id] = h
+}
+
+func (t *simStore) check(m msg) Verdict {
+	var sk sketch
+	has := t.sketchOf(&m, &sk)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.judge(t.keys[t.nameOf(&m)], sk.fingerprint(), has, m.at)
+}
+
+func (t *simStore) active(now int64, fn func(room, user string, v Verdict, since, until int64)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k := t.head; k != nil; k = k.next {
+		if k.since == chat.Never {
+			continue
+		}
+		if v := t.judge(k, k.wave, len(k.wave.h) > 0, now); !v.Allowed {
+			var until int64
+			if k.extra != nil && k.extra.until > now {
+				until = k.extra.until
+			}
+			room, user := splitKey(k.name, t.scope)
+			fn(room, user, v, k.since, until)
+		}
+	}
+}
+
+func (t *simStore) sweep(now int64) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	gone := 0
+	for k := t.tail; k != nil; {
+		prev := k.prev
+		if t.atRest(k, now) {
+			t.remove(k)
+			gone++
+		}
+		k = prev
+	}
+	t.expired += uint64(gone)
+	return gone
+}
+
+func (t *simStore) stats() (keys int, evicted, expired uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.keys), t.evicted, t.expired
+}
+
+func (t *simStore) addCounts(evicted, expired uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.evicted += evicted
+	t.expired += expired
+}
+
+func (t *simStore) setRule(r extraRule) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.rule = r
+}
+
+func (t *simStore) remembersIDs() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ids
+}
+
+// The consuming checks (consume.go).
+
+func (t *simStore) lock()   { t.mu.Lock() }
+func (t *simStore) unlock() { t.mu.Unlock() }
+
+func (t *simStore) counted(m msg) bool {
+	k := t.keys[t.nameOf(&m)]
+	return k != nil && k.counted(m.id, m.at, t.w, false)
+}
+
+func (t *simStore) verdict(m msg) Verdict {
+	var sk sketch
+	has := t.sketchOf(&m, &sk)
+	return t.judge(t.keys[t.nameOf(&m)], sk.fingerprint(), has, m.at)
+}
+
+func (t *simStore) refuse(m msg, mark bool) crossing {
+	k := t.key(&m)
+	t.touch(k)
+	if !mark || k.since != chat.Never {
+		return crossing{j: -1}
+	}
+	var sk sketch
+	t.sketchOf(&m, &sk)
+	return t.cross(k, &m, sk.fingerprint())
+}
+
+// take records an allowed consuming check. It leaves the alert mark as it
+// is: an allowed message ends no wave.
+func (t *simStore) take(m msg) {
+	t.ids = true
+	var sk sketch
+	has := t.sketchOf(&m, &sk)
+	k := t.key(&m)
+	k.remember(m.id, simID{at: m.at, consumed: true})
+	t.add(k, &m, sk.fingerprint(), has)
+	t.touch(k)
+}
+
+// untake takes back the message a consuming check recorded: the newest
+// of its user with its fingerprint at its instant.
+func (t *simStore) untake(m msg) bool {
+	var sk sketch
+	has := t.sketchOf(&m, &sk)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := t.keys[t.nameOf(&m)]
+	if k == nil {
+		return false
+	}
+	h, ok := k.ids[m.id]
+	if !ok || !h.consumed {
+		return false
+	}
+	delete(k.ids, m.id)
+	if has {
+		t.unrecord(k, sk.fingerprint(), m.userHash, h.at)
+	}
+	return true
+}
+
+// unrecord takes the newest message of user with fingerprint f at `at`
+// out of k's window, if it is there. A group's members are in the order
+// of its recs, so the member's rank among them is its rec's among the
+// group's.
+func (t *simStore) unrecord(k *simKey, f fingerprint, user uint64, at int64) {
+	gi := int32(slices.IndexFunc(k.groups, func(g simGroup) bool {
+		return len(g.members) > 0 && g.fp.cut == f.cut && slices.Equal(g.fp.h, f.h)
+	}))
+	if gi < 0 {
+		return
+	}
+	g := &k.groups[gi]
+	j := len(g.members) - 1
+	for j >= 0 && (g.members[j].at != at || g.members[j].user != user) {
+		j--
+	}
+	if j < 0 {
+		return
+	}
+	rank := 0
+	for i := k.head; i < len(k.recs); i++ {
+		if k.recs[i].g != gi {
+			continue
+		}
+		if rank == j {
+			k.recs = slices.Delete(k.recs, i, i+1)
+			break
+		}
+		rank++
+	}
+	g.members = slices.Delete(g.members, j, j+1)
+	if len(g.members) == 0 {
+		t.dropGroup(k, gi)
+	}
+}

@@ -1,0 +1,196 @@
+package throttle
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chatpulse/chatpulse/chat"
+)
+
+// verify checks that a similar store is consistent: its list and map of
+// keys, each key's recs, groups, members and index.
+func (t *simStore) verify() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	var prev *simKey
+	for k := t.head; k != nil; prev, k = k, k.next {
+		n++
+		if k.prev != prev || t.keys[k.name] != k {
+			return fmt.Errorf("key %q: not linked or not mapped", k.name)
+		}
+		if err := t.verifyKey(k); err != nil {
+			return fmt.Errorf("key %q: %v", k.name, err)
+		}
+	}
+	if prev != t.tail || n != len(t.keys) {
+		return fmt.Errorf("%d keys listed, %d mapped", n, len(t.keys))
+	}
+	return nil
+}
+
+func (t *simStore) verifyKey(k *simKey) error {
+	live := map[int32][]member{}
+	for _, r := range k.recs[k.head:] {
+		g := k.groups[r.g]
+		i := len(live[r.g])
+		if i >= len(g.members) || g.members[i].at != r.at {
+			return fmt.Errorf("rec at %d of group %d is not its member %d", r.at, r.g, i)
+		}
+		live[r.g] = append(live[r.g], g.members[i])
+	}
+	free := map[int32]bool{}
+	for _, gi := range k.free {
+		free[gi] = true
+	}
+	posts := 0
+	for gi := range k.groups {
+		g := &k.groups[gi]
+		if free[int32(gi)] != (len(g.members) == 0) || len(live[int32(gi)]) != len(g.members) {
+			return fmt.Errorf("group %d: %d members, %d recs, free %v", gi, len(g.members), len(live[int32(gi)]), free[int32(gi)])
+		}
+		if free[int32(gi)] {
+			continue
+		}
+		if g.hash != t.fpHash(g.fp) {
+			return fmt.Errorf("group %d: hash", gi)
+		}
+		for _, x := range g.fp.h[:g.fp.prefix(t.sim)] {
+			posts++
+			if !slices.Contains(k.post[x], int32(gi)) {
+				return fmt.Errorf("group %d: not indexed by %#x", gi, x)
+			}
+		}
+	}
+	for _, list := range k.post {
+		posts -= len(list)
+	}
+	if posts != 0 {
+		return fmt.Errorf("%d postings too few", -posts)
+	}
+	return nil
+}
+
+func simPolicy(scope Scope, limit int, window time.Duration) Policy {
+	return Policy{Name: "sim", Scope: scope, Algorithm: AlgSimilar, Limit: limit, Window: window}
+}
+
+// TestSimilarWave: the contract's example, a copy-paste wave from many
+// accounts in a busy room: the limit+1-th user's message crosses, once,
+// however many allowed messages of other texts come between; the alert
+// and Active name the room with the count of users.
+func TestSimilarWave(t *testing.T) {
+	s := mustSet(t, []Policy{simPolicy(ScopeRoom, 3, 10*time.Second)})
+	ad := "Buy cheap gold now at example.com, best prices in town!"
+	var alerts []Alert
+	for i := range 8 {
+		alerts = append(alerts, s.Observe(chat.Event{TS: at(int64(100 * i)), Room: "lobby", User: fmt.Sprint("bot", i), Text: strings.ToUpper(ad)})...)
+		alerts = append(alerts, s.Observe(chat.Event{TS: at(int64(100*i + 50)), Room: "lobby", User: "alice", Text: fmt.Sprintf("message number %d of an ordinary chat", i)})...)
+	}
+	if len(alerts) != 1 || alerts[0].User != "" || alerts[0].Room != "lobby" || alerts[0].Count != 4 || alerts[0].At != ct(300) {
+		t.Fatalf("alerts %+v, want one, of the room, count 4, at 300", alerts)
+	}
+	d := decision(t, s.Check(at(800), "lobby", "carol", "buy cheap GOLD now at example.com - best prices in town", true), "sim")
+	if d.Allowed || d.Count != 8 || d.RetryAfterMs != 10_000-800+500 {
+		t.Errorf("check: %+v, want denied, count 8, retry until the 3rd newest user's leaves", d)
+	}
+	if d := decision(t, s.Check(at(800), "lobby", "carol", "hello everyone, how are you today?", true), "sim"); !d.Allowed || d.Count != 0 {
+		t.Errorf("another text: %+v", d)
+	}
+	if a := s.Active(at(800)); len(a) != 1 || a[0].Count != 8 || a[0].Since != ct(300) {
+		t.Errorf("Active %+v", a)
+	}
+	if a := s.Active(at(10_000 + 600)); len(a) != 0 {
+		t.Errorf("Active once the wave left the window: %+v", a)
+	}
+	// Too short, or one word: never alike.
+	s = mustSet(t, []Policy{simPolicy(ScopeRoom, 1, 10*time.Second)})
+	for i, text := range []string{"hi there yo", "gg", "aaaaaaaaaaaaaaaaaaaa"} {
+		s.Observe(chat.Event{TS: at(0), Room: "r", User: fmt.Sprint("u", i), Text: text})
+		if d := decision(t, s.Check(at(1), "r", "x", text, true), "sim"); !d.Allowed || d.Count != 0 {
+			t.Errorf("%q: %+v", text, d)
+		}
+	}
+}
+
+// TestSimilarUserScope counts one user's earlier alike messages, and a
+// check without text is not decided by the policy.
+func TestSimilarUserScope(t *testing.T) {
+	s := mustSet(t, []Policy{simPolicy(ScopeUser, 2, time.Second)})
+	for i := range 2 {
+		s.Observe(chat.Event{TS: at(int64(i)), Room: fmt.Sprint("room", i), User: "u", Text: "join my server at discord.gg/xyz now"})
+	}
+	if d := decision(t, s.Check(at(2), "room9", "u", "JOIN my server at discord.gg/xyz now!", true), "sim"); d.Allowed || d.Count != 2 || d.RetryAfterMs != 1000-2 {
+		t.Errorf("%+v", d)
+	}
+	if d := decision(t, s.Check(at(2), "room9", "v", "join my server at discord.gg/xyz now", true), "sim"); !d.Allowed {
+		t.Errorf("another user: %+v", d)
+	}
+	if res := s.Check(at(2), "room9", "u", "", false); len(res.Decisions) != 0 {
+		t.Errorf("without text: %+v", res)
+	}
+}
+
+// TestSimilarParameters: a bad similarity or min_chars, or a scope similar
+// does not take, is refused with the policy and the field named, from a
+// Policy and from the policies file; a reload that has one is refused
+// whole.
+func TestSimilarParameters(t *testing.T) {
+	good := simPolicy(ScopeRoom, 3, 10*time.Second)
+	for _, c := range []struct {
+		set  func(p *Policy)
+		want string
+	}{
+		{func(p *Policy) { p.Similarity = 1.5 }, `policy "sim": similarity: 1.5 is out of range (above 0, at most 1)`},
+		{func(p *Policy) { p.Similarity = -0.1 }, `policy "sim": similarity: -0.1 is out of range (above 0, at most 1)`},
+		{func(p *Policy) { p.Similarity = math.NaN() }, `policy "sim": similarity: NaN is out of range (above 0, at most 1)`},
+		{func(p *Policy) { p.MinChars = -1 }, `policy "sim": min_chars: -1 is below 1`},
+		{func(p *Policy) { p.MinChars = maxMinChars + 1 }, `policy "sim": min_chars: 65537 is above 65536 (an event is at most 64 KiB)`},
+		{func(p *Policy) { p.Scope = ScopeUserInRoom }, `policy "sim": scope: similar counts the alike texts of a room's users (room) or of one user (user), got user_in_room`},
+		{func(p *Policy) { p.Scope = ScopeGroup }, `policy "sim": scope: similar counts the alike texts of a room's users (room) or of one user (user), got group`},
+		{func(p *Policy) { p.Algorithm, p.Similarity = AlgSlidingWindow, 0.9 }, `policy "sim": similarity: only similar has a similarity, not sliding_window`},
+		{func(p *Policy) { p.Algorithm, p.MinChars = AlgRepeat, 5 }, `policy "sim": min_chars: only similar has a min_chars, not repeat`},
+	} {
+		bad := good
+		c.set(&bad)
+		if _, err := NewSet([]Policy{bad}); err == nil || err.Error() != c.want {
+			t.Errorf("NewSet: %v, want %s", err, c.want)
+		}
+		s := mustSet(t, []Policy{good})
+		before := s.state.Load()
+		if err := s.Reconfigure([]Policy{DefaultPolicies()[0], bad}); err == nil || err.Error() != c.want {
+			t.Errorf("Reconfigure: %v, want %s", err, c.want)
+		}
+		if s.state.Load() != before {
+			t.Errorf("Reconfigure refused %s, but changed the Set", c.want)
+		}
+	}
+	file := func(extra string) string {
+		return "policies:\n  - name: wave\n    scope: room\n    algorithm: similar\n    limit: 3\n    window: 10s\n" + extra
+	}
+	for _, c := range []struct{ yaml, want string }{
+		{file("    similarity: 0\n"), `p.yaml:7: policies[0].similarity: 0 is out of range (above 0, at most 1)`},
+		{file("    similarity: 1.01\n"), `p.yaml:7: policies[0].similarity: 1.01 is out of range (above 0, at most 1)`},
+		{file("    similarity: .nan\n"), `p.yaml:7: policies[0].similarity: .nan is out of range (above 0, at most 1)`},
+		{file("    similarity: most\n"), `p.yaml:7: policies[0].similarity: "most" is not a number`},
+		{file("    min_chars: 0\n"), `p.yaml:7: policies[0].min_chars: 0 is out of range (1 to 65536)`},
+		{file("    min_chars: 2.5\n"), `p.yaml:7: policies[0].min_chars: "2.5" is not an integer`},
+		{strings.Replace(file(""), "scope: room", "scope: group", 1), `p.yaml:3: policies[0].scope: similar counts the alike texts of a room's users (room) or of one user (user), got group`},
+	} {
+		if _, err := ParsePolicies("p.yaml", []byte(c.yaml)); err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %s", c.yaml, err, c.want)
+		}
+	}
+	ps, err := ParsePolicies("p.yaml", []byte(file("    similarity: 1\n    min_chars: 1\n")))
+	if err != nil || ps[0].Similarity != 1 || ps[0].MinChars != 1 {
+		t.Errorf("bounds: %+v %v", ps, err)
+	}
+	ps, err = ParsePolicies("p.yaml", []byte(file("")))
+	if err != nil || ps[0].withDefaults().Similarity != DefaultSimilarity || ps[0].withDefaults().MinChars != DefaultMinChars {
+		t.Errorf("defaults: %+v %v", ps, err)
+	}
+}

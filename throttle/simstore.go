@@ -1,0 +1,337 @@
+package throttle
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/chatpulse/chatpulse/chat"
+)
+
+// simStore keeps the keys of one similar policy: for each key (a room or
+// a user), the messages of its window as fingerprints. Its state varies
+// in size with the traffic, so it is not a table of fixed-size states:
+// each key has its own window.
+//
+// A key's window is three things:
+//
+//   - recs, its messages in the order they came: an instant and a group.
+//     Expiry takes them from the front while the front is out of the
+//     window. (A late message may sit behind a newer one a little longer
+//     than its window: it counts for nothing meanwhile.)
+//   - groups, one per distinct fingerprint, each with its messages (the
+//     user's hash and the instant, in the order they came): a copy-paste
+//     wave of a thousand copies is one group, compared once per check.
+//   - post, the index: each of a group's prefix hashes (fingerprint.prefix)
+//     to the groups indexed by it.
+//
+// Memory per message: 16 bytes in recs, 16 in its group; per distinct
+// fingerprint, 4 bytes a pair hash (at most simK: 512 bytes), 72 bytes
+// of group, and 4 bytes plus a map entry for each of its prefix hashes
+// (2 for a text of fewer than 40 pairs; at the default similarity at most
+// 26). Never the text. A
+// group goes with its last message, and a key with its last message (as
+// every store forgets a key at rest); a key whose window held many more
+// messages than it does now copies what it keeps into right-sized slabs
+// and maps (shrink), so a flood of unique texts is given back once it has
+// left the window.
+//
+// Keys are in a list from the most to the least recently observed; a new
+// key evicts up to two keys at rest from its cold end, and, past the cap,
+// the coldest key whatever its state. One mutex guards the store, as a
+// table's does.
+type simStore struct {
+	limit, w int64
+	sim      int64 // similarity, millionths
+	minChars int
+	scope    Scope
+	hk       *hashKey
+	max      int
+
+	mu               sync.Mutex
+	keys             map[string]*simKey
+	head, tail       *simKey
+	evicted, expired uint64
+	rule             extraRule
+	ids              bool     // a consuming check has come: hits' ids are remembered
+	stamp            uint64   // the last comparison's: a group compared with it has seen == stamp
+	found            []member // a comparison's scratch
+}
+
+type simKey struct {
+	name   string
+	since  int64       // the alert mark: when the key crossed; chat.Never when not
+	wave   fingerprint // while marked: the fingerprint of the message that crossed
+	newest int64       // the newest instant the key has seen; chat.Never: none
+	recs   []simRec    // recs[head:] are the messages, in the order they came
+	head   int
+	groups []simGroup
+	free   []int32 // places in groups with no group
+	byFP   map[uint64]int32
+	post   map[uint32][]int32
+	peak   int // the most groups since the last shrink
+	ids    map[uint64]simID
+	extra  *keyExtra // its penalty and strikes (not its ids: see ids)
+	prev   *simKey
+	next   *simKey
+}
+
+type simRec struct {
+	at int64
+	g  int32
+}
+
+type simGroup struct {
+	fp      fingerprint
+	hash    uint64
+	members []member // in the order they came
+	seen    uint64
+}
+
+// A member is one message of a group.
+type member struct {
+	at   int64
+	user uint64 // nameHash of its user
+}
+
+// A simID is a hit that carried an id, for a key's ids (see extraRule):
+// every hit's, since any message can be allowed.
+type simID struct {
+	at       int64
+	consumed bool
+}
+
+func newSimStore(s settings, scope Scope, max int, hk *hashKey) *simStore {
+	return &simStore{limit: int64(s.limit), w: s.window.Milliseconds(), sim: s.similarity, minChars: s.minChars, scope: scope, hk: hk, max: max, keys: map[string]*simKey{}}
+}
+
+// sketchOf sets sk to the fingerprint of m's text and reports whether it
+// has one: a text of at least minChars code points with a word pair.
+func (t *simStore) sketchOf(m *msg, sk *sketch) bool {
+	n := 0
+	for range m.body {
+		if n++; n >= t.minChars {
+			break
+		}
+	}
+	if n < t.minChars {
+		return false
+	}
+	t.hk.pairsOf(m.body, sk)
+	return sk.n > 0
+}
+
+func (t *simStore) nameOf(m *msg) string {
+	if t.scope == ScopeUser {
+		return m.user
+	}
+	return m.room
+}
+
+// fpHash is the hash of a fingerprint, by which identical ones are kept
+// once.
+func (t *simStore) fpHash(f fingerprint) uint64 {
+	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f.h))), 4*len(f.h))
+	h := t.hk.hash(t.hk.name^0x66707269, b)
+	if f.cut {
+		h = ^h
+	}
+	return h
+}
+
+// key returns the key of m, adding it if new (evicting first).
+func (t *simStore) key(m *msg) *simKey {
+	name := t.nameOf(m)
+	if k := t.keys[name]; k != nil {
+		return k
+	}
+	for range 2 {
+		if t.tail == nil || !t.atRest(t.tail, m.at) {
+			break
+		}
+		t.remove(t.tail)
+		t.expired++
+	}
+	if len(t.keys) >= t.max {
+		t.remove(t.tail)
+		t.evicted++
+	}
+	k := &simKey{name: strings.Clone(name), since: chat.Never, newest: chat.Never}
+	t.keys[k.name] = k
+	t.pushHead(k)
+	return k
+}
+
+func (t *simStore) pushHead(k *simKey) {
+	k.prev, k.next = nil, t.head
+	if t.head != nil {
+		t.head.prev = k
+	} else {
+		t.tail = k
+	}
+	t.head = k
+}
+
+func (t *simStore) unlink(k *simKey) {
+	if k.prev != nil {
+		k.prev.next = k.next
+	} else {
+		t.head = k.next
+	}
+	if k.next != nil {
+		k.next.prev = k.prev
+	} else {
+		t.tail = k.prev
+	}
+}
+
+// touch moves k to the head of the list.
+func (t *simStore) touch(k *simKey) {
+	if t.head != k {
+		t.unlink(k)
+		t.pushHead(k)
+	}
+}
+
+func (t *simStore) remove(k *simKey) {
+	t.unlink(k)
+	delete(t.keys, k.name)
+}
+
+// atRest reports whether k at now is the same as a key never seen: its
+// window empty, no id remembered, no penalty or strike that counts. It
+// lets the window catch up to now.
+func (t *simStore) atRest(k *simKey, now int64) bool {
+	t.expire(k, max(now, k.newest))
+	if k.head < len(k.recs) {
+		return false
+	}
+	for _, h := range k.ids {
+		if h.at > max(now, k.newest)-t.w {
+			return false
+		}
+	}
+	return k.extra == nil || k.extra.atRest(now, &t.rule)
+}
+
+// expire drops the messages at the front of k's window that are out of
+// it at now, their groups once empty, and ids as old.
+func (t *simStore) expire(k *simKey, now int64) {
+	edge := now - t.w
+	for k.head < len(k.recs) && k.recs[k.head].at <= edge {
+		g := &k.groups[k.recs[k.head].g]
+		g.members = g.members[1:]
+		if len(g.members) == 0 {
+			t.dropGroup(k, k.recs[k.head].g)
+		}
+		k.head++
+	}
+	if k.head == len(k.recs) {
+		k.recs, k.head = k.recs[:0], 0
+	} else if k.head >= 64 && 2*k.head >= len(k.recs) {
+		k.recs = k.recs[:copy(k.recs, k.recs[k.head:])]
+		k.head = 0
+	}
+	if len(k.ids) > 0 && len(k.ids) > 2*(len(k.recs)-k.head)+64 {
+		for id, h := range k.ids {
+			if h.at <= edge {
+				delete(k.ids, id)
+			}
+		}
+	}
+	if k.peak >= 1024 && 4*(len(k.groups)-len(k.free)) < k.peak {
+		t.shrink(k)
+	}
+}
+
+// record adds a message of fingerprint f by user at `at` to k's window.
+func (t *simStore) record(k *simKey, f fingerprint, user uint64, at int64) {
+	h := t.fpHash(f)
+	gi, ok := k.byFP[h]
+	if !ok || !slices.Equal(k.groups[gi].fp.h, f.h) || k.groups[gi].fp.cut != f.cut {
+		gi = t.addGroup(k, fingerprint{h: slices.Clone(f.h), cut: f.cut}, h, !ok)
+	}
+	g := &k.groups[gi]
+	g.members = append(g.members, member{at: at, user: user})
+	k.recs = append(k.recs, simRec{at: at, g: gi})
+}
+
+// addGroup adds a group of fingerprint f (kept as it is) and indexes it;
+// byHash: under its hash too (not when another group has it).
+func (t *simStore) addGroup(k *simKey, f fingerprint, h uint64, byHash bool) int32 {
+	var gi int32
+	if n := len(k.free); n > 0 {
+		gi, k.free = k.free[n-1], k.free[:n-1]
+	} else {
+		gi = int32(len(k.groups))
+		k.groups = append(k.groups, simGroup{})
+	}
+	k.groups[gi] = simGroup{fp: f, hash: h}
+	if byHash {
+		if k.byFP == nil {
+			k.byFP, k.post = map[uint64]int32{}, map[uint32][]int32{}
+		}
+		k.byFP[h] = gi
+	}
+	if k.post == nil {
+		k.post = map[uint32][]int32{}
+	}
+	for _, x := range f.h[:f.prefix(t.sim)] {
+		k.post[x] = append(k.post[x], gi)
+	}
+	k.peak = max(k.peak, len(k.groups)-len(k.free))
+	return gi
+}
+
+// dropGroup forgets group gi, which has no message left.
+func (t *simStore) dropGroup(k *simKey, gi int32) {
+	g := &k.groups[gi]
+	for _, x := range g.fp.h[:g.fp.prefix(t.sim)] {
+		list := k.post[x]
+		i := slices.Index(list, gi)
+		list[i] = list[len(list)-1]
+		if list = list[:len(list)-1]; len(list) == 0 {
+			delete(k.post, x)
+		} else {
+			k.post[x] = list
+		}
+	}
+	if k.byFP[g.hash] == gi {
+		delete(k.byFP, g.hash)
+	}
+	*g = simGroup{}
+	k.free = append(k.free, gi)
+}
+
+// shrink copies k's window into right-sized slabs and maps: Go's maps
+// never shrink, so a key that once held a flood would keep its size.
+func (t *simStore) shrink(k *simKey) {
+	t.refill(k, k.recs[k.head:], k.groups)
+	if len(k.ids) > 0 {
+		ids := make(map[uint64]simID, len(k.ids))
+		for id, h := range k.ids {
+			ids[id] = h
+		}
+		k.ids = ids
+	}
+}
+
+// refill makes k's window the messages recs, of groups, in new slabs
+// and maps, indexed by t's similarity. Fingerprints are never changed once
+// made: k shares them with groups.
+func (t *simStore) refill(k *simKey, recs []simRec, groups []simGroup) {
+	k.groups, k.free, k.byFP, k.post, k.peak, k.head = nil, nil, nil, nil, 0, 0
+	k.recs = make([]simRec, 0, len(recs))
+	place := make(map[int32]int32)
+	for _, r := range recs {
+		gi, ok := place[r.g]
+		if !ok {
+			g := &groups[r.g]
+			gi = t.addGroup(k, g.fp, g.hash, true)
+			k.groups[gi].members = slices.Clone(g.members)
+			place[r.g] = gi
+		}
+		k.recs = append(k.recs, simRec{at: r.at, g: gi})
+	}
+}
