@@ -3,6 +3,7 @@ package throttle
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -192,5 +193,60 @@ func TestSimilarParameters(t *testing.T) {
 	ps, err = ParsePolicies("p.yaml", []byte(file("")))
 	if err != nil || ps[0].withDefaults().Similarity != DefaultSimilarity || ps[0].withDefaults().MinChars != DefaultMinChars {
 		t.Errorf("defaults: %+v %v", ps, err)
+	}
+}
+
+// TestSimilarMemoryBounded: a flood of unique texts into one room holds
+// no more than the window's messages, each as its fingerprint (never its
+// text), and gives the memory back once it has left the window while the
+// room goes on talking. It measures the live heap, for long texts (cut
+// fingerprints) and for short ones.
+func TestSimilarMemoryBounded(t *testing.T) {
+	const window = 1000 // ms; one message a millisecond
+	flood := 20 * window
+	if testing.Short() || raceEnabled {
+		flood = 4 * window
+	}
+	for _, c := range []struct {
+		words  int
+		perMsg int64 // the most bytes a message of the window may hold
+	}{{200, 4000}, {8, 500}} {
+		s := mustSet(t, []Policy{simPolicy(ScopeRoom, 5, window*time.Millisecond)})
+		r := rand.New(rand.NewPCG(3, 4))
+		text := func() string {
+			var b strings.Builder
+			for range c.words {
+				fmt.Fprintf(&b, "%x ", r.Uint64())
+			}
+			return b.String()
+		}
+		before := heapInUse()
+		sent := 0
+		for i := range flood {
+			text := text()
+			sent += len(text)
+			s.Observe(chat.Event{TS: at(int64(i)), Room: "lobby", User: fmt.Sprint("bot", i), Text: text})
+		}
+		k := s.state.Load().stores[0].(*simStore).keys["lobby"]
+		if held := len(k.recs) - k.head; held > window {
+			t.Fatalf("%d words: %d messages held, more than the window's %d", c.words, held, window)
+		}
+		during := int64(heapInUse()) - int64(before)
+		t.Logf("%d words: %d bytes of text sent, %d held for the window's %d messages (%d a message)", c.words, sent, during, window, during/window)
+		if during/window > c.perMsg {
+			t.Errorf("%d words: %d bytes held a message of the window, more than %d", c.words, during/window, c.perMsg)
+		}
+		// The room talks on, a short line every 10 ms, for two windows.
+		for i := 0; i < 2*window; i += 10 {
+			s.Observe(chat.Event{TS: at(int64(flood + i)), Room: "lobby", User: "alice", Text: fmt.Sprint("just chatting, line ", i%50)})
+		}
+		after := int64(heapInUse()) - int64(before)
+		t.Logf("%d words: after, %d bytes held", c.words, after)
+		if after > 16<<10 {
+			t.Errorf("%d words: %d bytes still held once the flood left the window, more than 16 KiB", c.words, after)
+		}
+		if d := decision(t, s.Check(at(int64(flood+2*window)), "lobby", "x", text(), true), "sim"); !d.Allowed || d.Count != 0 {
+			t.Errorf("%d words: after the flood: %+v", c.words, d)
+		}
 	}
 }

@@ -28,14 +28,15 @@ import (
 //
 // Memory per message: 16 bytes in recs, 16 in its group; per distinct
 // fingerprint, 4 bytes a pair hash (at most simK: 512 bytes), 72 bytes
-// of group, and 4 bytes plus a map entry for each of its prefix hashes
-// (2 for a text of fewer than 40 pairs; at the default similarity at most
-// 26). Never the text. A
-// group goes with its last message, and a key with its last message (as
-// every store forgets a key at rest); a key whose window held many more
-// messages than it does now copies what it keeps into right-sized slabs
-// and maps (shrink), so a flood of unique texts is given back once it has
-// left the window.
+// of group, and an index entry for each of its prefix hashes (2 for a
+// text of fewer than 40 pairs; at the default similarity at most 26).
+// Measured with maps' slack (TestSimilarMemoryBounded): about 390 bytes
+// a message of unique 8-word texts, 3.5 KB of unique texts of 128 pairs
+// or more. Never the text. A group goes with its last message, and a key
+// with its last message (as every store forgets a key at rest); a key
+// whose window held many more groups and index entries than it does now
+// copies what it keeps into right-sized slabs and maps (shrink), so a
+// flood of unique texts is given back once it has left the window.
 //
 // Keys are in a list from the most to the least recently observed; a new
 // key evicts up to two keys at rest from its cold end, and, past the cap,
@@ -70,7 +71,7 @@ type simKey struct {
 	free   []int32 // places in groups with no group
 	byFP   map[uint64]int32
 	post   map[uint32][]int32
-	peak   int // the most groups since the last shrink
+	peak   int // the largest size since the last shrink
 	ids    map[uint64]simID
 	extra  *keyExtra // its penalty and strikes (not its ids: see ids)
 	prev   *simKey
@@ -240,9 +241,16 @@ func (t *simStore) expire(k *simKey, now int64) {
 			}
 		}
 	}
-	if k.peak >= 1024 && 4*(len(k.groups)-len(k.free)) < k.peak {
+	if k.peak >= 64 && 4*k.size() < k.peak {
 		t.shrink(k)
 	}
+}
+
+// size is what the slabs and maps of k hold: its groups and the hashes
+// of its index (a long text's group has up to 26 of them at the default
+// similarity, a short one's 2).
+func (k *simKey) size() int {
+	return len(k.groups) - len(k.free) + len(k.post)
 }
 
 // record adds a message of fingerprint f by user at `at` to k's window.
@@ -280,7 +288,7 @@ func (t *simStore) addGroup(k *simKey, f fingerprint, h uint64, byHash bool) int
 	for _, x := range f.h[:f.prefix(t.sim)] {
 		k.post[x] = append(k.post[x], gi)
 	}
-	k.peak = max(k.peak, len(k.groups)-len(k.free))
+	k.peak = max(k.peak, k.size())
 	return gi
 }
 
