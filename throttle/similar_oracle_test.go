@@ -175,11 +175,11 @@ func methodAlike(hk *hashKey, sim int64) func(a, b string) bool {
 // 40 words), so every two texts share 0.95 or more, or under 0.5;
 // otherwise variants change any word, with shares of every size.
 type textGen struct {
-	r      *rand.Rand
-	clear  bool
-	bases  [][]string
-	texts  []string
-	unique int
+	r     *rand.Rand
+	clear bool
+	bases [][]string
+	texts []string
+	most  int // the most bases (0: no most)
 }
 
 var (
@@ -232,7 +232,7 @@ func (g *textGen) next() string {
 			return g.texts[g.r.IntN(len(g.texts))]
 		}
 	}
-	if len(g.bases) == 0 || g.r.IntN(5) == 0 {
+	if len(g.bases) == 0 || g.r.IntN(5) == 0 && (g.most == 0 || len(g.bases) < g.most) {
 		n := []int{2, 3, 5, 8, 12, 20, 40, 45, 60, 150, 200}[g.r.IntN(11)]
 		base := make([]string, n)
 		for i := range base {

@@ -146,6 +146,14 @@ func readFingerprint(r *snapshot.Reader) fingerprint {
 	return f
 }
 
+// readHash reads a hash of 8 bytes, little-endian; 0 if truncated.
+func readHash(r *snapshot.Reader) uint64 {
+	if p := r.Next(8); p != nil {
+		return binary.LittleEndian.Uint64(p)
+	}
+	return 0
+}
+
 // readBool reads a byte that must be 0 or 1; else it fails with what.
 func readBool(r *snapshot.Reader, what string) bool {
 	switch r.Byte() {
@@ -216,15 +224,19 @@ func (t *simStore) loadKey(r *snapshot.Reader, mark bool) error {
 	if recs > 0 {
 		k.recs = make([]simRec, 0, recs)
 	}
+	next := uint64(0) // groups are numbered in the order of their first message
 	for range recs {
 		g := r.UvarintUpTo(uint64(groups), "as a group")
 		d := r.UvarintUpTo(uint64(k.newest)^1<<63, "ms before the newest") // k.newest - chat.Never
-		user := binary.LittleEndian.Uint64(r.Next(8))
+		user := readHash(r)
 		if r.Err() != nil {
 			return r.Err()
 		}
-		if g == uint64(groups) {
-			return fmt.Errorf("group %d of %d", g, groups)
+		if g > next || g == uint64(groups) {
+			return fmt.Errorf("group %d of %d, where the first new one is %d", g, groups, next)
+		}
+		if g == next {
+			next++
 		}
 		at := int64(uint64(k.newest) - d)
 		k.groups[g].members = append(k.groups[g].members, member{at: at, user: user})
@@ -239,16 +251,18 @@ func (t *simStore) loadKey(r *snapshot.Reader, mark bool) error {
 		return fmt.Errorf("messages, but no newest instant")
 	}
 	ids := r.Count(10, "ids")
+	prev := uint64(0)
 	for range ids {
-		id := binary.LittleEndian.Uint64(r.Next(8))
+		id := readHash(r)
 		h := simID{at: r.Varint()}
 		h.consumed = readBool(r, "an id neither consumed nor not")
 		if r.Err() != nil {
 			return r.Err()
 		}
-		if _, dup := k.ids[id]; dup || id&1 == 0 {
-			return fmt.Errorf("id hash %#x twice, or not one idHash makes", id)
+		if id <= prev || id&1 == 0 {
+			return fmt.Errorf("id hash %#x not above the one before, or not one idHash makes", id)
 		}
+		prev = id
 		k.remember(id, h)
 	}
 	if flags&simExtra != 0 {

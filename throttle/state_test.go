@@ -401,17 +401,8 @@ func FuzzLoadState(f *testing.F) {
 	f.Add(s.AppendState(nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s := mustSet(t, statePolicies(), opt)
-		if err := s.LoadState(b); err != nil {
-			for _, st := range s.Stats() {
-				if st.Keys != 0 {
-					t.Fatalf("not left empty after %v", err)
-				}
-			}
+		if !loadFuzzed(t, s, b) {
 			return
-		}
-		verifySet(t, s)
-		if again := s.AppendState(nil); !bytes.Equal(again, b) {
-			t.Fatalf("saves %x, loaded %x", again, b)
 		}
 		tr := &stateTrace{r: rand.New(rand.NewPCG(2, 2)), now: 3000}
 		for range 3 {
@@ -424,6 +415,25 @@ func FuzzLoadState(f *testing.F) {
 		}
 		verifySet(t, s)
 	})
+}
+
+// loadFuzzed loads b into s and reports whether s took it: if not, s
+// must be left empty; if so, consistent, and saving what it loaded.
+func loadFuzzed(t *testing.T, s *Set, b []byte) bool {
+	t.Helper()
+	if err := s.LoadState(b); err != nil {
+		for _, st := range s.Stats() {
+			if st.Keys != 0 {
+				t.Fatalf("not left empty after %v", err)
+			}
+		}
+		return false
+	}
+	verifySet(t, s)
+	if again := s.AppendState(nil); !bytes.Equal(again, b) {
+		t.Fatalf("saves %x, loaded %x", again, b)
+	}
+	return true
 }
 
 // verifySet checks that each table of s is consistent: its list, index,

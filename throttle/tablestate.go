@@ -149,7 +149,7 @@ func readKeyExtra(r *snapshot.Reader, idCap int) *keyExtra {
 	x := &keyExtra{}
 	n := int(r.UvarintUpTo(uint64(idCap), "ids"))
 	for range n {
-		id := binary.LittleEndian.Uint64(r.Next(8))
+		id := readHash(r)
 		h := idHit{id: id, at: r.Varint(), since: r.Varint()}
 		switch r.Byte() {
 		case 0:

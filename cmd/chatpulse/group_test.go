@@ -337,6 +337,8 @@ func TestGroupThrottleAndMismatch(t *testing.T) {
   - {name: repeated_text, scope: user, algorithm: repeat, limit: 1, window: 30s, mode: shadow}
   - {name: room_burst, scope: room, algorithm: token_bucket, limit: 5, window: 1s, burst: 12}
   - {name: support_total, scope: group, algorithm: fixed_window, limit: 15, window: 1m, rooms: ["support-*"]}
+  - {name: paste_wave, scope: room, algorithm: similar, limit: 3, window: 30s}
+  - {name: paste_user, scope: user, algorithm: similar, limit: 2, window: 30s, similarity: 0.7, min_chars: 5}
 `), 0o644)
 	ms := startGroup(t, url, "g", 3, clock.Now, "--policies", policies)
 	now := clock.ms.Load()
@@ -355,10 +357,21 @@ func TestGroupThrottleAndMismatch(t *testing.T) {
 		evs = append(evs, chat.Event{Room: "lobby", User: "alice", TS: now - int64(i), Text: "same"})
 		evs = append(evs, chat.Event{Room: fmt.Sprint("support-", i%3), User: fmt.Sprint("u", i), TS: now, Text: fmt.Sprint("t", i)})
 	}
+	// A copy-paste wave in one room from many accounts (similar, scope
+	// room, decided by the room's partition), and one account pasting in
+	// many rooms (scope user, by the user's).
+	for i := range 5 {
+		evs = append(evs, chat.Event{Room: "lobby", User: fmt.Sprint("bot", i), TS: now - 20 + int64(i), Text: []string{"BUY cheap gold now at example.com, best prices in town!", "buy cheap gold NOW at example.com - best prices in town"}[i%2]})
+		evs = append(evs, chat.Event{Room: fmt.Sprint("room-", i), User: "paster", TS: now - 10 + int64(i), Text: "join my server at discord.gg/xyz now"})
+	}
 	var want []throttle.Alert
 	for i, e := range evs {
 		e.ID = fmt.Sprint("m-", i) // as publishGroup sends it: an alert names the event that crossed
 		want = append(want, standalone.Observe(e)...)
+	}
+	if !slices.ContainsFunc(want, func(a throttle.Alert) bool { return a.Policy == "paste_wave" && a.Count == 4 }) ||
+		!slices.ContainsFunc(want, func(a throttle.Alert) bool { return a.Policy == "paste_user" && a.Count == 3 }) {
+		t.Fatalf("the standalone Set's alerts have no wave of similar texts: %+v", want)
 	}
 	publishGroup(t, url, evs)
 	// A payload that is not what its subject says, and one on a subject
@@ -368,7 +381,8 @@ func TestGroupThrottleAndMismatch(t *testing.T) {
 	nc.Flush()
 
 	checks := []string{`{"room":"lobby","user":"alice","text":"same"}`, `{"room":"lobby","user":"bob"}`,
-		`{"room":"support-1","user":"u1"}`, `{"room":"support-9","user":"zed","text":"t1"}`, `{"room":"elsewhere","user":"alice"}`}
+		`{"room":"support-1","user":"u1"}`, `{"room":"support-9","user":"zed","text":"t1"}`, `{"room":"elsewhere","user":"alice"}`,
+		`{"room":"lobby","user":"zed","text":"buy cheap GOLD now at example.com - best prices in town"}`, `{"room":"room-9","user":"paster","text":"JOIN my server at discord.gg/xyz now!"}`}
 	for _, body := range checks {
 		var req struct {
 			Room, User string

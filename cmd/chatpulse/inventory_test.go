@@ -37,6 +37,7 @@ const inventoryPolicies = `policies:
   - {name: bucket, scope: room, algorithm: token_bucket, limit: 4, window: 1h, rooms: [vault]}
   - {name: raid, scope: room, algorithm: join_wave, limit: 3, window: 1m}
   - {name: newcomers, scope: user_in_room, algorithm: sliding_window, limit: 1, window: 30s, new_members: 10m}
+  - {name: alike, scope: room, algorithm: similar, limit: 2, window: 1m, rooms: [bazaar]}
 `
 
 var inventory = []piece{
@@ -66,6 +67,15 @@ var inventory = []piece{
 			}
 		},
 		probes: []string{`check {"room":"lobby","user":"rita","text":"buy cheap coins"}`, `check {"room":"lobby","user":"rita","text":"something else"}`},
+	},
+	{
+		name: "similar fingerprints", kept: "snapshot (throttle), else replay",
+		drive: func(d *driver, phase int) { // a wave of alike texts, half of it before the restart
+			for i := range 2 {
+				d.text("bazaar", fmt.Sprint("seller", phase*2+i), int64(30_000-phase*10_000-i*100), "Cheap followers at example.com, DM me now!")
+			}
+		},
+		probes: []string{`check {"room":"bazaar","user":"x","text":"cheap followers at example.com - dm me now"}`, `check {"room":"bazaar","user":"x","text":"anyone up for a game tonight?"}`, "/api/v1/throttle/active"},
 	},
 	{
 		name: "consumed ids", kept: "snapshot (throttle)",
