@@ -59,6 +59,12 @@ func TestOpenAPI(t *testing.T) {
     limit: 1
     window: 1h
     act: [lock]
+  - name: wave
+    scope: room
+    algorithm: similar
+    limit: 5
+    window: 1h
+    similarity: 0.9
 `), 0o644)
 	tm := startMain(t, "--windows", "1m,1h", "--policies", policies)
 	for i := range 5 {

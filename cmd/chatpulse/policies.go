@@ -174,6 +174,8 @@ type policyAnswer struct {
 	ExemptRoles []string           `json:"exempt_roles,omitempty"`
 	Act         []throttle.ActKind `json:"act,omitempty"`
 	LockFor     string             `json:"lock_for,omitempty"`
+	Similarity  float64            `json:"similarity,omitempty"`
+	MinChars    int                `json:"min_chars,omitempty"`
 }
 
 // answer is what is in force, and since when.
@@ -203,6 +205,7 @@ func (p *policies) answer() any {
 		if ps.LockFor > 0 {
 			pa.LockFor = rolling.FormatDuration(ps.LockFor)
 		}
+		pa.Similarity, pa.MinChars = ps.Similarity, ps.MinChars
 		a.Policies = append(a.Policies, pa)
 	}
 	return a
