@@ -196,22 +196,55 @@ func alike(a, b fingerprint, sim int64) bool {
 // section 15).
 const surely = 950_000
 
-// prefix is how many of f's smallest hashes a similar policy indexes f by
-// (and looks f up by): enough that two fingerprints with a share of
-// `surely` or more always share one of them (the prefix filter of exact
-// set-similarity joins: if |A ∩ B| >= t|A ∪ B|, the |A| - ⌈t|A|⌉ + 1
-// smallest of A and the |B| - ⌈t|B|⌉ + 1 smallest of B meet). An exact
-// fingerprint that may meet a cut one at that share (it has at least
-// 95% of simK pairs), and a cut one, whose share is estimated, use the
-// lower of `surely` and sim, so that every one whose estimate reaches sim
-// is found. At least two, as candidates come cheap: a pair of texts of
-// share 0.8 then meets more often than not.
+// keys appends to out the keys a similar policy indexes f by, and looks
+// f up by: two fingerprints that share one are compared. They are of two
+// kinds, so that texts sharing `surely` (0.95) or more always share one:
+//
+//   - pair keys, of an exact fingerprint of two hashes or more: each two
+//     of its p smallest hashes, p = n - ⌈0.95n⌉ + 2 (n < 20: one key;
+//     n = 128: 28). Two sets sharing o elements have their o
+//     smallest common ones among the first n - o + 1 of each, so two
+//     sharing 0.95 of their union have their two smallest common ones
+//     among both prefixes (the prefix filter of exact set-similarity
+//     joins, for two common elements). A key of two hashes, where the
+//     filter's usual key is one, keeps a pair that many texts have (a
+//     common phrase) from making every one a candidate of every other.
+//   - single keys, of a cut fingerprint and of an exact one of at least
+//     95% of simK hashes (which may meet a cut one at 0.95): each of its
+//     prefix(sim) smallest. A cut fingerprint's share is estimated (share);
+//     whenever the estimate reaches sim, their prefixes meet.
+//
+// Identical fingerprints are one group (simKey.byFP), found by their hash:
+// a text of one pair has no key. Keys are never compared with each other
+// as numbers, so a pair key that equals a single key only adds a
+// candidate.
+func (f fingerprint) keys(sim int64, out []uint64) []uint64 {
+	n := int64(len(f.h))
+	if f.cut || n*100 >= simK*95 {
+		for _, x := range f.h[:f.prefix(sim)] {
+			out = append(out, 1<<63|uint64(x))
+		}
+	}
+	if f.cut || n < 2 {
+		return out
+	}
+	p := min(n, n-(surely*n+simScale-1)/simScale+2)
+	for i := range p {
+		for j := i + 1; j < p; j++ {
+			out = append(out, uint64(f.h[i])<<32|uint64(f.h[j]))
+		}
+	}
+	return out
+}
+
+// prefix is how many of the smallest hashes of f, cut or of at least 95%
+// of simK hashes, its single keys are: enough that whenever the share of
+// two reaches t (the lower of sim and `surely`), their prefixes meet
+// (the prefix filter: if |A ∩ B| >= t|A ∪ B|, the |A| - ⌈t|A|⌉ + 1
+// smallest of A and the |B| - ⌈t|B|⌉ + 1 smallest of B meet). For a cut
+// one it holds of the sample the estimate is made of, a prefix of each.
 func (f fingerprint) prefix(sim int64) int {
 	n := int64(len(f.h))
-	t := int64(surely)
-	if f.cut || n*100 >= simK*95 {
-		t = min(t, sim)
-	}
-	p := n - (t*n+simScale-1)/simScale + 1
-	return int(min(n, max(p, 2)))
+	t := min(int64(surely), sim)
+	return int(min(n, n-(t*n+simScale-1)/simScale+1))
 }

@@ -28,26 +28,9 @@ func (t *simStore) judge(k *simKey, f fingerprint, has bool, now int64) Verdict 
 // newest; for scope user, every one. It is denied once limit of them are
 // in the window, and allowed again once the limit-th newest leaves it.
 func (t *simStore) count(k *simKey, f fingerprint, now int64) Verdict {
-	at := max(now, k.newest)
-	t.stamp++
-	found := t.found[:0]
-	for _, x := range f.h[:f.prefix(t.sim)] {
-		for _, gi := range k.post[x] {
-			g := &k.groups[gi]
-			if g.seen == t.stamp {
-				continue
-			}
-			g.seen = t.stamp
-			if !alike(f, g.fp, t.sim) {
-				continue
-			}
-			for _, m := range g.members {
-				if m.at > at-t.w {
-					found = append(found, m)
-				}
-			}
-		}
-	}
+	t.need = 0
+	t.gather(k, f, max(now, k.newest))
+	found := t.found
 	if t.scope == ScopeRoom && len(found) > 1 {
 		// Each user once, at its newest.
 		slices.SortFunc(found, func(a, b member) int { return cmp.Or(cmp.Compare(a.user, b.user), cmp.Compare(b.at, a.at)) })
@@ -62,10 +45,96 @@ func (t *simStore) count(k *simKey, f fingerprint, now int64) Verdict {
 	return denied(n, t.limit, found[t.limit-1].at+t.w-now)
 }
 
+// gather puts in t.found the messages of k's window at `at` alike to f:
+// all of them, or, if t.need is set, until they are enough to deny
+// (t.enough: need distinct users for scope room, need messages for scope
+// user).
+func (t *simStore) gather(k *simKey, f fingerprint, at int64) {
+	t.stamp++
+	t.found, t.users, t.enough = t.found[:0], t.users[:0], false
+	if gi, ok := k.byFP[t.fpHash(f)]; ok {
+		t.visit(k, gi, f, at)
+	}
+	t.ixKeys = f.keys(t.sim, t.ixKeys[:0])
+	for _, x := range t.ixKeys {
+		for _, gi := range k.post[x] {
+			if t.enough {
+				return
+			}
+			t.visit(k, gi, f, at)
+		}
+	}
+}
+
+// visit compares group gi of k with f, once per gather, and adds its
+// messages in the window at `at` to t.found if alike.
+func (t *simStore) visit(k *simKey, gi int32, f fingerprint, at int64) {
+	g := &k.groups[gi]
+	if g.seen == t.stamp {
+		return
+	}
+	g.seen = t.stamp
+	if !alike(f, g.fp, t.sim) {
+		return
+	}
+	for i := len(g.members) - 1; i >= 0; i-- {
+		m := g.members[i]
+		if m.at <= at-t.w {
+			continue
+		}
+		t.found = append(t.found, m)
+		if t.need == 0 {
+			continue
+		}
+		if t.scope == ScopeRoom && !slices.Contains(t.users, m.user) {
+			t.users = append(t.users, m.user)
+		}
+		if t.scope == ScopeRoom && len(t.users) >= t.need || t.scope == ScopeUser && len(t.found) >= t.need {
+			t.enough = true
+			return
+		}
+	}
+}
+
+// over reports whether a message of fingerprint f (has: it has one) at
+// now would be denied by k (nil: a key never seen), as judge's verdict
+// says, with no more work than the answer needs: it stops at the limit-th
+// alike user (or message), where judge counts them all. A policy whose
+// limit is large counts them all.
+func (t *simStore) over(k *simKey, f fingerprint, has bool, now int64) bool {
+	switch {
+	case k == nil:
+		return false
+	case !k.extra.penalty(allowed(0, t.limit), now).Allowed:
+		return true
+	case !has:
+		return false
+	case t.limit > maxQuickLimit:
+		return !t.count(k, f, now).Allowed
+	}
+	t.need = int(t.limit)
+	t.gather(k, f, max(now, k.newest))
+	return t.enough
+}
+
+// maxQuickLimit is the largest limit over decides by gathering no more
+// users than the limit (each one compared with those before).
+const maxQuickLimit = 64
+
 // holds reports whether k's wave (the message that crossed) would still
-// be denied at now: while it does, k stays marked.
+// be denied at now: while it does, k stays marked. A denial's retry_after
+// is a time before which it stays denied (more messages only add to it),
+// so it is counted again only from then (k.held), or once a message is
+// taken back (untake).
 func (t *simStore) holds(k *simKey, now int64) bool {
-	return !t.judge(k, k.wave, len(k.wave.h) > 0, now).Allowed
+	if now < k.held {
+		return true
+	}
+	v := t.judge(k, k.wave, len(k.wave.h) > 0, now)
+	if !v.Allowed {
+		k.held = now + v.RetryAfter.Milliseconds()
+	}
+	return !v.Allowed
 }
 
 func (t *simStore) observe(m msg, mark bool) crossing {
@@ -100,9 +169,9 @@ func (t *simStore) hit(m *msg, f fingerprint, has, mark bool) crossing {
 		return crossing{j: -1}
 	}
 	if k.since != chat.Never && !t.holds(k, m.at) {
-		k.since, k.wave = chat.Never, fingerprint{}
+		k.since, k.wave, k.held = chat.Never, fingerprint{}, 0
 	}
-	ok := t.judge(k, f, has, m.at).Allowed
+	ok := !t.over(k, f, has, m.at)
 	t.add(k, m, f, has)
 	c := crossing{j: -1}
 	switch {
@@ -134,7 +203,7 @@ func (t *simStore) add(k *simKey, m *msg, f fingerprint, has bool) {
 // cross marks k as crossed by m, of fingerprint f, starts its penalty if
 // the policy has one, and returns the crossing.
 func (t *simStore) cross(k *simKey, m *msg, f fingerprint) crossing {
-	k.since, k.wave = m.at, fingerprint{h: slices.Clone(f.h), cut: f.cut}
+	k.since, k.wave, k.held = m.at, fingerprint{h: slices.Clone(f.h), cut: f.cut}, 0
 	c := crossing{}
 	if len(t.rule.steps) > 0 {
 		c.until = k.extraOf().strike(m.at, &t.rule)
@@ -287,6 +356,7 @@ func (t *simStore) untake(m msg) bool {
 		return false
 	}
 	delete(k.ids, m.id)
+	k.held = 0 // the wave may hold no longer
 	if has {
 		t.unrecord(k, sk.fingerprint(), m.userHash, h.at)
 	}

@@ -20,16 +20,22 @@ import (
 // fingerprint (the hashes of its word pairs, at most simK of them), the
 // hash of its user and its instant; never its text.
 //
-// How a message finds the alike ones: each fingerprint is indexed by its
-// few smallest hashes (fingerprint.prefix), and a message is compared
-// with every fingerprint that shares one of its own, exactly (or, for a
-// text of more than simK pairs, by its sample). Alike texts almost always
-// share their smallest hash; texts with a share of 0.95 or more always
-// share one of the indexed ones. So a text of at most simK distinct pairs
-// is found alike to another exactly when their share reaches Similarity
-// and they share an indexed hash: always at 0.95 and above, never below
-// Similarity; between, a few are missed (docs/throttling.md measures how
-// many). Identical fingerprints are kept once, with their messages.
+// How a message finds the alike ones: each fingerprint is indexed by a
+// few keys made of its smallest hashes (fingerprint.keys: one for a text
+// of fewer than 20 pairs), and a message is compared with the identical
+// fingerprint and with every one that shares a key with it, exactly (or,
+// for a text of more than simK pairs, by its sample). Texts with a share
+// of 0.95 or more always share a key. So a text of at most simK distinct
+// pairs is found alike to another exactly when their share reaches
+// Similarity and they share a key: always at 0.95 and above, never below
+// Similarity; between, some are missed (docs/contract.md, "Alike",
+// measures how many). Identical fingerprints are kept once, with their
+// messages.
+//
+// Observing a message needs only to know whether it is over: it stops
+// at the limit-th alike user (over). A check, a crossing and Active count
+// them all. A marked key's wave is counted again only once its
+// retry_after has passed (holds).
 //
 // Time is continuous, to the millisecond, as for Repeat: a message at p
 // is in the window at T iff T - W < p <= T. A late message still in the

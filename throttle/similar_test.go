@@ -60,7 +60,7 @@ func (t *simStore) verifyKey(k *simKey) error {
 		if g.hash != t.fpHash(g.fp) {
 			return fmt.Errorf("group %d: hash", gi)
 		}
-		for _, x := range g.fp.h[:g.fp.prefix(t.sim)] {
+		for _, x := range g.fp.keys(t.sim, nil) {
 			posts++
 			if !slices.Contains(k.post[x], int32(gi)) {
 				return fmt.Errorf("group %d: not indexed by %#x", gi, x)

@@ -23,16 +23,18 @@ import (
 //   - groups, one per distinct fingerprint, each with its messages (the
 //     user's hash and the instant, in the order they came): a copy-paste
 //     wave of a thousand copies is one group, compared once per check.
-//   - post, the index: each of a group's prefix hashes (fingerprint.prefix)
-//     to the groups indexed by it.
+//   - post, the index: each of a group's keys (fingerprint.keys) to the
+//     groups indexed by it; byFP, each distinct fingerprint's hash to its
+//     group.
 //
 // Memory per message: 16 bytes in recs, 16 in its group; per distinct
 // fingerprint, 4 bytes a pair hash (at most simK: 512 bytes), 72 bytes
-// of group, and an index entry for each of its prefix hashes (2 for a
-// text of fewer than 40 pairs; at the default similarity at most 26).
-// Measured with maps' slack (TestSimilarMemoryBounded): about 390 bytes
-// a message of unique 8-word texts, 3.5 KB of unique texts of 128 pairs
-// or more. Never the text. A group goes with its last message, and a key
+// of group, an entry in byFP and one in the index for each of its keys
+// (one for a text of fewer than 20 pairs; at the default similarity at
+// most 26 single keys and 28 pair keys). Measured with maps' slack
+// (TestSimilarMemoryBounded): about 310 bytes a message of unique 8-word
+// texts, 3.5 KB of unique texts of 128 pairs or more. Never the text.
+// A group goes with its last message, and a key
 // with its last message (as every store forgets a key at rest); a key
 // whose window held many more groups and index entries than it does now
 // copies what it keeps into right-sized slabs and maps (shrink), so a
@@ -58,20 +60,25 @@ type simStore struct {
 	ids              bool     // a consuming check has come: hits' ids are remembered
 	stamp            uint64   // the last comparison's: a group compared with it has seen == stamp
 	found            []member // a comparison's scratch
+	ixKeys           []uint64 // an index update's or lookup's scratch
+	users            []uint64 // over's scratch: the distinct users gathered
+	need             int      // gather stops once this many are found (0: never)
+	enough           bool     // gather found need
 }
 
 type simKey struct {
 	name   string
 	since  int64       // the alert mark: when the key crossed; chat.Never when not
 	wave   fingerprint // while marked: the fingerprint of the message that crossed
+	held   int64       // while marked: the wave holds before this instant (holds)
 	newest int64       // the newest instant the key has seen; chat.Never: none
 	recs   []simRec    // recs[head:] are the messages, in the order they came
 	head   int
 	groups []simGroup
 	free   []int32 // places in groups with no group
 	byFP   map[uint64]int32
-	post   map[uint32][]int32
-	peak   int // the largest size since the last shrink
+	post   map[uint64][]int32 // index key (fingerprint.keys) -> groups
+	peak   int                // the largest size since the last shrink
 	ids    map[uint64]simID
 	extra  *keyExtra // its penalty and strikes (not its ids: see ids)
 	prev   *simKey
@@ -246,9 +253,9 @@ func (t *simStore) expire(k *simKey, now int64) {
 	}
 }
 
-// size is what the slabs and maps of k hold: its groups and the hashes
-// of its index (a long text's group has up to 26 of them at the default
-// similarity, a short one's 2).
+// size is what the slabs and maps of k hold: its groups and the keys of
+// its index (a long text's group has up to 54 of them at the default
+// similarity, a short one's 1).
 func (k *simKey) size() int {
 	return len(k.groups) - len(k.free) + len(k.post)
 }
@@ -278,14 +285,15 @@ func (t *simStore) addGroup(k *simKey, f fingerprint, h uint64, byHash bool) int
 	k.groups[gi] = simGroup{fp: f, hash: h}
 	if byHash {
 		if k.byFP == nil {
-			k.byFP, k.post = map[uint64]int32{}, map[uint32][]int32{}
+			k.byFP, k.post = map[uint64]int32{}, map[uint64][]int32{}
 		}
 		k.byFP[h] = gi
 	}
 	if k.post == nil {
-		k.post = map[uint32][]int32{}
+		k.post = map[uint64][]int32{}
 	}
-	for _, x := range f.h[:f.prefix(t.sim)] {
+	t.ixKeys = f.keys(t.sim, t.ixKeys[:0])
+	for _, x := range t.ixKeys {
 		k.post[x] = append(k.post[x], gi)
 	}
 	k.peak = max(k.peak, k.size())
@@ -295,7 +303,8 @@ func (t *simStore) addGroup(k *simKey, f fingerprint, h uint64, byHash bool) int
 // dropGroup forgets group gi, which has no message left.
 func (t *simStore) dropGroup(k *simKey, gi int32) {
 	g := &k.groups[gi]
-	for _, x := range g.fp.h[:g.fp.prefix(t.sim)] {
+	t.ixKeys = g.fp.keys(t.sim, t.ixKeys[:0])
+	for _, x := range t.ixKeys {
 		list := k.post[x]
 		i := slices.Index(list, gi)
 		list[i] = list[len(list)-1]
