@@ -214,16 +214,18 @@ const surely = 950_000
 //     prefix(sim) smallest. A cut fingerprint's share is estimated (share);
 //     whenever the estimate reaches sim, their prefixes meet.
 //
-// Identical fingerprints are one group (simKey.byFP), found by their hash:
-// a text of one pair has no key. Keys are never compared with each other
-// as numbers, so a pair key that equals a single key only adds a
-// candidate.
+// A text of one pair has one key, its hash. Identical fingerprints have
+// the same keys. Keys are never compared with each other as numbers, so
+// a pair key that equals a single key only adds a candidate.
 func (f fingerprint) keys(sim int64, out []uint64) []uint64 {
 	n := int64(len(f.h))
 	if f.cut || n*100 >= simK*95 {
 		for _, x := range f.h[:f.prefix(sim)] {
 			out = append(out, 1<<63|uint64(x))
 		}
+	}
+	if n == 1 && !f.cut {
+		return append(out, 1<<63|uint64(f.h[0]))
 	}
 	if f.cut || n < 2 {
 		return out

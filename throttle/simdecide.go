@@ -52,9 +52,6 @@ func (t *simStore) count(k *simKey, f fingerprint, now int64) Verdict {
 func (t *simStore) gather(k *simKey, f fingerprint, at int64) {
 	t.stamp++
 	t.found, t.users, t.enough = t.found[:0], t.users[:0], false
-	if gi, ok := k.byFP[t.fpHash(f)]; ok {
-		t.visit(k, gi, f, at)
-	}
 	t.ixKeys = f.keys(t.sim, t.ixKeys[:0])
 	for _, x := range t.ixKeys {
 		for _, gi := range k.post[x] {

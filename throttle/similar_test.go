@@ -210,7 +210,7 @@ func TestSimilarMemoryBounded(t *testing.T) {
 	for _, c := range []struct {
 		words  int
 		perMsg int64 // the most bytes a message of the window may hold
-	}{{200, 4000}, {8, 500}} {
+	}{{200, 4000}, {8, 400}} {
 		s := mustSet(t, []Policy{simPolicy(ScopeRoom, 5, window*time.Millisecond)})
 		r := rand.New(rand.NewPCG(3, 4))
 		text := func() string {

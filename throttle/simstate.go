@@ -215,10 +215,10 @@ func (t *simStore) loadKey(r *snapshot.Reader, mark bool) error {
 			return fmt.Errorf("a group of no pair")
 		}
 		h := t.fpHash(f)
-		if _, dup := k.byFP[h]; dup {
+		if t.identical(k, f, h) >= 0 {
 			return fmt.Errorf("a fingerprint twice")
 		}
-		t.addGroup(k, f, h, true)
+		t.addGroup(k, f, h)
 	}
 	recs := r.Count(10, "messages")
 	if recs > 0 {

@@ -24,15 +24,15 @@ import (
 //     user's hash and the instant, in the order they came): a copy-paste
 //     wave of a thousand copies is one group, compared once per check.
 //   - post, the index: each of a group's keys (fingerprint.keys) to the
-//     groups indexed by it; byFP, each distinct fingerprint's hash to its
-//     group.
+//     groups indexed by it. Identical fingerprints have the same keys, so
+//     a fingerprint's group, if any, is among those of its first key.
 //
 // Memory per message: 16 bytes in recs, 16 in its group; per distinct
 // fingerprint, 4 bytes a pair hash (at most simK: 512 bytes), 72 bytes
-// of group, an entry in byFP and one in the index for each of its keys
+// of group, and an entry in the index for each of its keys
 // (one for a text of fewer than 20 pairs; at the default similarity at
 // most 26 single keys and 28 pair keys). Measured with maps' slack
-// (TestSimilarMemoryBounded): about 310 bytes a message of unique 8-word
+// (TestSimilarMemoryBounded): about 270 bytes a message of unique 8-word
 // texts, 3.5 KB of unique texts of 128 pairs or more. Never the text.
 // A group goes with its last message, and a key
 // with its last message (as every store forgets a key at rest); a key
@@ -75,8 +75,7 @@ type simKey struct {
 	recs   []simRec    // recs[head:] are the messages, in the order they came
 	head   int
 	groups []simGroup
-	free   []int32 // places in groups with no group
-	byFP   map[uint64]int32
+	free   []int32            // places in groups with no group
 	post   map[uint64][]int32 // index key (fingerprint.keys) -> groups
 	peak   int                // the largest size since the last shrink
 	ids    map[uint64]simID
@@ -263,18 +262,34 @@ func (k *simKey) size() int {
 // record adds a message of fingerprint f by user at `at` to k's window.
 func (t *simStore) record(k *simKey, f fingerprint, user uint64, at int64) {
 	h := t.fpHash(f)
-	gi, ok := k.byFP[h]
-	if !ok || !slices.Equal(k.groups[gi].fp.h, f.h) || k.groups[gi].fp.cut != f.cut {
-		gi = t.addGroup(k, fingerprint{h: slices.Clone(f.h), cut: f.cut}, h, !ok)
+	gi := t.identical(k, f, h)
+	if gi < 0 {
+		gi = t.addGroup(k, fingerprint{h: slices.Clone(f.h), cut: f.cut}, h)
 	}
 	g := &k.groups[gi]
 	g.members = append(g.members, member{at: at, user: user})
 	k.recs = append(k.recs, simRec{at: at, g: gi})
 }
 
-// addGroup adds a group of fingerprint f (kept as it is) and indexes it;
-// byHash: under its hash too (not when another group has it).
-func (t *simStore) addGroup(k *simKey, f fingerprint, h uint64, byHash bool) int32 {
+// identical returns the group of k whose fingerprint is f, of hash h, or
+// -1 if none.
+func (t *simStore) identical(k *simKey, f fingerprint, h uint64) int32 {
+	t.ixKeys = f.keys(t.sim, t.ixKeys[:0])
+	if len(t.ixKeys) == 0 {
+		return -1
+	}
+	for _, gi := range k.post[t.ixKeys[0]] {
+		g := &k.groups[gi]
+		if g.hash == h && g.fp.cut == f.cut && slices.Equal(g.fp.h, f.h) {
+			return gi
+		}
+	}
+	return -1
+}
+
+// addGroup adds a group of fingerprint f (kept as it is), of hash h, and
+// indexes it.
+func (t *simStore) addGroup(k *simKey, f fingerprint, h uint64) int32 {
 	var gi int32
 	if n := len(k.free); n > 0 {
 		gi, k.free = k.free[n-1], k.free[:n-1]
@@ -283,12 +298,6 @@ func (t *simStore) addGroup(k *simKey, f fingerprint, h uint64, byHash bool) int
 		k.groups = append(k.groups, simGroup{})
 	}
 	k.groups[gi] = simGroup{fp: f, hash: h}
-	if byHash {
-		if k.byFP == nil {
-			k.byFP, k.post = map[uint64]int32{}, map[uint64][]int32{}
-		}
-		k.byFP[h] = gi
-	}
 	if k.post == nil {
 		k.post = map[uint64][]int32{}
 	}
@@ -314,9 +323,6 @@ func (t *simStore) dropGroup(k *simKey, gi int32) {
 			k.post[x] = list
 		}
 	}
-	if k.byFP[g.hash] == gi {
-		delete(k.byFP, g.hash)
-	}
 	*g = simGroup{}
 	k.free = append(k.free, gi)
 }
@@ -338,14 +344,14 @@ func (t *simStore) shrink(k *simKey) {
 // and maps, indexed by t's similarity. Fingerprints are never changed once
 // made: k shares them with groups.
 func (t *simStore) refill(k *simKey, recs []simRec, groups []simGroup) {
-	k.groups, k.free, k.byFP, k.post, k.peak, k.head = nil, nil, nil, nil, 0, 0
+	k.groups, k.free, k.post, k.peak, k.head = nil, nil, nil, 0, 0
 	k.recs = make([]simRec, 0, len(recs))
 	place := make(map[int32]int32)
 	for _, r := range recs {
 		gi, ok := place[r.g]
 		if !ok {
 			g := &groups[r.g]
-			gi = t.addGroup(k, g.fp, g.hash, true)
+			gi = t.addGroup(k, g.fp, g.hash)
 			k.groups[gi].members = slices.Clone(g.members)
 			place[r.g] = gi
 		}
