@@ -129,3 +129,52 @@ func FuzzLoadSimilarState(f *testing.F) {
 		verifySet(t, s)
 	})
 }
+
+// TestSimilarReconfigureCarries: a similar policy whose limit, similarity
+// or mode changes keeps its windows (its checks are those of a Set of the
+// new policy fed the same messages); one whose min_chars changes starts
+// empty.
+func TestSimilarReconfigureCarries(t *testing.T) {
+	was := Policy{Name: "wave", Scope: ScopeRoom, Algorithm: AlgSimilar, Limit: 3, Window: 2 * time.Second}
+	for _, c := range []struct {
+		now   Policy
+		keeps bool
+	}{
+		{Policy{Name: "wave", Scope: ScopeRoom, Algorithm: AlgSimilar, Limit: 2, Window: 2 * time.Second, Similarity: 0.7, Mode: ModeShadow}, true},
+		{Policy{Name: "wave", Scope: ScopeRoom, Algorithm: AlgSimilar, Limit: 5, Window: 2 * time.Second, Similarity: 0.9}, true},
+		{Policy{Name: "wave", Scope: ScopeRoom, Algorithm: AlgSimilar, Limit: 3, Window: 2 * time.Second, MinChars: 5}, false},
+	} {
+		s, fresh := mustSet(t, []Policy{was}), mustSet(t, []Policy{c.now})
+		r := rand.New(rand.NewPCG(31, 32))
+		// Texts that share 0.95 or more, or under 0.5: alike or not
+		// whatever the Set's hash key, which each Set draws anew.
+		g := &textGen{r: r, most: 3, clear: true}
+		var texts []string
+		for i := range 300 {
+			e := chat.Event{TS: at(int64(i * 5)), Room: fmt.Sprint("r", r.IntN(2)), User: fmt.Sprint("u", r.IntN(6)), Text: g.next()}
+			s.Observe(e)
+			if c.keeps {
+				fresh.Observe(e)
+			}
+			texts = append(texts, e.Text)
+		}
+		if err := s.Reconfigure([]Policy{c.now}); err != nil {
+			t.Fatal(err)
+		}
+		verifySet(t, s)
+		denied := 0
+		for i, text := range texts {
+			room := fmt.Sprint("r", i%2)
+			got, want := s.Check(at(1500), room, "x", text, true), fresh.Check(at(1500), room, "x", text, true)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("%+v: check %q\n got %+v\nwant %+v", c.now, text, got, want)
+			}
+			if !got.Decisions[0].Allowed {
+				denied++
+			}
+		}
+		if c.keeps && denied == 0 {
+			t.Errorf("%+v: no check denied: the test tests too little", c.now)
+		}
+	}
+}
