@@ -250,3 +250,49 @@ func TestSimilarMemoryBounded(t *testing.T) {
 		}
 	}
 }
+
+// FuzzWordPairs: a text's fingerprint is its set of word pairs as the
+// contract defines them (oraclePairs), whatever bytes it holds: two
+// texts' share from their fingerprints is the exact one when neither is
+// cut, and a cut one holds simK hashes.
+func FuzzWordPairs(f *testing.F) {
+	for _, s := range [][2]string{
+		{"Buy cheap GOLD now!", "buy cheap gold now"},
+		{"Ünïcode wörds ΣΑΣ σας", "ünïcode WÖRDS σας σας"},
+		{"a\xffb c\u200dd 😀 e", "a b c d e"},
+		{strings.Repeat("word", 40) + " x " + strings.Repeat("word", 40), strings.Repeat("WORD", 40) + "-x-" + strings.Repeat("word", 40)},
+		{"İstanbul ǅemal ﬁne", "i̇stanbul ǆemal ﬁne"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	hk := newHashKey()
+	f.Fuzz(func(t *testing.T, a, b string) {
+		var sa, sb sketch
+		hk.pairsOf(a, &sa)
+		hk.pairsOf(b, &sb)
+		fa, fb := sa.fingerprint(), sb.fingerprint()
+		pa, pb := wordPairs(a), wordPairs(b)
+		for _, c := range []struct {
+			f fingerprint
+			p map[string]bool
+		}{{fa, pa}, {fb, pb}} {
+			if c.f.cut != (len(c.p) > simK) || !c.f.cut && len(c.f.h) != len(c.p) || c.f.cut && len(c.f.h) != simK {
+				t.Fatalf("%d hashes (cut %v) for %d pairs", len(c.f.h), c.f.cut, len(c.p))
+			}
+		}
+		if fa.cut || fb.cut {
+			return
+		}
+		both, union := 0, len(pa)
+		for p := range pb {
+			if pa[p] {
+				both++
+			} else {
+				union++
+			}
+		}
+		if gb, gu := share(fa, fb); gb != both || gu != union {
+			t.Fatalf("share %d of %d, want %d of %d", gb, gu, both, union)
+		}
+	})
+}
