@@ -21,6 +21,7 @@ type settings struct {
 	limit              int
 	window, resolution time.Duration
 	burst              int
+	spike              spikeSettings
 }
 
 // A FieldError says which setting of a policy is wrong and why.

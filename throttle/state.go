@@ -174,5 +174,5 @@ func (s *Set) readState(r *snapshot.Reader, cur *state) (*state, error) {
 // policies exactly when they keep the same state from the same messages.
 func describe(p Policy) string {
 	return fmt.Sprintf("%s: %s %s %s, limit %d, window %v, resolution %v, burst %d, rooms %q",
-		p.Name, p.Scope, p.Algorithm, p.Mode, p.Limit, p.Window, p.Resolution, p.Burst, p.Rooms)
+		p.Name, p.Scope, p.Algorithm, p.Mode, p.Limit, p.Window, p.Resolution, p.Burst, p.Rooms) + describeSpike(p)
 }
