@@ -74,6 +74,11 @@ func TestSpike(t *testing.T) {
 	if !res.Allowed || fmt.Sprint(decided(res)) != "[flood calm]" {
 		t.Fatalf("check during the spike: %+v, want flood and calm, allowed", res)
 	}
+	for _, l := range s.DecisionLabels() {
+		if l.Policy == "surge" {
+			t.Fatalf("decision labels of a spike, which decides nothing: %+v", s.DecisionLabels())
+		}
+	}
 	act := surge(s.Active(at(6)))
 	if len(act) != 1 || act[0].Policy != "surge" || act[0].Count != 6 || act[0].Spike == nil || act[0].Spike.Users != 3 {
 		t.Fatalf("active: %+v", act)
