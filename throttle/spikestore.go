@@ -48,7 +48,11 @@ type spikeRoom struct {
 	base int64
 	// recent are the window's messages, (last-n, last], by bucket (ties
 	// in the order they came); users counts them by user.
-	recent    []post
+	recent []post
+	// buf is the array recent lies in (nil: not known), dead the slots
+	// before recent in it, of messages that left the window (see grow).
+	buf       []post
+	dead      int
 	users     map[uint64]int32
 	usersPeak int // the most users since the map was made
 	// ids are the recent hits' ids (by their keyed hashes) while the
@@ -191,7 +195,7 @@ func (k *spikeRule) catchUp(r *spikeRoom, b int64) {
 			r.base++
 			r.leave(p.user)
 		}
-		r.recent = r.recent[i:]
+		r.recent, r.dead = r.recent[i:], r.dead+i
 		j := 0
 		for ; j < len(r.past) && r.past[j].b <= b-k.span; j++ {
 			r.base -= int64(r.past[j].n)
@@ -200,6 +204,9 @@ func (k *spikeRule) catchUp(r *spikeRoom, b int64) {
 	}
 	if r.usersPeak >= 64 && len(r.users) < r.usersPeak/4 { // give a flood's memory back: a Go map never shrinks
 		r.users, r.usersPeak = resized(r.users), len(r.users)
+	}
+	if cap(r.buf) >= 256 && len(r.recent) < cap(r.buf)/8 { // and its window's
+		r.recent, r.buf, r.dead = slices.Clone(r.recent), nil, 0
 	}
 	r.last = b
 	if !r.holds() {
@@ -244,6 +251,7 @@ func (k *spikeRule) add(r *spikeRoom, b int64, user uint64) {
 		}
 		r.base++
 	default:
+		r.grow()
 		if n := len(r.recent); n == 0 || r.recent[n-1].b <= b { // most messages are of the newest bucket
 			r.recent = append(r.recent, post{b: b, user: user})
 		} else {
@@ -256,6 +264,26 @@ func (k *spikeRule) add(r *spikeRoom, b int64, user uint64) {
 		r.users[user]++
 		r.usersPeak = max(r.usersPeak, len(r.users))
 	}
+}
+
+// grow makes room for one more message at the end of r.recent without
+// moving the window to a new array each time it reaches the end of its
+// own, as append would: once the slots before it (of messages that left
+// the window) are at least half as many as it holds, it moves down to
+// the array's start, so it copies at most two messages for each one that
+// left, and a window of steady size allocates nothing.
+func (r *spikeRoom) grow() {
+	switch {
+	case len(r.recent) < cap(r.recent):
+		return
+	case r.buf != nil && r.dead > 0 && r.dead >= len(r.recent)/2:
+		r.recent = r.buf[:copy(r.buf[:cap(r.buf)], r.recent)]
+	default:
+		r.buf = make([]post, len(r.recent), 2*len(r.recent)+8)
+		copy(r.buf, r.recent)
+		r.recent = r.buf
+	}
+	r.dead = 0
 }
 
 // counts are what r holds at bucket b (b >= last: a read at an earlier
