@@ -244,12 +244,12 @@ func TestSpikeMemory(t *testing.T) {
 		s.Observe(chat.Event{Room: "r", User: fmt.Sprint("bot", i), TS: at(int64(i))})
 	}
 	store := s.state.Load().stores[1].(*spikeStore)
-	if r := store.rooms["r"]; len(r.users) != 5000 || len(r.recent) != 5000 {
-		t.Fatalf("%d users, %d messages", len(r.users), len(r.recent))
+	if r := store.rooms["r"]; r.users.n != 5000 || len(r.recent) != 5000 {
+		t.Fatalf("%d users, %d messages", r.users.n, len(r.recent))
 	}
 	s.Observe(chat.Event{Room: "r", User: "u", TS: at(30_000)})
-	if r := store.rooms["r"]; len(r.users) != 1 || len(r.recent) != 1 || len(r.past) != 5 || r.usersPeak != 1 || cap(r.recent) > 8 {
-		t.Fatalf("after the flood: %d users, %d messages (room for %d), %d buckets, peak %d", len(r.users), len(r.recent), cap(r.recent), len(r.past), r.usersPeak)
+	if r := store.rooms["r"]; r.users.n != 1 || len(r.users.last) != 1 || len(r.recent) != 1 || len(r.past) != 5 || cap(r.recent) > 8 {
+		t.Fatalf("after the flood: %d users (%d kept), %d messages (room for %d), %d buckets", r.users.n, len(r.users.last), len(r.recent), cap(r.recent), len(r.past))
 	}
 	for i := range 4 {
 		s.Observe(chat.Event{Room: fmt.Sprint("x", i), User: "u", TS: at(31_000)})
@@ -262,6 +262,37 @@ func TestSpikeMemory(t *testing.T) {
 		t.Fatalf("swept: %+v", st)
 	}
 	verifySet(t, s)
+}
+
+// verify checks that w holds the users of newest, the bucket of each
+// user's newest message in the window above floor, and stale entries no
+// more than prune lets it.
+func (w *windowUsers) verify(newest map[uint64]int64, floor int64) error {
+	byBucket := map[int64]uint32{}
+	for u, b := range newest {
+		if got, ok := w.last[u]; !ok || got != b {
+			return fmt.Errorf("user %x: newest %d, kept %d (%v)", u, b, got, ok)
+		}
+		byBucket[b]++
+	}
+	live := 0
+	for _, b := range w.last {
+		if b > floor {
+			live++
+		}
+	}
+	if live != len(newest) || w.n != int64(len(newest)) || int64(len(w.last)) > 2*w.n+64 {
+		return fmt.Errorf("%d users, %d live entries of %d, n %d", len(newest), live, len(w.last), w.n)
+	}
+	for i, c := range w.newest {
+		if c.n == 0 || byBucket[c.b] != c.n || i > 0 && c.b <= w.newest[i-1].b {
+			return fmt.Errorf("newest %+v, want %v", w.newest, byBucket)
+		}
+	}
+	if len(w.newest) != len(byBucket) {
+		return fmt.Errorf("newest %+v, want %v", w.newest, byBucket)
+	}
+	return nil
 }
 
 // verify checks that a spike store is consistent: its list and map, each
@@ -286,15 +317,15 @@ func (s *spikeStore) verify() error {
 		if base != r.base {
 			return fmt.Errorf("room %q: base %d, sum %d", r.name, r.base, base)
 		}
-		users := map[uint64]int32{}
+		newest := map[uint64]int64{}
 		for i, p := range r.recent {
 			if p.b <= r.last-s.rule.n || p.b > r.last || i > 0 && p.b < r.recent[i-1].b {
 				return fmt.Errorf("room %q: recent %+v (last %d)", r.name, r.recent, r.last)
 			}
-			users[p.user]++
+			newest[p.user] = p.b
 		}
-		if len(users) != len(r.users) || len(users) > 0 && !reflect.DeepEqual(users, r.users) {
-			return fmt.Errorf("room %q: users %v, want %v", r.name, r.users, users)
+		if err := r.users.verify(newest, r.last-s.rule.n); err != nil {
+			return fmt.Errorf("room %q: %v", r.name, err)
 		}
 	}
 	if n != len(s.rooms) || prev != s.tail {

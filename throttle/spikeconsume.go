@@ -34,7 +34,7 @@ func (k *spikeRule) take1(r *spikeRoom, b int64, user uint64) {
 		for i := len(r.recent) - 1; i >= 0 && r.recent[i].b >= b; i-- {
 			if r.recent[i] == (post{b: b, user: user}) {
 				r.recent = slices.Delete(r.recent, i, i+1)
-				r.leave(user)
+				r.users.take(user, b, r.last-k.n, r.recent)
 				return
 			}
 		}

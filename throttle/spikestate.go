@@ -165,13 +165,9 @@ func (s *spikeStore) readRoom(r *snapshot.Reader, mark bool) *spikeRoom {
 			return nil
 		}
 		room.recent = append(room.recent, post{b: b, user: user})
-		if room.users == nil {
-			room.users = make(map[uint64]int32)
-		}
-		room.users[user]++
+		room.users.add(user, b, room.last-k.n)
 		prev = b
 	}
-	room.usersPeak = len(room.users)
 	if !s.ids {
 		return room
 	}
@@ -228,7 +224,7 @@ func (s *spikeStore) carry(k spikeRule, mark bool) *spikeStore {
 	ns.evicted, ns.expired, ns.ids = s.evicted, s.expired, s.ids
 	for r := s.tail; r != nil; r = r.prev {
 		c := &spikeRoom{name: r.name, since: r.since, last: r.last, past: slices.Clone(r.past), base: r.base,
-			recent: slices.Clone(r.recent), users: maps.Clone(r.users), usersPeak: r.usersPeak, ids: maps.Clone(r.ids), idsNewest: r.idsNewest, idsKept: r.idsKept}
+			recent: slices.Clone(r.recent), users: r.users.clone(), ids: maps.Clone(r.ids), idsNewest: r.idsNewest, idsKept: r.idsKept}
 		if !mark {
 			c.since = chat.Never
 		}

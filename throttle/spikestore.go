@@ -34,10 +34,11 @@ type spikeStore struct {
 
 // A spikeRoom is the state of one room, exact and no larger than what its
 // windows hold: the window's messages, each with its user's keyed hash
-// (16 bytes a message), and the baseline span's buckets that hold
-// messages (16 bytes a bucket, at most N-n of them). Counting the users
-// by message, not only the newest message of each, is what lets a
-// consuming check that a group takes back be taken back exactly.
+// (16 bytes a message), an entry for each of the window's users (see
+// windowUsers), and the baseline span's buckets that hold messages (16
+// bytes a bucket, at most N-n of them). Keeping each message's user is
+// what lets a consuming check that a group takes back be taken back
+// exactly, and a snapshot hold no more than the messages.
 type spikeRoom struct {
 	name  string
 	since int64 // the alert mark: when it crossed; chat.Never when not
@@ -47,14 +48,13 @@ type spikeRoom struct {
 	past []bucketCount
 	base int64
 	// recent are the window's messages, (last-n, last], by bucket (ties
-	// in the order they came); users counts them by user.
+	// in the order they came); users are their distinct users.
 	recent []post
 	// buf is the array recent lies in (nil: not known), dead the slots
 	// before recent in it, of messages that left the window (see grow).
-	buf       []post
-	dead      int
-	users     map[uint64]int32
-	usersPeak int // the most users since the map was made
+	buf   []post
+	dead  int
+	users windowUsers
 	// ids are the recent hits' ids (by their keyed hashes) while the
 	// store remembers them; idsNewest is the newest instant among them
 	// (chat.Never: none yet), and idsKept how many the last pruning kept.
@@ -182,7 +182,7 @@ func (k *spikeRule) catchUp(r *spikeRoom, b int64) {
 	}
 	if r.last == chat.Never || b-r.last >= k.span {
 		r.past, r.base, r.recent = r.past[:0], 0, r.recent[:0]
-		clear(r.users)
+		r.users.reset()
 	} else {
 		i := 0
 		for ; i < len(r.recent) && r.recent[i].b <= b-k.n; i++ {
@@ -193,8 +193,8 @@ func (k *spikeRule) catchUp(r *spikeRoom, b int64) {
 				r.past = append(r.past, bucketCount{b: p.b, n: 1})
 			}
 			r.base++
-			r.leave(p.user)
 		}
+		r.users.leave(b - k.n)
 		r.recent, r.dead = r.recent[i:], r.dead+i
 		j := 0
 		for ; j < len(r.past) && r.past[j].b <= b-k.span; j++ {
@@ -202,10 +202,7 @@ func (k *spikeRule) catchUp(r *spikeRoom, b int64) {
 		}
 		r.past = r.past[j:]
 	}
-	if r.usersPeak >= 64 && len(r.users) < r.usersPeak/4 { // give a flood's memory back: a Go map never shrinks
-		r.users, r.usersPeak = resized(r.users), len(r.users)
-	}
-	if cap(r.buf) >= 256 && len(r.recent) < cap(r.buf)/8 { // and its window's
+	if cap(r.buf) >= 256 && len(r.recent) < cap(r.buf)/8 { // give a flood's memory back
 		r.recent, r.buf, r.dead = slices.Clone(r.recent), nil, 0
 	}
 	r.last = b
@@ -221,15 +218,6 @@ func resized[K comparable, V any](m map[K]V) map[K]V {
 		c[k] = v
 	}
 	return c
-}
-
-// leave takes one message of user out of the window's users.
-func (r *spikeRoom) leave(user uint64) {
-	if n := r.users[user]; n > 1 {
-		r.users[user] = n - 1
-	} else {
-		delete(r.users, user)
-	}
 }
 
 // add counts a message of user at bucket b, which catchUp has reached
@@ -258,11 +246,7 @@ func (k *spikeRule) add(r *spikeRoom, b int64, user uint64) {
 			i := sort.Search(n, func(i int) bool { return r.recent[i].b > b })
 			r.recent = slices.Insert(r.recent, i, post{b: b, user: user})
 		}
-		if r.users == nil {
-			r.users = make(map[uint64]int32)
-		}
-		r.users[user]++
-		r.usersPeak = max(r.usersPeak, len(r.users))
+		r.users.add(user, b, r.last-k.n)
 	}
 }
 
@@ -293,27 +277,17 @@ func (k *spikeRule) counts(r *spikeRoom, b int64) spikeCounts {
 		return spikeCounts{}
 	}
 	if b <= r.last {
-		return spikeCounts{w: int64(len(r.recent)), u: int64(len(r.users)), b: r.base}
+		return spikeCounts{w: int64(len(r.recent)), u: r.users.n, b: r.base}
 	}
 	// The window's messages of buckets up to b-n leave it for the span,
 	// and the span's of buckets up to b-N leave it.
 	i := sort.Search(len(r.recent), func(i int) bool { return r.recent[i].b > b-k.n })
 	gone := sort.Search(i, func(j int) bool { return r.recent[j].b > b-k.span })
-	c := spikeCounts{w: int64(len(r.recent) - i), u: int64(len(r.users)), b: r.base + int64(i-gone)}
+	c := spikeCounts{w: int64(len(r.recent) - i), u: r.users.n - r.users.leaving(b-k.n), b: r.base + int64(i-gone)}
 	for j := 0; j < len(r.past) && r.past[j].b <= b-k.span; j++ {
 		c.b -= int64(r.past[j].n)
 	}
-	if i > 0 {
-		left := make(map[uint64]int32)
-		for _, p := range r.recent[:i] {
-			left[p.user]++
-		}
-		for u, n := range left {
-			if r.users[u] == n {
-				c.u--
-			}
-		}
-	}
+
 	return c
 }
 
@@ -334,7 +308,7 @@ func (s *spikeStore) hit(m *msg, mark bool) crossing {
 			k.remember(r, m.id, spikeID{at: m.at})
 		}
 	}
-	c := spikeCounts{w: int64(len(r.recent)), u: int64(len(r.users)), b: r.base}
+	c := spikeCounts{w: int64(len(r.recent)), u: r.users.n, b: r.base}
 	switch {
 	case !k.over(c):
 		r.since = chat.Never
