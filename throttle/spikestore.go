@@ -240,13 +240,19 @@ func (k *spikeRule) add(r *spikeRoom, b int64, user uint64) {
 		r.base++
 	default:
 		r.grow()
-		if n := len(r.recent); n == 0 || r.recent[n-1].b <= b { // most messages are of the newest bucket
-			r.recent = append(r.recent, post{b: b, user: user})
+		p, n := post{b: b, user: user}, len(r.recent)
+		// A user posting again in the newest bucket (a flood) has its
+		// newest message there already: no lookup.
+		again := n > 0 && r.recent[n-1] == p
+		if n == 0 || r.recent[n-1].b <= b { // most messages are of the newest bucket
+			r.recent = append(r.recent, p)
 		} else {
 			i := sort.Search(n, func(i int) bool { return r.recent[i].b > b })
-			r.recent = slices.Insert(r.recent, i, post{b: b, user: user})
+			r.recent = slices.Insert(r.recent, i, p)
 		}
-		r.users.add(user, b, r.last-k.n)
+		if !again {
+			r.users.add(user, b, r.last-k.n)
+		}
 	}
 }
 
