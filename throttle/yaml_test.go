@@ -144,6 +144,7 @@ func FuzzParsePolicies(f *testing.F) {
 	f.Add([]byte("policies: []\n"))
 	f.Add([]byte("policies:\n  - {name: a, scope: room, algorithm: gcra, limit: 3, window: 1.5d, burst: 9}\n"))
 	f.Add([]byte("policies:\n  - &p {name: a, scope: group, algorithm: fixed_window, limit: 1, window: 1ms, rooms: ['*']}\n  - *p\n"))
+	f.Add([]byte("policies:\n  - {name: s, scope: room, algorithm: spike, window: 2s, baseline: 1m, factor: 1.5, min_messages: 2, min_users: 1}\n  - {name: n, scope: user_in_room, algorithm: sliding_window, limit: 1, window: 1s, new_members: 1h}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ps, err := ParsePolicies("fuzz.yaml", data)
 		if err != nil {
