@@ -25,7 +25,7 @@ const maxNameLen = 64
 
 // algorithms is the table of algorithms, one row from each algorithm's
 // file, in the order in which errors list them.
-var algorithms = []*algorithm{&slidingAlg, &counterAlg, &fixedAlg, &bucketAlg, &gcraAlg, &repeatAlg, &joinWaveAlg, &similarAlg}
+var algorithms = []*algorithm{&slidingAlg, &counterAlg, &fixedAlg, &bucketAlg, &gcraAlg, &repeatAlg, &joinWaveAlg, &spikeAlg, &similarAlg}
 
 // algorithmNamed returns the row of the algorithm called name, or nil.
 func algorithmNamed(name Algorithm) *algorithm {
@@ -92,6 +92,14 @@ type Policy struct {
 	// only). A shadow policy's acts are what it would have done.
 	Act     []ActKind     `json:",omitempty"`
 	LockFor time.Duration `json:",omitempty"`
+	// Baseline, Factor, MinMessages and MinUsers are a spike's (AlgSpike,
+	// docs/contract.md section 15), which has no Limit; zero Factor,
+	// MinMessages and MinUsers stand for their defaults. Factor has at
+	// most three decimals. Other algorithms have none.
+	Baseline    time.Duration `json:",omitempty"`
+	Factor      float64       `json:",omitempty"`
+	MinMessages int           `json:",omitempty"`
+	MinUsers    int           `json:",omitempty"`
 	// Similarity and MinChars are a similar policy's (similar.go): the
 	// share of word pairs at which two texts are alike, in (0, 1]
 	// (0: DefaultSimilarity), and the fewest code points of a text that
@@ -128,6 +136,9 @@ func (p Policy) withDefaults() Policy {
 		}
 		if a.burst && p.Burst == 0 {
 			p.Burst = p.Limit
+		}
+		if a.spike {
+			p.withSpikeDefaults()
 		}
 	}
 	if p.Rooms != nil && len(p.Rooms) == 0 {
@@ -205,6 +216,9 @@ func (p Policy) validate() *FieldError {
 		if err := moderation.CheckRole(r); err != nil {
 			return fieldErr(fmt.Sprintf("exempt_roles[%d]", i), "%v", err)
 		}
+	}
+	if err := p.validateSpike(alg); err != nil {
+		return err
 	}
 	if err := p.validateJoins(alg); err != nil {
 		return err
@@ -293,7 +307,7 @@ func validName(name string) *FieldError {
 
 // settings are the numbers of p.
 func (p Policy) settings() settings {
-	s := settings{limit: p.Limit, window: p.Window, resolution: p.Resolution, burst: p.Burst}
+	s := settings{limit: p.Limit, window: p.Window, resolution: p.Resolution, burst: p.Burst, spike: p.spikeSettings()}
 	s.similarity, s.minChars = millionths(p.simDefaults().Similarity), p.simDefaults().MinChars
 	return s
 }

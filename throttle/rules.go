@@ -29,6 +29,7 @@ type policy struct {
 	enforce bool
 	text    bool // the key includes the text: only messages with text count
 	joins   bool // counts joins (join_wave), decides no message
+	spike   bool // watches a room's messages (spike), decides none
 	similar bool // decides only a check that carries a text (similar)
 	// The decisions of Check, shared by every version of the policy of
 	// this name (Reconfigure).
@@ -65,7 +66,7 @@ func newRules(policies []Policy) (rules, error) {
 		p = p.withDefaults()
 		p.Rooms = slices.Clone(p.Rooms)
 		alg := algorithmNamed(p.Algorithm)
-		pol := &policy{Policy: p, enforce: p.Mode == ModeEnforce, text: alg.text, joins: alg.joins, similar: alg == &similarAlg, decisions: new(decisions)}
+		pol := &policy{Policy: p, enforce: p.Mode == ModeEnforce, text: alg.text, joins: alg.joins, spike: alg.spike, similar: alg == &similarAlg, decisions: new(decisions)}
 		for _, g := range p.Rooms {
 			cg, _ := chat.CompileGlob(g)
 			pol.rooms = append(pol.rooms, cg)
@@ -77,7 +78,7 @@ func newRules(policies []Policy) (rules, error) {
 		r.policies = append(r.policies, pol)
 		r.text = r.text || alg.text
 		r.newMembers = max(r.newMembers, p.NewMembers)
-		r.byUser = r.byUser || p.Scope == ScopeUser || p.Scope == ScopeUserInRoom || p.Algorithm == AlgSimilar // similar counts users
+		r.byUser = r.byUser || p.Scope == ScopeUser || p.Scope == ScopeUserInRoom || alg.spike || alg == &similarAlg // a spike and similar count users
 		r.byRoom = r.byRoom || p.Scope == ScopeRoom || p.Scope == ScopeUserInRoom
 	}
 	return r, nil

@@ -23,6 +23,7 @@ type settings struct {
 	burst              int
 	similarity         int64 // similar: millionths
 	minChars           int   // similar
+	spike              spikeSettings
 }
 
 // A FieldError says which setting of a policy is wrong and why.

@@ -146,14 +146,6 @@ func readFingerprint(r *snapshot.Reader) fingerprint {
 	return f
 }
 
-// readHash reads a hash of 8 bytes, little-endian; 0 if truncated.
-func readHash(r *snapshot.Reader) uint64 {
-	if p := r.Next(8); p != nil {
-		return binary.LittleEndian.Uint64(p)
-	}
-	return 0
-}
-
 // readBool reads a byte that must be 0 or 1; else it fails with what.
 func readBool(r *snapshot.Reader, what string) bool {
 	switch r.Byte() {
@@ -228,7 +220,7 @@ func (t *simStore) loadKey(r *snapshot.Reader, mark bool) error {
 	for range recs {
 		g := r.UvarintUpTo(uint64(groups), "as a group")
 		d := r.UvarintUpTo(uint64(k.newest)^1<<63, "ms before the newest") // k.newest - chat.Never
-		user := readHash(r)
+		user := hash64(r)
 		if r.Err() != nil {
 			return r.Err()
 		}
@@ -253,7 +245,7 @@ func (t *simStore) loadKey(r *snapshot.Reader, mark bool) error {
 	ids := r.Count(10, "ids")
 	prev := uint64(0)
 	for range ids {
-		id := readHash(r)
+		id := hash64(r)
 		h := simID{at: r.Varint()}
 		h.consumed = readBool(r, "an id neither consumed nor not")
 		if r.Err() != nil {

@@ -197,7 +197,7 @@ func (s *Set) readPolicies(r *snapshot.Reader, cur *state) (*state, byte, error)
 // policies exactly when they keep the same state from the same messages.
 func describe(p Policy) string {
 	d := fmt.Sprintf("%s: %s %s %s, limit %d, window %v, resolution %v, burst %d, rooms %q",
-		p.Name, p.Scope, p.Algorithm, p.Mode, p.Limit, p.Window, p.Resolution, p.Burst, p.Rooms)
+		p.Name, p.Scope, p.Algorithm, p.Mode, p.Limit, p.Window, p.Resolution, p.Burst, p.Rooms) + describeSpike(p)
 	if p.Algorithm == AlgSimilar {
 		d += fmt.Sprintf(", similarity %v, min_chars %d", p.Similarity, p.MinChars)
 	}

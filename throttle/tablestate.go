@@ -149,7 +149,7 @@ func readKeyExtra(r *snapshot.Reader, idCap int) *keyExtra {
 	x := &keyExtra{}
 	n := int(r.UvarintUpTo(uint64(idCap), "ids"))
 	for range n {
-		id := readHash(r)
+		id := hash64(r)
 		h := idHit{id: id, at: r.Varint(), since: r.Varint()}
 		switch r.Byte() {
 		case 0:

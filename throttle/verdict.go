@@ -27,6 +27,9 @@ type Verdict struct {
 	// RetryAfter is 0 when Allowed; otherwise the exact time until one more
 	// hit is allowed, in whole milliseconds.
 	RetryAfter time.Duration
+	// spike is why a spike's room is over or not (spike.go); nil for the
+	// other algorithms.
+	spike *Spike
 }
 
 // A Limiter is one algorithm's state for one key. Decide is read-only; Hit

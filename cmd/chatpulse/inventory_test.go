@@ -38,6 +38,7 @@ const inventoryPolicies = `policies:
   - {name: raid, scope: room, algorithm: join_wave, limit: 3, window: 1m}
   - {name: newcomers, scope: user_in_room, algorithm: sliding_window, limit: 1, window: 30s, new_members: 10m}
   - {name: alike, scope: room, algorithm: similar, limit: 2, window: 1m, rooms: [bazaar]}
+  - {name: surge, scope: room, algorithm: spike, window: 1m, baseline: 1h, min_messages: 3, min_users: 2, rooms: [stage]}
 `
 
 var inventory = []piece{
@@ -130,6 +131,24 @@ var inventory = []piece{
 			}
 		},
 		probes: []string{`check {"room":"hall","user":"erin"}`, `check {"room":"hall","user":"raider1"}`, "/api/v1/throttle/active"},
+	},
+	{
+		name: "spikes", kept: "snapshot (throttle), else replay",
+		drive: func(d *driver, phase int) {
+			if phase == 0 { // a past, then a spike that crosses
+				for i := range 6 {
+					d.message("stage", "old", int64(30*60_000+i))
+				}
+				for i := range 3 {
+					d.message("stage", fmt.Sprint("fan", i), int64(20_000-i))
+				}
+				return
+			}
+			for i := range 2 { // still over: the same crossing
+				d.message("stage", fmt.Sprint("fan", 3+i), int64(10_000-i))
+			}
+		},
+		probes: []string{`check {"room":"stage","user":"fan3"}`, "/api/v1/throttle/active"},
 	},
 	{
 		name: "memberships", kept: "snapshot (aggregator), else replay",
@@ -366,6 +385,10 @@ func checkInventory(t *testing.T, want map[string]string) {
 	denied(`slow mode's last posts: check {"room":"quiet","user":"dave"}`, "slowmode")
 	denied(`join waves and first sightings: check {"room":"hall","user":"raider1"}`, "newcomers")
 	denied(`moderators' actions: check {"room":"lobby","user":"troll"}`, "timeout")
+	denied(`spikes: check {"room":"stage","user":"fan3"}`, "newcomers") // turned on by the spike
+	if active := want["spikes: /api/v1/throttle/active"]; !strings.Contains(active, `"policy":"surge"`) || !strings.Contains(active, `"baseline_messages":6`) {
+		t.Errorf("the reference: active %s, want the spike in stage over a past of 6", active)
+	}
 	var room struct{ Joins int }
 	json.Unmarshal([]byte(want["memberships: /api/v1/rooms/club?window=1m"]), &room)
 	if room.Joins != 1 {
