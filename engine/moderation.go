@@ -222,27 +222,43 @@ func (m *Moderation) Lift(ctx context.Context, key, actor string) (bool, error) 
 // Sweep ends the actions whose expiry has come by now: each is taken out
 // of the bucket (by whichever member gets there first: the write is
 // compare-and-set) and its expiry told once in the audit trail (every
-// member tells it under one id, which the stream keeps once).
+// member tells it under one id, which the stream keeps once). Each gets a
+// write's deadline of its own: a raid's thousands expiring at once are
+// all removed and told, however long that takes, until ctx is done.
 func (m *Moderation) Sweep(ctx context.Context, now int64) {
 	_, expired := m.Book.List(now)
 	for _, a := range expired {
-		m.mu.Lock()
-		if cur, ok := m.Book.Lookup(a.Key()); !ok || cur.Set != a.Set { // set again meanwhile
-			m.mu.Unlock()
-			continue
+		if ctx.Err() != nil {
+			return // the next sweep goes on
 		}
-		rev := m.revs[a.Key()]
-		if m.bucket != nil {
-			if err := m.bucket.Delete(ctx, a.Key(), rev); err != nil && !errors.Is(err, bus.ErrKeyChanged) {
-				m.log.Warn("moderation: an expired action not removed", "key", a.Key(), "err", err)
-			}
-		}
-		m.Book.Delete(a.Key(), 0)
-		delete(m.revs, a.Key())
-		m.mu.Unlock()
-		m.audit(ctx, "expired", a, "", rev)
+		m.expire(ctx, a)
 	}
 }
+
+// expire ends the expired action a, if it is still the one kept.
+func (m *Moderation) expire(ctx context.Context, a moderation.Action) {
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	m.mu.Lock()
+	if cur, ok := m.Book.Lookup(a.Key()); !ok || cur.Set != a.Set { // set again meanwhile
+		m.mu.Unlock()
+		return
+	}
+	rev := m.revs[a.Key()]
+	if m.bucket != nil {
+		if err := m.bucket.Delete(ctx, a.Key(), rev); err != nil && !errors.Is(err, bus.ErrKeyChanged) {
+			m.log.Warn("moderation: an expired action not removed", "key", a.Key(), "err", err)
+		}
+	}
+	m.Book.Delete(a.Key(), 0)
+	delete(m.revs, a.Key())
+	m.mu.Unlock()
+	m.audit(ctx, "expired", a, "", rev)
+}
+
+// writeTimeout is how long one write of an action (and its audit entry)
+// may take.
+const writeTimeout = 5 * time.Second
 
 // audit publishes one entry of the trail, named by its event, key and
 // the revision it concerns, so that the stream keeps it once.

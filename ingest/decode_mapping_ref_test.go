@@ -275,13 +275,17 @@ func refMappedTS(v *refNode, label string, unit tsUnit) (int64, *Error) {
 			return unmapped("must be Unix seconds, got " + v.kind)
 		}
 		whole, frac, hasFrac := strings.Cut(lit, ".")
+		neg := v.kind == "number" && strings.HasPrefix(whole, "-") // a sign: a number, not a string's digits
+		if neg {
+			whole = whole[1:]
+		}
 		ok := whole != "" && strings.Trim(whole, "0123456789") == "" && (len(whole) == 1 || whole[0] != '0') &&
 			(!hasFrac || frac != "" && strings.Trim(frac, "0123456789") == "")
 		if !ok {
 			return unmapped("must be Unix seconds, a number without exponent, got " + refClip(lit))
 		}
 		s, err := strconv.ParseInt(whole, 10, 64)
-		if err != nil || s > MaxTS/1000 {
+		if err != nil || s > MaxTS/1000 || neg && (s != 0 || strings.Trim(frac, "0") != "") {
 			return invalid("must be 0..253402300799 (Unix seconds, years 1970..9999), got " + refClip(lit))
 		}
 		frac = (frac + "000")[:3]

@@ -147,7 +147,7 @@ func (sc *scanner) ts(v val, field string, unit tsUnit) (int64, fault, string) {
 		}
 		switch {
 		case unit == tsSeconds:
-			return secondsTS(lit, field)
+			return secondsTS(lit, field, v.kind == '"')
 		case v.kind == '0': // an integer literal already
 			if ms, ok := parseMs(lit); ok {
 				return ms, faultNone, ""
@@ -181,10 +181,12 @@ func msTS(lit string, field string, quoted bool) (int64, fault, string) {
 }
 
 // secondsTS reads Unix seconds: digits, then optionally '.' and digits
-// (those past milliseconds truncated), as a JSON number without exponent.
-func secondsTS(lit string, field string) (int64, fault, string) {
+// (those past milliseconds truncated), as a JSON number without exponent
+// (a number may have a sign: a negative one is a value out of range, as
+// in milliseconds).
+func secondsTS(lit string, field string, quoted bool) (int64, fault, string) {
 	whole, frac, hasFrac := strings.Cut(lit, ".")
-	ok := isInteger(whole, true) && (!hasFrac || frac != "")
+	ok := isInteger(whole, quoted) && (!hasFrac || frac != "")
 	for i := 0; i < len(frac); i++ {
 		ok = ok && isDigit(frac[i])
 	}
@@ -192,8 +194,8 @@ func secondsTS(lit string, field string) (int64, fault, string) {
 		return 0, faultParse, field + ": must be Unix seconds, a number without exponent, got " + clip(lit)
 	}
 	// MaxTS/1000 has 12 digits, and no leading zeros.
-	s, okS := parseMs(whole)
-	if !okS || len(whole) > 12 || s > MaxTS/1000 {
+	s, okS := parseMs(strings.TrimPrefix(whole, "-"))
+	if !okS || len(whole) > 12 || s > MaxTS/1000 || whole[0] == '-' && (s != 0 || strings.Trim(frac, "0") != "") {
 		return 0, faultValue, field + ": must be 0..253402300799 (Unix seconds, years 1970..9999), got " + clip(lit)
 	}
 	ms := s * 1000

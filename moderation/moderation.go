@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -187,101 +188,129 @@ func Exempts(users, roles []string, user string, userRoles []string) bool {
 	return false
 }
 
-// A Book holds the actions in force, for checks to read without a lock:
-// each change makes a new index and swaps it in whole.
+// A Book holds the actions in force. A change takes its lock, and costs
+// the same however many actions it holds (a raid's hundred thousand
+// timeouts): it changes the indexes of its key alone. Checks read under
+// the read lock; Empty, most checks' case, reads no lock at all. The
+// actions are never changed in place: a pointer a reader got stays the
+// action as it was.
 type Book struct {
-	idx atomic.Pointer[index]
-}
-
-type index struct {
-	rev      uint64            // the newest revision of the bucket it holds
-	replaced chan struct{}     // closed when the next index replaces it
-	all      map[string]Action // by key
-	slowmode map[string]*Action
-	timeout  map[string]*Action // by user: everywhere
-	inRoom   map[[2]string]*Action
+	mu       sync.RWMutex
+	rev      uint64        // the newest revision of the bucket it holds
+	changed  chan struct{} // closed, and made anew, at every change (Await)
+	all      map[string]*Action
+	slowmode map[string]*Action    // by room
+	timeout  map[string]*Action    // by user: everywhere
+	inRoom   map[[2]string]*Action // by user and room
+	peak     int                   // the most actions held since the maps were made
+	n        atomic.Int64          // len(all), for Empty
 }
 
 // NewBook returns an empty book.
 func NewBook() *Book {
-	b := &Book{}
-	b.idx.Store(buildIndex(map[string]Action{}))
+	b := &Book{changed: make(chan struct{})}
+	b.reset()
 	return b
 }
 
-func buildIndex(all map[string]Action) *index {
-	x := &index{all: all, replaced: make(chan struct{}), slowmode: map[string]*Action{}, timeout: map[string]*Action{}, inRoom: map[[2]string]*Action{}}
-	for k := range all {
-		a := all[k]
-		switch {
-		case a.Kind == Slowmode:
-			x.slowmode[a.Room] = &a
-		case a.Room == "":
-			x.timeout[a.User] = &a
-		default:
-			x.inRoom[[2]string{a.User, a.Room}] = &a
-		}
-	}
-	return x
+// reset makes the indexes anew, empty; b.mu is held (or b is new).
+func (b *Book) reset() {
+	b.all, b.slowmode, b.timeout, b.inRoom = map[string]*Action{}, map[string]*Action{}, map[string]*Action{}, map[[2]string]*Action{}
+	b.peak = 0
 }
 
 // Put keeps a (valid) in the book, replacing the action of its key, as of
 // revision rev of the bucket (0: none); Delete forgets the action of key.
-// A book changes by one writer at a time (the watch of the bucket, and
-// the writes of this instance's moderators, under the same lock).
-func (b *Book) Put(a Action, rev uint64) { b.change(a.Key(), &a, rev) }
+func (b *Book) Put(a Action, rev uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.put(&a)
+	b.changedAt(rev)
+}
 
 // Delete forgets the action kept under key, as of revision rev.
-func (b *Book) Delete(key string, rev uint64) { b.change(key, nil, rev) }
-
-func (b *Book) change(key string, a *Action, rev uint64) {
-	old := b.idx.Load()
-	all := make(map[string]Action, len(old.all)+1)
-	for k, v := range old.all {
-		if k != key {
-			all[k] = v
-		}
-	}
-	if a != nil {
-		all[key] = *a
-	}
-	b.swap(old, all, rev)
+func (b *Book) Delete(key string, rev uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.remove(key)
+	b.changedAt(rev)
 }
 
 // PutAll keeps every action of as in the book at once, as of revision rev:
-// how the actions kept in the bucket are read at start, in one step, not
-// one index a key.
+// how the actions kept in the bucket are read at start, in one step.
 func (b *Book) PutAll(as []Action, rev uint64) {
-	old := b.idx.Load()
-	all := make(map[string]Action, len(old.all)+len(as))
-	for k, v := range old.all {
-		all[k] = v
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range as {
+		a := as[i]
+		b.put(&a)
 	}
-	for _, a := range as {
-		all[a.Key()] = a
-	}
-	b.swap(old, all, rev)
+	b.changedAt(rev)
 }
 
-// swap replaces the index old with one of all, as of revision rev, and
-// wakes whoever waits for a revision (Await).
-func (b *Book) swap(old *index, all map[string]Action, rev uint64) {
-	x := buildIndex(all)
-	x.rev = max(old.rev, rev)
-	b.idx.Store(x)
-	close(old.replaced)
+// put indexes a, replacing the action of its key; b.mu is held.
+func (b *Book) put(a *Action) {
+	key := a.Key()
+	b.remove(key)
+	b.all[key] = a
+	switch {
+	case a.Kind == Slowmode:
+		b.slowmode[a.Room] = a
+	case a.Room == "":
+		b.timeout[a.User] = a
+	default:
+		b.inRoom[[2]string{a.User, a.Room}] = a
+	}
+	b.peak = max(b.peak, len(b.all))
+}
+
+// remove unindexes the action of key; b.mu is held. Maps keep their room
+// once grown: when a raid's actions have gone (a quarter of the most held
+// is left), the indexes are made anew, and the memory given back.
+func (b *Book) remove(key string) {
+	a, ok := b.all[key]
+	if !ok {
+		return
+	}
+	delete(b.all, key)
+	switch {
+	case a.Kind == Slowmode:
+		delete(b.slowmode, a.Room)
+	case a.Room == "":
+		delete(b.timeout, a.User)
+	default:
+		delete(b.inRoom, [2]string{a.User, a.Room})
+	}
+	if b.peak >= 1024 && len(b.all) <= b.peak/4 {
+		kept := b.all
+		b.reset()
+		for _, a := range kept {
+			b.put(a)
+		}
+	}
+}
+
+// changedAt records a change as of revision rev, and wakes whoever waits
+// for one (Await); b.mu is held.
+func (b *Book) changedAt(rev uint64) {
+	b.rev = max(b.rev, rev)
+	b.n.Store(int64(len(b.all)))
+	close(b.changed)
+	b.changed = make(chan struct{})
 }
 
 // Await returns once the book holds revision rev (true), or when ctx is
 // done first (false).
 func (b *Book) Await(ctx context.Context, rev uint64) bool {
 	for {
-		x := b.idx.Load()
-		if x.rev >= rev {
+		b.mu.RLock()
+		held, changed := b.rev >= rev, b.changed
+		b.mu.RUnlock()
+		if held {
 			return true
 		}
 		select {
-		case <-x.replaced:
+		case <-changed:
 		case <-ctx.Done():
 			return false
 		}
@@ -290,20 +319,30 @@ func (b *Book) Await(ctx context.Context, rev uint64) bool {
 
 // Rev is the newest revision of the bucket the book holds: a member that
 // asks another to decide with an action it just set says so.
-func (b *Book) Rev() uint64 { return b.idx.Load().rev }
+func (b *Book) Rev() uint64 {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.rev
+}
 
 // Lookup is the action kept under key, in force or not.
 func (b *Book) Lookup(key string) (Action, bool) {
-	a, ok := b.idx.Load().all[key]
-	return a, ok
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if a, ok := b.all[key]; ok {
+		return *a, true
+	}
+	return Action{}, false
 }
 
 // Empty reports whether the book holds no action: most checks' case.
-func (b *Book) Empty() bool { return len(b.idx.Load().all) == 0 }
+func (b *Book) Empty() bool { return b.n.Load() == 0 }
 
 // Slowmode is room's slow mode in force at now, or nil.
 func (b *Book) Slowmode(room string, now int64) *Action {
-	if a := b.idx.Load().slowmode[room]; a != nil && a.InForce(now) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if a := b.slowmode[room]; a != nil && a.InForce(now) {
 		return a
 	}
 	return nil
@@ -312,9 +351,10 @@ func (b *Book) Slowmode(room string, now int64) *Action {
 // Timeout is user's timeout in force at now, in room or everywhere (the
 // one that ends later, if both), or nil.
 func (b *Book) Timeout(room, user string, now int64) *Action {
-	x := b.idx.Load()
+	b.mu.RLock()
+	defer b.mu.RUnlock()
 	var t *Action
-	for _, a := range []*Action{x.timeout[user], x.inRoom[[2]string{user, room}]} {
+	for _, a := range []*Action{b.timeout[user], b.inRoom[[2]string{user, room}]} {
 		if a != nil && a.InForce(now) && (t == nil || later(a, t)) {
 			t = a
 		}
@@ -330,22 +370,19 @@ func later(a, b *Action) bool {
 // List is every action in force at now, by key; Expired, those that ended
 // by now and are still kept.
 func (b *Book) List(now int64) (inForce, expired []Action) {
-	x := b.idx.Load()
-	for _, k := range slicesSorted(x.all) {
-		if a := x.all[k]; a.InForce(now) {
-			inForce = append(inForce, a)
+	b.mu.RLock()
+	all := make([]*Action, 0, len(b.all))
+	for _, a := range b.all {
+		all = append(all, a)
+	}
+	b.mu.RUnlock() // sorted without the lock: the actions are never changed in place
+	slices.SortFunc(all, func(x, y *Action) int { return strings.Compare(x.Key(), y.Key()) })
+	for _, a := range all {
+		if a.InForce(now) {
+			inForce = append(inForce, *a)
 		} else {
-			expired = append(expired, a)
+			expired = append(expired, *a)
 		}
 	}
 	return inForce, expired
-}
-
-func slicesSorted(m map[string]Action) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

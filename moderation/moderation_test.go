@@ -3,6 +3,7 @@ package moderation
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -116,5 +117,41 @@ func TestBookAwait(t *testing.T) {
 	}
 	if !b.Await(done, 3) {
 		t.Error("Await said false for a revision the book holds")
+	}
+}
+
+// BenchmarkBook is a moderator's write (a timeout set again), a check's
+// read and an expiry (a delete, then the timeout set again) with n
+// timeouts in force: each costs the same whatever n.
+//
+//	go test -run XXX -bench Book ./moderation/
+func BenchmarkBook(b *testing.B) {
+	for _, n := range []int{1_000, 10_000, 100_000} {
+		book := NewBook()
+		timeouts := make([]Action, n)
+		for i := range timeouts {
+			until := chat.Time(int64(2_000_000_000_000 + i))
+			timeouts[i] = Action{Kind: Timeout, User: fmt.Sprint("user-", i), Until: &until}
+		}
+		book.PutAll(timeouts, 1)
+		b.Run(fmt.Sprintf("set/%d", n), func(b *testing.B) {
+			for i := range b.N {
+				book.Put(timeouts[i%n], uint64(i))
+			}
+		})
+		b.Run(fmt.Sprintf("check/%d", n), func(b *testing.B) {
+			for i := range b.N {
+				if book.Timeout("lobby", timeouts[i%n].User, 1) == nil {
+					b.Fatal("a timeout not found")
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("expire/%d", n), func(b *testing.B) {
+			for i := range b.N {
+				a := timeouts[i%n]
+				book.Delete(a.Key(), uint64(i))
+				book.Put(a, uint64(i))
+			}
+		})
 	}
 }

@@ -63,8 +63,8 @@ func (s *Server) decodeAction(r *http.Request, a *moderation.Action) error {
 			return badf("interval: missing: a slow mode is one message per interval per user, like \"30s\"")
 		}
 		d, err := rolling.ParseDuration(iv)
-		if err != nil || d <= 0 {
-			return badf("interval: %q is not a positive duration (examples: 30s, 2m)", iv)
+		if err != nil || d < time.Millisecond {
+			return badf("interval: %q is not a positive duration of a millisecond at least (examples: 30s, 2m)", iv)
 		}
 		a.Interval = d.Milliseconds()
 		if _, ok := f["room"]; ok {
@@ -74,7 +74,16 @@ func (s *Server) decodeAction(r *http.Request, a *moderation.Action) error {
 		if _, ok := f["interval"]; ok {
 			return badf("interval: only a slow mode has one")
 		}
-		a.Room = f["room"]
+		room, ok := f["room"]
+		if ok {
+			if room == "" {
+				return badf("room: empty; leave it out for a timeout everywhere")
+			}
+			if err := checkName("room", room, s.opts.MaxName); err != nil {
+				return err
+			}
+		}
+		a.Room = room
 	}
 	now := s.nowMs()
 	forText, hasFor := f["for"]
@@ -84,8 +93,8 @@ func (s *Server) decodeAction(r *http.Request, a *moderation.Action) error {
 		return badf("for and until: give one (neither: until it is lifted)")
 	case hasFor:
 		d, err := rolling.ParseDuration(forText)
-		if err != nil || d <= 0 {
-			return badf("for: %q is not a positive duration (examples: 10m, 1h, 7d)", forText)
+		if err != nil || d < time.Millisecond {
+			return badf("for: %q is not a positive duration of a millisecond at least: the action would end as it starts (examples: 10m, 1h, 7d)", forText)
 		}
 		u := chat.Time(now + d.Milliseconds())
 		a.Until = &u

@@ -113,7 +113,7 @@ func TestBrowserModeration(t *testing.T) {
 	b.expectNetworkErrors(true) // the browser logs the 400
 	b.typeInto("#slowmode-interval", "0s")
 	b.click("#slowmode-set")
-	b.waitText("#slowmode-error", `400: interval: "0s" is not a positive duration (examples: 30s, 2m)`)
+	b.waitText("#slowmode-error", `400: interval: "0s" is not a positive duration of a millisecond at least (examples: 30s, 2m)`)
 	if acts := tm.actions(); len(acts) != 2 || slowInterval(acts) != 600_000 {
 		t.Fatalf("after a bad interval: %+v", acts)
 	}

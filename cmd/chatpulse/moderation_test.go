@@ -82,6 +82,12 @@ func TestModeratorActions(t *testing.T) {
 		{"PUT", "/api/v1/users/troll/timeout", `{"for":"-1m"}`},
 		{"PUT", "/api/v1/users/troll/timeout", `{"interval":"1s"}`},
 		{"PUT", "/api/v1/users/troll/timeout", `{"exempt_roles":["a b"]}`},
+		// An action that would end as it starts, a room too long to lift,
+		// and an empty room that would read as everywhere (issue 33).
+		{"PUT", "/api/v1/rooms/lobby/slowmode", `{"interval":"30s","for":"0.4ms"}`},
+		{"PUT", "/api/v1/rooms/lobby/slowmode", `{"interval":"0.4ms"}`},
+		{"PUT", "/api/v1/users/troll/timeout", `{"room":"` + strings.Repeat("r", 129) + `"}`},
+		{"PUT", "/api/v1/users/troll/timeout", `{"room":""}`},
 	} {
 		resp := tm.do(c.method, c.path, c.body)
 		var e struct{ Error string }

@@ -348,6 +348,9 @@ func usableDir(dir string) error {
 func (m *Main) janitor() {
 	t := time.NewTicker(5 * time.Second)
 	defer t.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { <-m.stop; cancel() }()
 	for {
 		select {
 		case <-m.stop:
@@ -355,9 +358,7 @@ func (m *Main) janitor() {
 		case <-t.C:
 			now := m.Now().UnixMilli()
 			m.engine.Sweep(now)
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			m.moderation.Sweep(ctx, now)
-			cancel()
+			m.moderation.Sweep(ctx, now) // each expiry with a deadline of its own
 		}
 	}
 }
