@@ -92,6 +92,10 @@ type Policy struct {
 	// only). A shadow policy's acts are what it would have done.
 	Act     []ActKind     `json:",omitempty"`
 	LockFor time.Duration `json:",omitempty"`
+	// Cost weighs what a message carries (docs/contract.md section 15):
+	// Limit is in its unit. The zero Cost is {Messages: 1}, and so is
+	// every message policy's without one. A join_wave has none.
+	Cost Cost `json:",omitzero"`
 }
 
 // DefaultStrikesWithin is how long a crossing counts toward an escalating
@@ -141,6 +145,9 @@ func (p Policy) withDefaults() Policy {
 	}
 	if p.Acts(ActLock) && p.LockFor == 0 {
 		p.LockFor = DefaultLockFor
+	}
+	if p.Cost.unit() {
+		p.Cost = Cost{}
 	}
 	return p
 }
@@ -202,6 +209,12 @@ func (p Policy) validate() *FieldError {
 	}
 	if err := p.validateJoins(alg); err != nil {
 		return err
+	}
+	if err := p.Cost.validate(); err != nil {
+		return err
+	}
+	if alg.joins && !p.Cost.unit() {
+		return fieldErr("cost", "a join_wave counts joins, which carry nothing to weigh")
 	}
 	if err := p.validateAct(alg); err != nil {
 		return err
@@ -284,7 +297,7 @@ func validName(name string) *FieldError {
 
 // settings are the numbers of p.
 func (p Policy) settings() settings {
-	return settings{limit: p.Limit, window: p.Window, resolution: p.Resolution, burst: p.Burst}
+	return settings{limit: p.Limit, window: p.Window, resolution: p.Resolution, burst: p.Burst, price: priceOf(p.Cost)}
 }
 
 // notTaken is the error of a policy of a that sets an option a does not

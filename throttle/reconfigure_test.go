@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"math/big"
 	"math/rand/v2"
@@ -59,7 +60,7 @@ func reconfigure(o oracle, p Policy) {
 		}
 		o.limit, o.burst = l, b
 	case *repeatOracle: // it kept only the newest limit occurrences
-		slices.Sort(o.hits)
+		slices.SortFunc(o.hits, func(a, b hitAt) int { return cmp.Compare(a.at, b.at) })
 		o.hits = o.hits[max(0, int64(len(o.hits))-o.limit):]
 		o.limit = l
 	}
@@ -102,10 +103,10 @@ func TestReconfigureKeptKeyAgainstOracle(t *testing.T) {
 					at, read := tr.next()
 					d := decision(t, s.Check(at, "r", "u", "x", true), "p")
 					v := Verdict{Allowed: d.Allowed, Count: d.Count, Limit: d.Limit, Remaining: d.Remaining, RetryAfter: ms(d.RetryAfterMs)}
-					compare(t, v, o, at, fmt.Sprintf("%s step %d: Check(%d)", name, step, at))
+					compare(t, v, o, at, 1, fmt.Sprintf("%s step %d: Check(%d)", name, step, at))
 					if !read {
 						s.Observe(chat.Event{TS: at, Room: "r", User: "u", Text: "x"})
-						o.hit(at)
+						o.hit(at, 1)
 					}
 					if t.Failed() {
 						return

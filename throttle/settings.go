@@ -21,6 +21,10 @@ type settings struct {
 	limit              int
 	window, resolution time.Duration
 	burst              int
+	// price is what a policy's message costs. Kernels take each hit's
+	// cost as it comes; only Repeat, which keeps each occurrence's cost
+	// unless every one costs 1 (price.unit), must know ahead.
+	price price
 }
 
 // A FieldError says which setting of a policy is wrong and why.

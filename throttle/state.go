@@ -172,7 +172,13 @@ func (s *Set) readState(r *snapshot.Reader, cur *state) (*state, error) {
 
 // describe is the text of p's settings in a saved state: equal for two
 // policies exactly when they keep the same state from the same messages.
+// A cost shows only when it is not the default, so a state saved before
+// costs loads as it did.
 func describe(p Policy) string {
-	return fmt.Sprintf("%s: %s %s %s, limit %d, window %v, resolution %v, burst %d, rooms %q",
+	d := fmt.Sprintf("%s: %s %s %s, limit %d, window %v, resolution %v, burst %d, rooms %q",
 		p.Name, p.Scope, p.Algorithm, p.Mode, p.Limit, p.Window, p.Resolution, p.Burst, p.Rooms)
+	if !p.Cost.unit() {
+		d += ", cost " + p.Cost.String()
+	}
+	return d
 }

@@ -33,7 +33,7 @@ func LoadPolicies(path string) ([]Policy, error) {
 //
 // name, scope, algorithm, limit and window are required; resolution, burst,
 // mode, rooms, penalty, escalate, strikes_within, exempt_users,
-// exempt_roles, new_members, act and lock_for are optional (see Policy). Durations are Go durations plus
+// exempt_roles, new_members, act, lock_for and cost are optional (see Policy). Durations are Go durations plus
 // d for days (rolling.ParseDuration). Unknown fields, a field given twice and two
 // policies with one name are errors. An error names the file, the line and
 // the field, as in
@@ -85,7 +85,7 @@ func ParsePolicies(file string, data []byte) ([]Policy, error) {
 	return policies, nil
 }
 
-var policyFields = []string{"name", "scope", "algorithm", "limit", "window", "resolution", "burst", "mode", "rooms", "penalty", "escalate", "strikes_within", "exempt_users", "exempt_roles", "new_members", "act", "lock_for"}
+var policyFields = []string{"name", "scope", "algorithm", "limit", "window", "resolution", "burst", "mode", "rooms", "penalty", "escalate", "strikes_within", "exempt_users", "exempt_roles", "new_members", "act", "lock_for", "cost"}
 
 // parsePolicy parses policies[i] and returns it with the line of each field
 // it has.
@@ -154,6 +154,14 @@ func parsePolicy(file string, i int, n *yaml.Node) (Policy, map[string]int, erro
 			default:
 				p.ExemptRoles = list
 			}
+			continue
+		}
+		if field == "cost" {
+			c, line, f, msg := parseCost(v, lines)
+			if msg != "" {
+				return fail(line, f, "%s", msg)
+			}
+			p.Cost = c
 			continue
 		}
 		if v.Kind != yaml.ScalarNode {

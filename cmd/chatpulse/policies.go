@@ -174,6 +174,7 @@ type policyAnswer struct {
 	ExemptRoles []string           `json:"exempt_roles,omitempty"`
 	Act         []throttle.ActKind `json:"act,omitempty"`
 	LockFor     string             `json:"lock_for,omitempty"`
+	Cost        map[string]int     `json:"cost,omitempty"`
 }
 
 // answer is what is in force, and since when.
@@ -203,6 +204,7 @@ func (p *policies) answer() any {
 		if ps.LockFor > 0 {
 			pa.LockFor = rolling.FormatDuration(ps.LockFor)
 		}
+		pa.Cost = ps.Cost.Weights()
 		a.Policies = append(a.Policies, pa)
 	}
 	return a
