@@ -293,12 +293,9 @@ func TestCheckCosts(t *testing.T) {
 	}
 }
 
-// TestCostStateRoundTrip: a Set of every algorithm with costs, fed
-// messages of random texts and mentions and consuming checks, and a copy
-// saved and loaded now and then answer alike; the copy takes back a
-// consumed message's whole cost (Unconsume), as the original does.
-func TestCostStateRoundTrip(t *testing.T) {
-	r := rand.New(rand.NewPCG(3, 32))
+// costPolicies are a policy of every algorithm and scope, each with
+// weights of r's.
+func costPolicies(r *rand.Rand) []Policy {
 	ps := append(allPolicies(),
 		Policy{Name: "dup", Scope: ScopeUser, Algorithm: AlgRepeat, Limit: 3, Window: 2 * time.Second},
 		Policy{Name: "dupg", Scope: ScopeGroup, Algorithm: AlgRepeat, Limit: 5, Window: time.Second})
@@ -306,7 +303,38 @@ func TestCostStateRoundTrip(t *testing.T) {
 		ps[i].Cost = randomWeights(r)
 	}
 	ps[0].Cost = Cost{Mentions: 1, Emoji: 1}
-	orig := mustSet(t, ps)
+	return ps
+}
+
+// FuzzLoadStateCosts is FuzzLoadState with policies that weigh what
+// messages carry: the costs that repeat keys and consumed ids keep.
+func FuzzLoadStateCosts(f *testing.F) {
+	opt := WithMaxKeys(64)
+	ps := costPolicies(rand.New(rand.NewPCG(3, 32)))
+	s := mustSet(f, ps, opt)
+	r, carried := rand.New(rand.NewPCG(1, 1)), map[string]refCarried{}
+	for i := range 300 {
+		text, mentions := randomMessage(r, carried)
+		q := Query{Room: fmt.Sprint("r", r.IntN(3)), User: fmt.Sprint("u", r.IntN(3)), Text: text, HasText: true, Mentions: mentions}
+		if i%2 == 0 {
+			s.Observe(chat.Event{TS: at(int64(i * 7)), Room: q.Room, User: q.User, Text: text, Mentions: mentions})
+		} else {
+			s.Consume(at(int64(i*7)), q, fmt.Sprint("m", i))
+		}
+		if i%50 == 0 {
+			f.Add(s.AppendState(nil))
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { checkLoaded(t, ps, opt, b) })
+}
+
+// TestCostStateRoundTrip: a Set of every algorithm with costs, fed
+// messages of random texts and mentions and consuming checks, and a copy
+// saved and loaded now and then answer alike; the copy takes back a
+// consumed message's whole cost (Unconsume), as the original does.
+func TestCostStateRoundTrip(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 32))
+	orig := mustSet(t, costPolicies(r))
 	carried := map[string]refCarried{}
 	var copied *Set
 	now, nextID, taken := int64(0), 0, 0
