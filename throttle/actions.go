@@ -46,7 +46,10 @@ const (
 func (s *Set) Moderate(book *moderation.Book) { s.book.Store(book) }
 
 // slowPosts are the instants of the last messages of users in rooms under
-// slow mode, for as long as an interval can still deny them.
+// slow mode, for as long as an interval can still deny them, and for at
+// most maxKeys (room, user) pairs: a pair not kept (more users posting in
+// rooms under slow mode within a day than the cap) may post again at once.
+// They are saved in the state (setstate.go).
 type slowPosts struct {
 	mu   sync.Mutex
 	last map[[2]string]int64 // room, user
@@ -73,11 +76,11 @@ func (s *Set) slowPost(book *moderation.Book, room, user string, at int64) (deni
 	if ok && at-t < a.Interval && !moderation.Exempts(a.ExemptUsers, a.ExemptRoles, user, nil) {
 		denied = t + a.Interval
 	}
-	if !ok || at > t {
-		if !ok {
-			k = [2]string{strings.Clone(room), strings.Clone(user)}
-		}
+	switch {
+	case ok && at > t:
 		s.slow.last[k] = at
+	case !ok && len(s.slow.last) < s.maxKeys:
+		s.slow.last[[2]string{strings.Clone(room), strings.Clone(user)}] = at
 	}
 	return denied
 }

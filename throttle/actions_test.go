@@ -1,6 +1,8 @@
 package throttle
 
 import (
+	"bytes"
+	"fmt"
 	"testing"
 	"time"
 
@@ -83,5 +85,60 @@ func TestPolicyExemptions(t *testing.T) {
 	}
 	if res := s.Decide(at(10), Query{Room: "r", User: "u"}); !res.Allowed || res.Decisions[0].Exempt || res.Decisions[0].Count != 0 {
 		t.Fatalf("u without its role: %+v, want allowed with nothing counted", res)
+	}
+}
+
+// A Set's slow posts and first sightings are in its state: a Set that
+// loads it denies the user who posted under slow mode just before, and
+// does not take a regular for a new member (issue 33: a user who waited
+// for a deploy skipped slow mode). A state without them (format 2, or a
+// Set that never saw one) loads as one that knows none.
+func TestStateKeepsSightings(t *testing.T) {
+	book := moderation.NewBook()
+	book.Put(moderation.Action{Kind: moderation.Slowmode, Room: "lobby", Interval: 30_000, Set: ct(0)}, 0)
+	now := int64(20 * 60_000)
+	fresh := func() *Set {
+		s := mustSet(t, raidPolicies())
+		s.Moderate(book)
+		return s
+	}
+	s := fresh()
+	s.Observe(chat.Event{Room: "lobby", User: "regular", TS: at(0), Text: "hi"})
+	for i := range 6 { // a join wave: newcomers applies to new members
+		s.Observe(chat.Event{Room: "lobby", User: fmt.Sprint("bot", i), TS: at(now + int64(i)), Kind: chat.KindJoin})
+	}
+	s.Observe(chat.Event{Room: "lobby", User: "alice", TS: at(now + 10), Text: "hi"})
+	want := func(s *Set, what string) {
+		t.Helper()
+		res := s.Decide(at(now+1000), Query{Room: "lobby", User: "alice"})
+		if res.Allowed || res.Decisions[0].Policy != ActionSlowmode || res.Decisions[0].RetryAfterMs != 29_010 {
+			t.Fatalf("%s: alice, 1 s after her post under slow mode: %+v, want denied by slowmode for 29.01 s", what, res)
+		}
+		if res := s.Check(at(now+1000), "lobby", "regular", "", false); len(res.Decisions) != 2 || res.Decisions[1].Policy != "flood" {
+			t.Fatalf("%s: a regular during the wave: %+v, want slowmode and flood, not newcomers", what, res)
+		}
+	}
+	want(s, "before")
+	saved := s.AppendState(nil)
+	if saved[0] != 3 {
+		t.Fatalf("format %d, want 3", saved[0])
+	}
+	loaded := fresh()
+	if err := loaded.LoadState(saved); err != nil {
+		t.Fatal(err)
+	}
+	want(loaded, "loaded")
+	if again := loaded.AppendState(nil); !bytes.Equal(again, saved) {
+		t.Fatal("the loaded Set saves another state")
+	}
+
+	// Truncated in the sightings, the state is refused whole.
+	if err := fresh().LoadState(saved[:len(saved)-1]); err == nil {
+		t.Fatal("a state cut in its sightings loaded")
+	}
+	// Reset forgets them.
+	loaded.Reset()
+	if res := loaded.Decide(at(now+1000), Query{Room: "lobby", User: "alice"}); !res.Allowed {
+		t.Fatalf("after Reset: %+v, want allowed", res)
 	}
 }

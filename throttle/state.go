@@ -8,9 +8,10 @@ import (
 
 // stateVersion is the first byte of a saved state, the version of its
 // format: a state of another format is refused, not misread. Version 2
-// adds the keys' extras (ids, penalties); a state without any is written
-// in version 1, as before them, and both are read.
-const stateVersion = 2
+// adds the keys' extras (ids, penalties), version 3 the slow posts and
+// first sightings (setstate.go). A state is written in the oldest version
+// that holds it, and all three are read.
+const stateVersion = 3
 
 // AppendState appends the Set's whole state to b and returns the extended
 // buffer. Loaded by LoadState into a Set made with the same policies and
@@ -47,11 +48,13 @@ const stateVersion = 2
 //	            hashes instead (16 bytes, little-endian)
 //	    names   if kept (repeat policies): room and user (length, bytes)
 //	    state   the algorithm's (each kernel's appendState)
+//	sightings   from version 3: the slow posts and first sightings
+//	            (setstate.go)
 func (s *Set) AppendState(b []byte) []byte { return s.CopyState().Append(b) }
 
 // appendState appends st in format, with part appending the keys of
-// policy i.
-func (s *Set) appendState(b []byte, st *state, format byte, part func(i int, b []byte) []byte) []byte {
+// policy i, then sight.
+func (s *Set) appendState(b []byte, st *state, format byte, part func(i int, b []byte) []byte, sight sightings) []byte {
 	b = append(b, format)
 	b = st.hk.append(b)
 	b = snapshot.AppendUvarint(b, uint64(s.maxKeys))
@@ -59,6 +62,9 @@ func (s *Set) appendState(b []byte, st *state, format byte, part func(i int, b [
 	for i, p := range st.policies {
 		b = snapshot.AppendString(b, describe(p.Policy))
 		b = part(i, b)
+	}
+	if format >= 3 {
+		b = sight.append(b)
 	}
 	return b
 }
@@ -69,6 +75,7 @@ type StateCopy struct {
 	st       *state
 	format   byte
 	policies []func(b []byte, format byte) []byte
+	sight    sightings
 }
 
 // CopyState copies the Set's state, holding each policy's lock only while
@@ -84,9 +91,12 @@ func (s *Set) CopyState() *StateCopy {
 	for _, store := range c.st.stores {
 		extended, appendTo := store.copyState()
 		if extended {
-			c.format = stateVersion
+			c.format = 2
 		}
 		c.policies = append(c.policies, appendTo)
+	}
+	if c.sight = s.copySightings(); !c.sight.empty() {
+		c.format = 3
 	}
 	return c
 }
@@ -94,7 +104,7 @@ func (s *Set) CopyState() *StateCopy {
 // Append appends the state copied to b, as AppendState would have at the
 // time of the copy, and returns the extended buffer.
 func (c *StateCopy) Append(b []byte) []byte {
-	return c.s.appendState(b, c.st, c.format, func(i int, b []byte) []byte { return c.policies[i](b, c.format) })
+	return c.s.appendState(b, c.st, c.format, func(i int, b []byte) []byte { return c.policies[i](b, c.format) }, c.sight)
 }
 
 // LoadState replaces the Set's state with one that AppendState saved from
@@ -113,11 +123,12 @@ func (s *Set) LoadState(b []byte) error {
 	s.swap.Lock()
 	defer s.swap.Unlock()
 	cur := s.state.Load()
-	st, err := s.readState(snapshot.NewReader(b), cur)
+	st, slow, first, err := s.readState(snapshot.NewReader(b), cur)
 	if err != nil {
-		st = s.emptyState(cur.rules, cur.hk)
+		st, slow, first = s.emptyState(cur.rules, cur.hk), nil, nil
 		err = fmt.Errorf("throttle: loading a state: %w", err)
 	}
+	s.setSightings(slow, first)
 	for _, store := range st.stores {
 		if store.remembersIDs() { // events are hashed with their ids again
 			s.consuming.Store(true)
@@ -134,40 +145,52 @@ func (s *Set) Reset() {
 	defer s.swap.Unlock()
 	cur := s.state.Load()
 	s.state.Store(s.emptyState(cur.rules, cur.hk))
+	s.setSightings(nil, nil)
 }
 
-// readState reads a state of the policies of cur.
-func (s *Set) readState(r *snapshot.Reader, cur *state) (*state, error) {
+// readState reads a state of the policies of cur, and from version 3 the
+// slow posts and first sightings.
+func (s *Set) readState(r *snapshot.Reader, cur *state) (st *state, slow, first map[[2]string]int64, err error) {
+	st, format, err := s.readPolicies(r, cur)
+	if err == nil && format >= 3 {
+		slow, first, err = s.readSightings(r)
+	}
+	if err == nil {
+		err = r.End("the last part")
+	}
+	return st, slow, first, err
+}
+
+// readPolicies reads a state's version, then the keys of the policies of
+// cur.
+func (s *Set) readPolicies(r *snapshot.Reader, cur *state) (*state, byte, error) {
 	format := r.Byte()
 	if r.Err() == nil && (format < 1 || format > stateVersion) {
-		return nil, fmt.Errorf("format version %d, not 1 to %d", format, stateVersion)
+		return nil, 0, fmt.Errorf("format version %d, not 1 to %d", format, stateVersion)
 	}
 	key := r.Next(hashKeyLen)
 	if m := r.Uvarint(); r.Err() == nil && m != uint64(s.maxKeys) {
-		return nil, fmt.Errorf("saved with at most %d keys per policy, not %d", m, s.maxKeys)
+		return nil, 0, fmt.Errorf("saved with at most %d keys per policy, not %d", m, s.maxKeys)
 	}
 	if n := r.Uvarint(); r.Err() == nil && n != uint64(len(cur.policies)) {
-		return nil, fmt.Errorf("%d policies, not %d", n, len(cur.policies))
+		return nil, 0, fmt.Errorf("%d policies, not %d", n, len(cur.policies))
 	}
 	if r.Err() != nil {
-		return nil, r.Err()
+		return nil, 0, r.Err()
 	}
 	hk := readHashKey(key)
 	st := &state{rules: cur.rules, hk: hk}
 	for i, p := range cur.policies {
 		if saved, want := string(r.Bytes()), describe(p.Policy); r.Err() == nil && saved != want {
-			return nil, fmt.Errorf("policy %d is %q, not %q", i, saved, want)
+			return nil, 0, fmt.Errorf("policy %d is %q, not %q", i, saved, want)
 		}
 		store, err := cur.stores[i].loadState(r, hk, p.enforce, format)
 		if err != nil {
-			return nil, fmt.Errorf("policy %q: %w", p.Name, err)
+			return nil, 0, fmt.Errorf("policy %q: %w", p.Name, err)
 		}
 		st.stores = append(st.stores, store)
 	}
-	if err := r.End("the last policy"); err != nil {
-		return nil, err
-	}
-	return st, nil
+	return st, format, nil
 }
 
 // describe is the text of p's settings in a saved state: equal for two

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/moderation"
 )
 
 // statePolicies has every algorithm and scope, repeat policies enforcing
@@ -247,7 +248,7 @@ func TestLoadStateRefuses(t *testing.T) {
 		{"rooms", other(func(p []Policy) []Policy { p[9].Rooms = p[9].Rooms[:1]; return p }), nil, saved, `rooms [\"r1\" \"r*2\"]", not "`},
 		{"cap", ps, []Option{WithMaxKeys(10)}, saved, "saved with at most 100000 keys per policy, not 10"},
 		{"version", ps, nil, append([]byte{9}, saved[1:]...), "format version 9, not 1"},
-		{"trailing", ps, nil, append(saved[:len(saved):len(saved)], 0), "1 bytes after the last policy"},
+		{"trailing", ps, nil, append(saved[:len(saved):len(saved)], 0), "1 bytes after the last part"},
 		{"truncated", ps, nil, saved[:len(saved)-1], "truncated: "},
 		{"empty", ps, nil, nil, "throttle: loading a state: truncated: 1 byte wanted, 0 left"},
 	}
@@ -392,6 +393,11 @@ func FuzzLoadState(f *testing.F) {
 	for i := range 20 { // consumed ids: a state of format 2
 		s.Consume(int64(3000+i), Query{Room: "r0", User: "u1", Text: "hi", HasText: true}, fmt.Sprint("m", i))
 	}
+	f.Add(s.AppendState(nil))
+	book := moderation.NewBook() // slow posts: a state of format 3
+	book.Put(moderation.Action{Kind: moderation.Slowmode, Room: "r0", Interval: 30_000, Set: ct(0)}, 0)
+	s.Moderate(book)
+	s.ObserveBatch(tr.events(), nil, nil)
 	f.Add(s.AppendState(nil))
 	f.Fuzz(func(t *testing.T, b []byte) { checkLoaded(t, statePolicies(), opt, b) })
 }
