@@ -74,44 +74,46 @@ func Mentions(names []string) int {
 // spammer gains nothing by gluing links together.
 func Links(text string) int {
 	n := 0
-	for i := 0; i < len(text); i++ {
-		if text[i]|0x20 != 'h' { // 'h' or 'H'; no other byte
+	// Every URL holds "://": find each (strings.Index is fast), then
+	// look back for its scheme. Schemes cannot overlap: "http" holds no
+	// other 'h'.
+	for i := 0; ; {
+		j := strings.Index(text[i:], "://")
+		if j < 0 {
+			return n
+		}
+		colon := i + j
+		i = colon + len("://")
+		if !isScheme(text, colon) || i == len(text) {
 			continue
 		}
-		end := schemeEnd(text, i)
-		if end < 0 || end == len(text) {
-			continue
-		}
-		if r, _ := utf8.DecodeRuneInString(text[end:]); !unicode.IsSpace(r) {
+		if r, _ := utf8.DecodeRuneInString(text[i:]); !unicode.IsSpace(r) {
 			n++
 		}
-		i = end - 1 // the scheme holds no other 'h'
 	}
-	return n
 }
 
-// schemeEnd is the index after the http:// or https:// (in any case) that
-// starts at text[i], or -1.
-func schemeEnd(text string, i int) int {
-	s := text[i:]
-	if len(s) < len("http://") || s[1]|0x20 != 't' || s[2]|0x20 != 't' || s[3]|0x20 != 'p' {
-		return -1
+// isScheme reports whether http or https (in any case) ends just before
+// text[colon].
+func isScheme(text string, colon int) bool {
+	if colon >= 5 && text[colon-1]|0x20 == 's' {
+		colon--
 	}
-	j := 4
-	if s[j]|0x20 == 's' {
-		j++
+	if colon < 4 {
+		return false
 	}
-	if !strings.HasPrefix(s[j:], "://") {
-		return -1
-	}
-	return i + j + len("://")
+	s := text[colon-4 : colon]
+	return s[0]|0x20 == 'h' && s[1]|0x20 == 't' && s[2]|0x20 == 't' && s[3]|0x20 == 'p'
 }
 
 // Newlines is the number of '\n' in text.
 func Newlines(text string) int { return strings.Count(text, "\n") }
 
 // Chars is the number of code points of text.
-func Chars(text string) int { return utf8.RuneCountInString(text) }
+func Chars(text string) int {
+	ascii := asciiRun(text) // one code point a byte
+	return ascii + utf8.RuneCountInString(text[ascii:])
+}
 
 // Emoji is the number of code points of text that are
 // Extended_Pictographic (Unicode's emoji-data.txt): the pictographs, not
@@ -121,16 +123,29 @@ func Chars(text string) int { return utf8.RuneCountInString(text) }
 // people joined by zero-width joiners is four.
 func Emoji(text string) int {
 	n := 0
-	for i := 0; i < len(text); {
-		if text[i] < 0xA9 { // the first Extended_Pictographic code point is U+00A9
-			i++
-			continue
-		}
+	for i := asciiRun(text); i < len(text); i += asciiRun(text[i:]) { // no ASCII code point is one
 		r, size := utf8.DecodeRuneInString(text[i:])
 		i += size
-		if unicode.Is(extendedPictographic, r) {
+		if r >= 0xA9 && unicode.Is(extendedPictographic, r) { // the first is U+00A9
 			n++
 		}
 	}
 	return n
+}
+
+// asciiRun is the length of the run of ASCII bytes that text starts
+// with, read eight bytes at a time.
+func asciiRun(text string) int {
+	i := 0
+	for ; i+8 <= len(text); i += 8 {
+		w := uint64(text[i]) | uint64(text[i+1])<<8 | uint64(text[i+2])<<16 | uint64(text[i+3])<<24 |
+			uint64(text[i+4])<<32 | uint64(text[i+5])<<40 | uint64(text[i+6])<<48 | uint64(text[i+7])<<56
+		if w&0x8080808080808080 != 0 {
+			break
+		}
+	}
+	for i < len(text) && text[i] < utf8.RuneSelf {
+		i++
+	}
+	return i
 }
