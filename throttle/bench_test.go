@@ -304,10 +304,15 @@ func BenchmarkObserveStreamBatch(b *testing.B) {
 }
 
 func benchStreamWith(b *testing.B, observe func(*Set, []chat.Event)) {
+	benchStreamOf(b, DefaultPolicies(), observe)
+}
+
+// benchStreamOf is benchStreamWith through the policies ps.
+func benchStreamOf(b *testing.B, ps []Policy, observe func(*Set, []chat.Event)) {
 	const rate, warm = 3000, 210_000
 	evs := benchStream(1<<18, rate)
 	period := int64(len(evs)) * 1000 / rate
-	s := mustSet(b, DefaultPolicies())
+	s := mustSet(b, ps)
 	var batch [64]chat.Event
 	run := func(from, n int) {
 		for start := from; start < from+n; start += len(batch) {

@@ -381,3 +381,25 @@ func TestCostStateRoundTrip(t *testing.T) {
 		t.Error("nothing taken back: Unconsume is not tested")
 	}
 }
+
+// BenchmarkObserveStreamCost is BenchmarkObserveStreamBatch through the
+// default policies and two more, each with weights (weighted) and without
+// (plain): the difference is what weighing what a message carries costs
+// an event (its text's code points, links, newlines and emoji counted
+// once for both policies, and each priced).
+func BenchmarkObserveStreamCost(b *testing.B) {
+	plain := append(DefaultPolicies(),
+		Policy{Name: "pressure", Scope: ScopeUser, Algorithm: AlgGCRA, Limit: 60, Burst: 30, Window: time.Minute},
+		Policy{Name: "walls_of_text", Scope: ScopeUserInRoom, Algorithm: AlgSlidingWindow, Limit: 4000, Window: time.Minute})
+	weighted := slices.Clone(plain)
+	weighted[3].Cost = Cost{Messages: 1, Mentions: 2, Links: 5, Newlines: 1, Emoji: 1}
+	weighted[4].Cost = Cost{Chars: 1}
+	for _, c := range []struct {
+		name string
+		ps   []Policy
+	}{{"plain", plain}, {"weighted", weighted}} {
+		b.Run(c.name, func(b *testing.B) {
+			benchStreamOf(b, c.ps, func(s *Set, evs []chat.Event) { s.ObserveBatch(evs, func(int, Alert) {}, nil) })
+		})
+	}
+}
