@@ -165,6 +165,11 @@ func appendAlert(b []byte, a throttle.Alert) []byte {
 		b = append(b, `,"event":`...)
 		b = appendString(b, a.Event)
 	}
+	if a.Spike != nil { // rare: a spike's crossing
+		why, _ := json.Marshal(a.Spike) // numbers only: never fails
+		b = append(b, `,"spike":`...)
+		b = append(b, why...)
+	}
 	return append(b, '}')
 }
 

@@ -23,6 +23,8 @@ func TestAlertEncoding(t *testing.T) {
 		{Policy: "p", Room: `a "quoted" \\ room`, User: "<b>&amp;</b>", Count: 0, Limit: -1, At: 0},
 		{Policy: "p", Room: "caf\u00e9 \u2028 \U0001F600", User: "bad\xffutf8\x7f", Count: 1 << 62, Limit: 1, At: 253402300799999},
 		{Policy: "p", Room: "r", User: "u", Count: 2, Limit: 1, At: 1764000000123, Until: &until, Event: "$ev<1>:example.org"},
+		{Policy: "surge", Room: "lobby", Count: 50, Limit: 50, At: 1764000000123, Event: "m-1", Spike: &throttle.Spike{Users: 3, BaselineMessages: 590, Expected: 10, Ratio: 5}},
+		{Policy: "surge", Room: "lobby", Count: 20, Limit: 20, At: 1764000000123, Spike: &throttle.Spike{Users: 7}},
 		{},
 	} {
 		checkAlertEncoding(t, a)
@@ -37,6 +39,8 @@ func FuzzAlertEncoding(f *testing.F) {
 		checkAlertEncoding(t, a)
 		until := chat.Time(at + count)
 		a.Until, a.Event = &until, room+user
+		checkAlertEncoding(t, a)
+		a.Spike = &throttle.Spike{Users: count, BaselineMessages: limit, Expected: float64(at) / 1000, Ratio: float64(count) / 3}
 		checkAlertEncoding(t, a)
 	})
 }

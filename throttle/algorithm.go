@@ -18,7 +18,10 @@ type algorithm struct {
 	text bool
 	// joins: the policy counts a room's joins, not its messages, and
 	// decides no message (join_wave).
-	joins  bool
+	joins bool
+	// spike: the policy watches a room's messages against its own past,
+	// and decides no message (spike).
+	spike  bool
 	kernel kernelMaker
 }
 

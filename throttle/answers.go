@@ -68,6 +68,8 @@ type Alert struct {
 	// Event is the id of the event that crossed (docs/contract.md section
 	// 14), if it had one; a consuming check's, its id.
 	Event string `json:"event,omitempty"`
+	// Spike is why a spike policy's room crossed; nil for the others.
+	Spike *Spike `json:"spike,omitempty"`
 }
 
 // An Active entry is a key over an enforcing policy: it crossed at Since
@@ -82,4 +84,6 @@ type Active struct {
 	Since  chat.Time `json:"since"`
 	// Until is the end of the key's penalty, while one is in force.
 	Until *chat.Time `json:"until,omitempty"`
+	// Spike is why a spike policy's room is over; nil for the others.
+	Spike *Spike `json:"spike,omitempty"`
 }

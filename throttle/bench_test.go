@@ -303,16 +303,35 @@ func BenchmarkObserveStreamBatch(b *testing.B) {
 	benchStreamWith(b, func(s *Set, evs []chat.Event) { s.ObserveBatch(evs, func(int, Alert) {}, nil) })
 }
 
+// BenchmarkObserveSpike is BenchmarkObserveStream and
+// BenchmarkObserveStreamBatch with the default policies alone, and with a
+// spike beside them (window 1m, baseline 1h, at 1s; 100 rooms).
+func BenchmarkObserveSpike(b *testing.B) {
+	spike := Policy{Name: "surge", Scope: ScopeRoom, Algorithm: AlgSpike, Window: time.Minute, Baseline: time.Hour}
+	observe := func(s *Set, evs []chat.Event) {
+		for i := range evs {
+			s.Observe(evs[i])
+		}
+	}
+	batch := func(s *Set, evs []chat.Event) { s.ObserveBatch(evs, func(int, Alert) {}, nil) }
+	for _, way := range []struct {
+		name string
+		fn   func(*Set, []chat.Event)
+	}{{"observe", observe}, {"batch", batch}} {
+		b.Run(way.name+"/none", func(b *testing.B) { benchStreamOf(b, DefaultPolicies(), way.fn) })
+		b.Run(way.name+"/spike", func(b *testing.B) { benchStreamOf(b, append(DefaultPolicies(), spike), way.fn) })
+	}
+}
+
 func benchStreamWith(b *testing.B, observe func(*Set, []chat.Event)) {
 	benchStreamOf(b, DefaultPolicies(), observe)
 }
 
-// benchStreamOf is benchStreamWith through the policies ps.
-func benchStreamOf(b *testing.B, ps []Policy, observe func(*Set, []chat.Event)) {
+func benchStreamOf(b *testing.B, policies []Policy, observe func(*Set, []chat.Event)) {
 	const rate, warm = 3000, 210_000
 	evs := benchStream(1<<18, rate)
 	period := int64(len(evs)) * 1000 / rate
-	s := mustSet(b, ps)
+	s := mustSet(b, policies)
 	var batch [64]chat.Event
 	run := func(from, n int) {
 		for start := from; start < from+n; start += len(batch) {

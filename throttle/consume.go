@@ -219,6 +219,9 @@ func (s *Set) Consume(now int64, q Query, id string) (res Result, recorded bool,
 				v = st.stores[pi].verdict(m) // with the penalty that starts
 			}
 		}
+		if p.spike { // in no decision, as in Decide
+			continue
+		}
 		d := p.decide(v)
 		d.Exempt = p.exempt(&q)
 		res.Decisions = append(res.Decisions, d)
@@ -235,11 +238,15 @@ func (s *Set) Consume(now int64, q Query, id string) (res Result, recorded bool,
 }
 
 // consumes reports whether policy p decides and records the consuming
-// check q: for a message, every policy that decides it (as Decide's);
-// for a join, the join waves of its room that lock it.
+// check q: for a message, every policy that decides it (as Decide's) and
+// the spikes of its room, which record it only; for a join, the join
+// waves of its room that lock it.
 func (s *Set) consumes(st *state, p *policy, q *Query, hasText bool, m msg, now int64) bool {
 	switch q.Kind {
 	case chat.KindMessage:
+		if p.spike { // decides nothing, but counts the message
+			return p.sees(q.Room)
+		}
 		return p.sees(q.Room) && (!p.text || hasText) && s.applies(st, p, q, m, now)
 	case chat.KindJoin:
 		return p.joins && p.Acts(ActLock) && p.sees(q.Room)

@@ -184,6 +184,7 @@ func TestParseCostErrors(t *testing.T) {
 		{"all zero", policy("    cost: {messages: 0, links: 0}\n"), `policies.yaml:12: policies[1].cost: every weight is 0`},
 		{"empty", policy("    cost: {}\n"), `policies.yaml:12: policies[1].cost: every weight is 0`},
 		{"join_wave", wave, `policies.yaml:7: policies[0].cost: a join_wave counts joins`},
+		{"spike", "policies:\n  - name: s\n    scope: room\n    algorithm: spike\n    window: 1m\n    baseline: 1h\n    cost: {messages: 2}\n", `policies.yaml:7: policies[0].cost: a spike compares a room's message rates`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := ParsePolicies("policies.yaml", []byte(c.yaml))

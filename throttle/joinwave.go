@@ -68,11 +68,12 @@ func (s *Set) sweepFirst(now int64, horizon time.Duration) {
 	}
 }
 
-// waveHolds reports whether a join wave holds in room at now: some join
-// wave policy that sees it is over its limit.
+// waveHolds reports whether a join wave or a spike holds in room at now:
+// some join wave policy that sees it is over its limit, or some spike
+// policy finds it over.
 func (st *state) waveHolds(m msg) bool {
 	for pi, p := range st.policies {
-		if p.joins && p.sees(m.room) && !st.stores[pi].check(m).Allowed {
+		if (p.joins || p.spike) && p.sees(m.room) && !st.stores[pi].check(m).Allowed {
 			return true
 		}
 	}
@@ -80,9 +81,10 @@ func (st *state) waveHolds(m msg) bool {
 }
 
 // applies reports whether policy p decides q at now: a policy with
-// NewMembers only for a room's new members while a join wave holds there.
+// NewMembers only for a room's new members while a join wave (or a spike)
+// holds there; a join wave or a spike never.
 func (s *Set) applies(st *state, p *policy, q *Query, m msg, now int64) bool {
-	if p.joins {
+	if p.joins || p.spike {
 		return false
 	}
 	if p.NewMembers == 0 {

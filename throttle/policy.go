@@ -25,7 +25,7 @@ const maxNameLen = 64
 
 // algorithms is the table of algorithms, one row from each algorithm's
 // file, in the order in which errors list them.
-var algorithms = []*algorithm{&slidingAlg, &counterAlg, &fixedAlg, &bucketAlg, &gcraAlg, &repeatAlg, &joinWaveAlg}
+var algorithms = []*algorithm{&slidingAlg, &counterAlg, &fixedAlg, &bucketAlg, &gcraAlg, &repeatAlg, &joinWaveAlg, &spikeAlg}
 
 // algorithmNamed returns the row of the algorithm called name, or nil.
 func algorithmNamed(name Algorithm) *algorithm {
@@ -92,6 +92,14 @@ type Policy struct {
 	// only). A shadow policy's acts are what it would have done.
 	Act     []ActKind     `json:",omitempty"`
 	LockFor time.Duration `json:",omitempty"`
+	// Baseline, Factor, MinMessages and MinUsers are a spike's (AlgSpike,
+	// docs/contract.md section 15), which has no Limit; zero Factor,
+	// MinMessages and MinUsers stand for their defaults. Factor has at
+	// most three decimals. Other algorithms have none.
+	Baseline    time.Duration `json:",omitempty"`
+	Factor      float64       `json:",omitempty"`
+	MinMessages int           `json:",omitempty"`
+	MinUsers    int           `json:",omitempty"`
 	// Cost weighs what a message carries (docs/contract.md section 15):
 	// Limit is in its unit. The zero Cost is {Messages: 1}, and so is
 	// every message policy's without one. A join_wave has none.
@@ -126,6 +134,9 @@ func (p Policy) withDefaults() Policy {
 		}
 		if a.burst && p.Burst == 0 {
 			p.Burst = p.Limit
+		}
+		if a.spike {
+			p.withSpikeDefaults()
 		}
 	}
 	if p.Rooms != nil && len(p.Rooms) == 0 {
@@ -207,14 +218,20 @@ func (p Policy) validate() *FieldError {
 			return fieldErr(fmt.Sprintf("exempt_roles[%d]", i), "%v", err)
 		}
 	}
+	if err := p.validateSpike(alg); err != nil {
+		return err
+	}
 	if err := p.validateJoins(alg); err != nil {
 		return err
 	}
 	if err := p.Cost.validate(); err != nil {
 		return err
 	}
-	if alg.joins && !p.Cost.unit() {
+	switch {
+	case alg.joins && !p.Cost.unit():
 		return fieldErr("cost", "a join_wave counts joins, which carry nothing to weigh")
+	case alg.spike && !p.Cost.unit():
+		return fieldErr("cost", "a spike compares a room's message rates, and weighs nothing")
 	}
 	if err := p.validateAct(alg); err != nil {
 		return err
@@ -297,7 +314,7 @@ func validName(name string) *FieldError {
 
 // settings are the numbers of p.
 func (p Policy) settings() settings {
-	return settings{limit: p.Limit, window: p.Window, resolution: p.Resolution, burst: p.Burst, price: priceOf(p.Cost)}
+	return settings{limit: p.Limit, window: p.Window, resolution: p.Resolution, burst: p.Burst, spike: p.spikeSettings(), price: priceOf(p.Cost)}
 }
 
 // notTaken is the error of a policy of a that sets an option a does not

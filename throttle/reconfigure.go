@@ -9,7 +9,8 @@ package throttle
 // What each policy keeps:
 //
 //   - A policy of the same name, scope, algorithm, window and cost as one
-//     in force (and, for sliding_window, the same resolution) keeps its keys,
+//     in force (and, for sliding_window, the same resolution; for spike,
+//     the same resolution and baseline) keeps its keys,
 //     their states and their alert marks, whatever else changed: limit,
 //     burst, mode, rooms. A key that was over the limit stays over it, and
 //     one that crossed and is still over does not alert again; a key that
@@ -31,6 +32,8 @@ package throttle
 //     limit it keeps the newest of those, so its answers are exactly those
 //     too; with a higher one, it has only the old limit of them, and may
 //     let through a text the new limit would deny, for one window at most.
+//   - spike keeps each room's messages, whatever its factor, min_messages
+//     and min_users, so its answers are exactly those too.
 //   - token_bucket keeps each key's tokens (its level is in units of the
 //     window), at most the new burst, and refills at the new rate from the
 //     key's last message on.
@@ -99,7 +102,7 @@ func (s *Set) Reconfigure(policies []Policy) error {
 // same.
 func keeps(was, now Policy) bool {
 	return was.Scope == now.Scope && was.Algorithm == now.Algorithm && was.Window == now.Window && was.Resolution == now.Resolution &&
-		was.Cost == now.Cost // what the state counts in
+		was.Baseline == now.Baseline && was.Cost == now.Cost // what the state counts in
 }
 
 // sameRules reports whether a and b are the same policies in the same

@@ -124,11 +124,12 @@ func TestReconfigureKeptKeyAgainstOracle(t *testing.T) {
 var reconfRooms = []string{"r0", "r1*", "r*2", "r?", "r3*", "r[", "*"}
 
 // messageAlgorithms are the algorithms that decide messages (not
-// join_wave, which counts joins: joinwave_test.go).
+// join_wave, which counts joins: joinwave_test.go; nor spike, which
+// decides none: spike_test.go).
 func messageAlgorithms() []*algorithm {
 	var out []*algorithm
 	for _, a := range algorithms {
-		if !a.joins {
+		if !a.joins && !a.spike {
 			out = append(out, a)
 		}
 	}

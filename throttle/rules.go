@@ -33,6 +33,7 @@ type policy struct {
 	enforce bool
 	text    bool // the key includes the text: only messages with text count
 	joins   bool // counts joins (join_wave), decides no message
+	spike   bool // watches a room's messages (spike), decides none
 	// The decisions of Check, shared by every version of the policy of
 	// this name (Reconfigure).
 	decisions *decisions
@@ -68,7 +69,7 @@ func newRules(policies []Policy) (rules, error) {
 		p = p.withDefaults()
 		p.Rooms = slices.Clone(p.Rooms)
 		alg := algorithmNamed(p.Algorithm)
-		pol := &policy{Policy: p, enforce: p.Mode == ModeEnforce, text: alg.text, joins: alg.joins, decisions: new(decisions)}
+		pol := &policy{Policy: p, enforce: p.Mode == ModeEnforce, text: alg.text, joins: alg.joins, spike: alg.spike, decisions: new(decisions)}
 		for _, g := range p.Rooms {
 			cg, _ := chat.CompileGlob(g)
 			pol.rooms = append(pol.rooms, cg)
@@ -81,7 +82,7 @@ func newRules(policies []Policy) (rules, error) {
 		r.text = r.text || alg.text
 		r.what |= p.Cost.what()
 		r.newMembers = max(r.newMembers, p.NewMembers)
-		r.byUser = r.byUser || p.Scope == ScopeUser || p.Scope == ScopeUserInRoom
+		r.byUser = r.byUser || p.Scope == ScopeUser || p.Scope == ScopeUserInRoom || alg.spike // a spike counts users
 		r.byRoom = r.byRoom || p.Scope == ScopeRoom || p.Scope == ScopeUserInRoom
 	}
 	return r, nil

@@ -320,7 +320,7 @@ func (st *state) messageOf(m *msg, at int64, room, user, text string, mentions [
 // the end of the penalty it started.
 func (p *policy) alert(at int64, room, user, event string, c crossing) Alert {
 	r, u := keyOf(p.Scope, room, user)
-	a := Alert{Policy: p.Name, Room: strings.Clone(r), User: strings.Clone(u), Count: c.count, Limit: c.limit, At: chat.Time(at), Event: strings.Clone(event)}
+	a := Alert{Policy: p.Name, Room: strings.Clone(r), User: strings.Clone(u), Count: c.count, Limit: c.limit, At: chat.Time(at), Event: strings.Clone(event), Spike: c.spike}
 	if c.until != 0 {
 		until := chat.Time(c.until)
 		a.Until = &until
@@ -383,7 +383,7 @@ func (s *Set) Active(now int64) []Active {
 		byRoom := p.Scope == ScopeRoom || p.Scope == ScopeUserInRoom
 		st.stores[pi].active(now, func(room, user string, v Verdict, since, until int64) {
 			if !byRoom || p.sees(room) {
-				a := Active{Policy: p.Name, Room: room, User: user, Count: v.Count, Limit: v.Limit, Since: chat.Time(since)}
+				a := Active{Policy: p.Name, Room: room, User: user, Count: v.Count, Limit: v.Limit, Since: chat.Time(since), Spike: v.spike}
 				if until != 0 {
 					u := chat.Time(until)
 					a.Until = &u

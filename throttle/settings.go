@@ -21,6 +21,7 @@ type settings struct {
 	limit              int
 	window, resolution time.Duration
 	burst              int
+	spike              spikeSettings
 	// price is what a policy's message costs. Kernels take each hit's
 	// cost as it comes; only Repeat, which keeps each occurrence's cost
 	// unless every one costs 1 (price.unit), must know ahead.

@@ -199,7 +199,7 @@ func (s *Set) readPolicies(r *snapshot.Reader, cur *state) (*state, byte, error)
 // costs loads as it did.
 func describe(p Policy) string {
 	d := fmt.Sprintf("%s: %s %s %s, limit %d, window %v, resolution %v, burst %d, rooms %q",
-		p.Name, p.Scope, p.Algorithm, p.Mode, p.Limit, p.Window, p.Resolution, p.Burst, p.Rooms)
+		p.Name, p.Scope, p.Algorithm, p.Mode, p.Limit, p.Window, p.Resolution, p.Burst, p.Rooms) + describeSpike(p)
 	if !p.Cost.unit() {
 		d += ", cost " + p.Cost.String()
 	}

@@ -34,10 +34,14 @@ type DecisionLabel struct{ Policy, Result string }
 // DecisionLabels returns every (policy, result) pair Stats can count with
 // the policies in force, known before any decision, so that metrics can be
 // exported at 0 from the start: allowed and denied for an enforcing policy,
-// allowed and shadow_denied for a shadow one.
+// allowed and shadow_denied for a shadow one; none for a spike, which
+// decides nothing.
 func (s *Set) DecisionLabels() []DecisionLabel {
 	var out []DecisionLabel
 	for _, p := range s.state.Load().policies {
+		if p.spike {
+			continue
+		}
 		no := ResultDenied
 		if !p.enforce {
 			no = ResultShadowDenied

@@ -61,6 +61,7 @@ type crossing struct {
 	// again: not the crossing but a later message of the marked key, over
 	// a policy that acts (extraRule.acting); it raises no alert.
 	again bool
+	spike *Spike // a spike's why
 }
 
 // A msg is one message as the tables see it: its names, the hash of its

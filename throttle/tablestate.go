@@ -148,7 +148,7 @@ func (t *table[S, E, K]) readExtra(r *snapshot.Reader) *keyExtra {
 	x := &keyExtra{}
 	n := int(r.UvarintUpTo(uint64(t.rule.idCap), "ids"))
 	for range n {
-		id := binary.LittleEndian.Uint64(r.Next(8))
+		id := hash64(r)
 		h := idHit{id: id, at: r.Varint(), since: r.Varint()}
 		switch r.Byte() {
 		case 0:

@@ -34,6 +34,9 @@ type Verdict struct {
 	// that alone costs more than Limit never fits: its RetryAfter is the
 	// time until one that costs Limit does (0 if that is now).
 	RetryAfter time.Duration
+	// spike is why a spike's room is over or not (spike.go); nil for the
+	// other algorithms.
+	spike *Spike
 }
 
 // A Limiter is one algorithm's state for one key. Decide and DecideN are

@@ -31,9 +31,11 @@ func LoadPolicies(path string) ([]Policy, error) {
 //	    limit: 10
 //	    window: 10s
 //
-// name, scope, algorithm, limit and window are required; resolution, burst,
-// mode, rooms, penalty, escalate, strikes_within, exempt_users,
-// exempt_roles, new_members, act, lock_for and cost are optional (see Policy). Durations are Go durations plus
+// name, scope, algorithm, limit and window are required (a spike has no
+// limit); resolution, burst, mode, rooms, penalty, escalate,
+// strikes_within, exempt_users, exempt_roles, new_members, act, lock_for,
+// cost, and a spike's baseline, factor, min_messages and min_users are
+// optional (see Policy). Durations are Go durations plus
 // d for days (rolling.ParseDuration). Unknown fields, a field given twice and two
 // policies with one name are errors. An error names the file, the line and
 // the field, as in
@@ -85,7 +87,7 @@ func ParsePolicies(file string, data []byte) ([]Policy, error) {
 	return policies, nil
 }
 
-var policyFields = []string{"name", "scope", "algorithm", "limit", "window", "resolution", "burst", "mode", "rooms", "penalty", "escalate", "strikes_within", "exempt_users", "exempt_roles", "new_members", "act", "lock_for", "cost"}
+var policyFields = []string{"name", "scope", "algorithm", "limit", "window", "resolution", "burst", "mode", "rooms", "penalty", "escalate", "strikes_within", "exempt_users", "exempt_roles", "new_members", "act", "lock_for", "baseline", "factor", "min_messages", "min_users", "cost"}
 
 // parsePolicy parses policies[i] and returns it with the line of each field
 // it has.
@@ -171,6 +173,9 @@ func parsePolicy(file string, i int, n *yaml.Node) (Policy, map[string]int, erro
 			return fail(v.Line, field, "has no value")
 		}
 		s := v.Value
+		if msg := p.setSpikeField(field, v); msg != "" {
+			return fail(v.Line, field, "%s", msg)
+		}
 		switch field {
 		case "name":
 			p.Name = s
@@ -221,7 +226,7 @@ func parsePolicy(file string, i int, n *yaml.Node) (Policy, map[string]int, erro
 		}
 	}
 	for _, f := range policyFields[:5] {
-		if _, ok := lines[f]; !ok {
+		if _, ok := lines[f]; !ok && (f != "limit" || p.Algorithm != AlgSpike) {
 			return fail(n.Line, f, "missing (name, scope, algorithm, limit and window are required)")
 		}
 	}

@@ -90,7 +90,7 @@ func TestParsePoliciesErrors(t *testing.T) {
 	for _, c := range []struct{ name, yaml, want string }{
 		{"bad duration", policy("    window: 10x\n"), `policies.yaml:11: policies[1].window: "10x" is not a duration (examples: 90s, 5m, 1h, 7d)`},
 		{"missing unit", policy("    window: 10\n"), `policies.yaml:11: policies[1].window: "10" is not a duration (missing unit, like 10s)`},
-		{"unknown field", policy("    window: 10s\n    windw: 5s\n"), `policies.yaml:12: policies[1].windw: unknown field (valid: name, scope, algorithm, limit, window, resolution, burst, mode, rooms, penalty, escalate, strikes_within, exempt_users, exempt_roles, new_members, act, lock_for, cost)`},
+		{"unknown field", policy("    window: 10s\n    windw: 5s\n"), `policies.yaml:12: policies[1].windw: unknown field (valid: name, scope, algorithm, limit, window, resolution, burst, mode, rooms, penalty, escalate, strikes_within, exempt_users, exempt_roles, new_members, act, lock_for, baseline, factor, min_messages, min_users, cost)`},
 		{"missing window", policy(""), `policies.yaml:7: policies[1].window: missing`},
 		{"unknown algorithm", strings.Replace(policy("    window: 1s\n"), "token_bucket", "leaky", 1), `policies.yaml:9: policies[1].algorithm: "leaky" is not an algorithm`},
 		{"unknown scope", strings.Replace(policy("    window: 1s\n"), "scope: user\n    algorithm: token", "scope: everyone\n    algorithm: token", 1), `policies.yaml:8: policies[1].scope: "everyone" is not a scope`},
@@ -105,7 +105,7 @@ func TestParsePoliciesErrors(t *testing.T) {
 		{"default resolution", strings.Replace(policy("    window: 1s\n"), "window: 10s", "window: 1500ms", 1), `policies.yaml:6: policies[0].window: window 1.5s is not a whole multiple of resolution 1s`},
 		{"too many buckets", strings.Replace(policy("    window: 1s\n"), "window: 10s", "window: 7d", 1), `policies.yaml:6: policies[0].window: window 168h0m0s at resolution 1s is 604800 buckets, more than 3600`},
 		{"burst on a window", strings.Replace(policy("    window: 1s\n"), "window: 10s", "window: 10s\n    burst: 3", 1), `policies.yaml:7: policies[0].burst: only token_bucket and gcra have a burst`},
-		{"resolution on a bucket", policy("    window: 1s\n    resolution: 1s\n"), `policies.yaml:12: policies[1].resolution: only sliding_window and join_wave have a resolution`},
+		{"resolution on a bucket", policy("    window: 1s\n    resolution: 1s\n"), `policies.yaml:12: policies[1].resolution: only sliding_window, join_wave and spike have a resolution`},
 		{"duplicate name", strings.Replace(policy("    window: 1s\n"), "name: p", "name: ok", 1), `policies.yaml:7: policies[1].name: "ok" is already the name of another policy`},
 		{"bad name", strings.Replace(policy("    window: 1s\n"), "name: p", "name: a b", 1), `policies.yaml:7: policies[1].name: "a b": only letters`},
 		{"bad glob", policy("    window: 1s\n    rooms:\n      - ok-*\n      - \"[a-z]*\"\n"), `policies.yaml:14: policies[1].rooms[1]: "[a-z]*" is not a valid glob: character classes are not supported`},
@@ -145,6 +145,7 @@ func FuzzParsePolicies(f *testing.F) {
 	f.Add([]byte("policies:\n  - {name: c, scope: user, algorithm: repeat, limit: 5, window: 1m, cost: {messages: 1, mentions: 2, chars: 0}}\n"))
 	f.Add([]byte("policies:\n  - {name: a, scope: room, algorithm: gcra, limit: 3, window: 1.5d, burst: 9}\n"))
 	f.Add([]byte("policies:\n  - &p {name: a, scope: group, algorithm: fixed_window, limit: 1, window: 1ms, rooms: ['*']}\n  - *p\n"))
+	f.Add([]byte("policies:\n  - {name: s, scope: room, algorithm: spike, window: 2s, baseline: 1m, factor: 1.5, min_messages: 2, min_users: 1}\n  - {name: n, scope: user_in_room, algorithm: sliding_window, limit: 1, window: 1s, new_members: 1h}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ps, err := ParsePolicies("fuzz.yaml", data)
 		if err != nil {

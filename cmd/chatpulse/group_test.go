@@ -323,7 +323,8 @@ func TestGroupBadConfig(t *testing.T) {
 
 // Throttle checks in a group answer as one standalone Set fed the same
 // events would, over HTTP and NATS, from any member; a crossing alerts
-// once for the whole group; an event whose subject does not name its
+// once for the whole group (a room's spike too, decided by the room's
+// partition with the new_members policies it turns on); an event whose subject does not name its
 // payload's room and user, or that came on a subject the stream could not
 // file by partition, is dead-lettered once as subject_mismatch and counted
 // by nobody.
@@ -337,6 +338,8 @@ func TestGroupThrottleAndMismatch(t *testing.T) {
   - {name: repeated_text, scope: user, algorithm: repeat, limit: 1, window: 30s, mode: shadow}
   - {name: room_burst, scope: room, algorithm: token_bucket, limit: 5, window: 1s, burst: 12}
   - {name: support_total, scope: group, algorithm: fixed_window, limit: 15, window: 1m, rooms: ["support-*"]}
+  - {name: surge, scope: room, algorithm: spike, window: 10s, baseline: 1m, min_messages: 4, min_users: 3}
+  - {name: calm, scope: user_in_room, algorithm: sliding_window, limit: 1, window: 10s, new_members: 1h}
   - {name: pings, scope: user_in_room, algorithm: sliding_window, limit: 9, window: 1m, cost: {mentions: 1, links: 3}}
 `), 0o644)
 	ms := startGroup(t, url, "g", 3, clock.Now, "--policies", policies)
@@ -360,6 +363,9 @@ func TestGroupThrottleAndMismatch(t *testing.T) {
 	for i, e := range evs {
 		e.ID = fmt.Sprint("m-", i) // as publishGroup sends it: an alert names the event that crossed
 		want = append(want, standalone.Observe(e)...)
+	}
+	if res := standalone.Check(now, "support-1", "u1", "", false); res.Allowed || !slices.ContainsFunc(res.Decisions, func(d throttle.Decision) bool { return d.Policy == "calm" }) {
+		t.Fatalf("the spike in support-1 turns calm on: %+v", res)
 	}
 	publishGroup(t, url, evs)
 	// A payload that is not what its subject says, and one on a subject
@@ -476,6 +482,9 @@ func TestGroupThrottleAndMismatch(t *testing.T) {
 	}
 	slices.Sort(gotAlerts)
 	slices.Sort(wantAlerts)
+	if spikes := len(slices.DeleteFunc(slices.Clone(want), func(a throttle.Alert) bool { return a.Spike == nil })); spikes != 2 {
+		t.Errorf("%d spikes in the standalone's alerts, want 2 (support-0 and support-1)", spikes)
+	}
 	if !slices.Equal(gotAlerts, wantAlerts) || len(wantAlerts) == 0 {
 		t.Errorf("alerts:\n got %v\nwant %v", gotAlerts, wantAlerts)
 	}

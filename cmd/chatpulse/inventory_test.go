@@ -37,6 +37,7 @@ const inventoryPolicies = `policies:
   - {name: bucket, scope: room, algorithm: token_bucket, limit: 4, window: 1h, rooms: [vault]}
   - {name: raid, scope: room, algorithm: join_wave, limit: 3, window: 1m}
   - {name: newcomers, scope: user_in_room, algorithm: sliding_window, limit: 1, window: 30s, new_members: 10m}
+  - {name: surge, scope: room, algorithm: spike, window: 1m, baseline: 1h, min_messages: 3, min_users: 2, rooms: [stage]}
   - {name: pings, scope: user_in_room, algorithm: sliding_window, limit: 5, window: 1m, cost: {mentions: 1, links: 2}, rooms: [pinged]}
 `
 
@@ -133,6 +134,24 @@ var inventory = []piece{
 			}
 		},
 		probes: []string{`check {"room":"hall","user":"erin"}`, `check {"room":"hall","user":"raider1"}`, "/api/v1/throttle/active"},
+	},
+	{
+		name: "spikes", kept: "snapshot (throttle), else replay",
+		drive: func(d *driver, phase int) {
+			if phase == 0 { // a past, then a spike that crosses
+				for i := range 6 {
+					d.message("stage", "old", int64(30*60_000+i))
+				}
+				for i := range 3 {
+					d.message("stage", fmt.Sprint("fan", i), int64(20_000-i))
+				}
+				return
+			}
+			for i := range 2 { // still over: the same crossing
+				d.message("stage", fmt.Sprint("fan", 3+i), int64(10_000-i))
+			}
+		},
+		probes: []string{`check {"room":"stage","user":"fan3"}`, "/api/v1/throttle/active"},
 	},
 	{
 		name: "memberships", kept: "snapshot (aggregator), else replay",
@@ -369,6 +388,10 @@ func checkInventory(t *testing.T, want map[string]string) {
 	denied(`slow mode's last posts: check {"room":"quiet","user":"dave"}`, "slowmode")
 	denied(`join waves and first sightings: check {"room":"hall","user":"raider1"}`, "newcomers")
 	denied(`moderators' actions: check {"room":"lobby","user":"troll"}`, "timeout")
+	denied(`spikes: check {"room":"stage","user":"fan3"}`, "newcomers") // turned on by the spike
+	if active := want["spikes: /api/v1/throttle/active"]; !strings.Contains(active, `"policy":"surge"`) || !strings.Contains(active, `"baseline_messages":6`) {
+		t.Errorf("the reference: active %s, want the spike in stage over a past of 6", active)
+	}
 	denied(`costs, consumed ones among them: check {"room":"pinged","user":"frank","mentions":["x"]}`, "pings")
 	if w := want[`costs, consumed ones among them: check {"room":"pinged","user":"frank","text":"hi"}`]; !strings.Contains(w, `"allowed":true,"count":5,"limit":5,"mode":"enforce","policy":"pings"`) {
 		t.Errorf("the reference: a free message of frank's: %s, want allowed, pings holding 5", w)

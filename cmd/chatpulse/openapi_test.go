@@ -60,6 +60,13 @@ func TestOpenAPI(t *testing.T) {
     limit: 1
     window: 1h
     act: [lock]
+  - name: surge
+    scope: room
+    algorithm: spike
+    window: 1m
+    baseline: 1h
+    min_messages: 3
+    min_users: 2
 `), 0o644)
 	tm := startMain(t, "--windows", "1m,1h", "--policies", policies)
 	for i := range 5 {
@@ -78,8 +85,8 @@ func TestOpenAPI(t *testing.T) {
 	wait.For(t, 30*time.Second, func() error {
 		var active struct{ Active []any }
 		tm.get("/api/v1/throttle/active", &active)
-		if accepted := tm.metric("chatpulse_events_accepted_total"); accepted != 9 || len(active.Active) != 1 {
-			return fmt.Errorf("%v of 9 events accepted and %d keys active, want the flood key", accepted, len(active.Active))
+		if accepted := tm.metric("chatpulse_events_accepted_total"); accepted != 9 || len(active.Active) != 2 {
+			return fmt.Errorf("%v of 9 events accepted and %d keys active, want the flood key and the spike's room", accepted, len(active.Active))
 		}
 		return nil
 	})

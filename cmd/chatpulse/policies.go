@@ -160,7 +160,7 @@ type policyAnswer struct {
 	Name        string             `json:"name"`
 	Scope       throttle.Scope     `json:"scope"`
 	Algorithm   throttle.Algorithm `json:"algorithm"`
-	Limit       int                `json:"limit"`
+	Limit       int                `json:"limit,omitempty"` // none for a spike
 	Window      string             `json:"window"`
 	Resolution  string             `json:"resolution,omitempty"`
 	Burst       int                `json:"burst,omitempty"`
@@ -174,6 +174,10 @@ type policyAnswer struct {
 	ExemptRoles []string           `json:"exempt_roles,omitempty"`
 	Act         []throttle.ActKind `json:"act,omitempty"`
 	LockFor     string             `json:"lock_for,omitempty"`
+	Baseline    string             `json:"baseline,omitempty"` // a spike's, and the three below
+	Factor      float64            `json:"factor,omitempty"`
+	MinMessages int                `json:"min_messages,omitempty"`
+	MinUsers    int                `json:"min_users,omitempty"`
 	Cost        map[string]int     `json:"cost,omitempty"`
 }
 
@@ -204,6 +208,10 @@ func (p *policies) answer() any {
 		if ps.LockFor > 0 {
 			pa.LockFor = rolling.FormatDuration(ps.LockFor)
 		}
+		if ps.Baseline > 0 {
+			pa.Baseline = rolling.FormatDuration(ps.Baseline)
+		}
+		pa.Factor, pa.MinMessages, pa.MinUsers = ps.Factor, ps.MinMessages, ps.MinUsers
 		pa.Cost = ps.Cost.Weights()
 		a.Policies = append(a.Policies, pa)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/url"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -61,7 +62,7 @@ func (tm *testMain) answers(evs []chat.Event) map[string]string {
 
 // A restart that loads a snapshot and replays only what came after it
 // answers exactly as a full replay of the stream: every view, every
-// throttle decision, the active keys. The clock stands still, so the
+// throttle decision, the active keys (a spike's rooms too). The clock stands still, so the
 // answers are compared byte for byte, as_of included.
 func TestSnapshotEqualsFullReplay(t *testing.T) {
 	clock := newFrozen()
@@ -75,8 +76,18 @@ func TestSnapshotEqualsFullReplay(t *testing.T) {
 		}
 	}
 	first, second := evs[:2500], evs[2500:]
+	// The default policies, and a spike that the rooms' bursts cross.
+	policies := policiesFile(t, `policies:
+  - {name: user_room_flood, scope: user_in_room, algorithm: sliding_window, limit: 10, window: 10s}
+  - {name: user_flood, scope: user, algorithm: sliding_window, limit: 30, window: 1m}
+  - {name: repeated_text, scope: user, algorithm: repeat, limit: 1, window: 30s, mode: shadow}
+  - {name: surge, scope: room, algorithm: spike, window: 1m, baseline: 1h}
+`)
+	start := func(args ...string) *testMain {
+		return startMainAt(t, clock.Now, append(args, "--policies", policies)...)
+	}
 
-	a := startMainAt(t, clock.Now, "--data-dir", dir, "--snapshot-interval", "50ms")
+	a := start("--data-dir", dir, "--snapshot-interval", "50ms")
 	for i, e := range first {
 		a.publish("chat.x.y", eventJSON(e, i))
 	}
@@ -88,7 +99,7 @@ func TestSnapshotEqualsFullReplay(t *testing.T) {
 		return nil
 	})
 	a.Close()
-	a = startMainAt(t, clock.Now, "--data-dir", dir, "--snapshot-interval", "0") // saves no more
+	a = start("--data-dir", dir, "--snapshot-interval", "0") // saves no more
 	for i, e := range second {
 		a.publish("chat.x.y", eventJSON(e, len(first)+i))
 	}
@@ -96,16 +107,19 @@ func TestSnapshotEqualsFullReplay(t *testing.T) {
 	a.Close()
 
 	// The snapshot covers the first part: the second is replayed.
-	restored := startMainAt(t, clock.Now, "--data-dir", dir, "--snapshot-interval", "1h")
+	restored := start("--data-dir", dir, "--snapshot-interval", "1h")
 	if restored.metric("chatpulse_restore_seconds") <= 0 {
 		t.Fatal("the restart did not load the snapshot")
 	}
 	got := restored.answers(evs)
 	restored.Close()
-	full := startMainAt(t, clock.Now, "--data-dir", dir, "--snapshot-interval", "0")
+	full := start("--data-dir", dir, "--snapshot-interval", "0")
 	want := full.answers(evs)
 	if len(got) != len(want) {
 		t.Fatalf("%d answers, want %d", len(got), len(want))
+	}
+	if active := want["/api/v1/throttle/active"]; !strings.Contains(active, `"policy":"surge"`) {
+		t.Errorf("no room over the spike: %s", active)
 	}
 	for k, w := range want {
 		if got[k] != w {

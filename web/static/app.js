@@ -530,13 +530,25 @@ function addAlert(a) {
   const li = el('li', { class: 'alert new', data: { testid: 'alert', policy: a.policy, user: a.user, room: a.room } },
     el('time', { datetime: a.at, text: isNaN(when) ? '' : clock.format(when), title: isNaN(when) ? '' : when.toLocaleString() }),
     ...who(a.user, a.room, a.policy),
-    el('span', { class: 'count', text: `${fmtInt(a.count)}/${fmtInt(a.limit)}`, title: `${a.count} messages, limit ${a.limit}` }));
+    el('span', { class: 'count', ...countOf(a) }));
   list.prepend(li);
   setTimeout(() => li.classList.remove('new'), 100);
   while (state.alerts.length > MAX_ALERTS) {
     state.alerts.pop();
     list.lastElementChild.remove();
   }
+}
+
+// countOf is the count of an alert or an active key, count/limit, and
+// its title; a spike's says why: its ratio to the baseline's rate.
+function countOf(a) {
+  const text = `${fmtInt(a.count)}/${fmtInt(a.limit)}`;
+  const s = a.spike;
+  if (!s) return { text, title: `${a.count} messages, limit ${a.limit}` };
+  const past = s.ratio
+    ? `${s.ratio} times the ${s.expected} the baseline's rate expects (${s.baseline_messages} messages)`
+    : 'none in the baseline';
+  return { text: s.ratio ? `${text} \u00d7${s.ratio}` : text, title: `a spike: ${a.count} messages from ${s.users} users in the window, ${past}; over from ${a.limit}` };
 }
 
 // showAlertCount shows how many alerts came since the page opened, those
@@ -576,8 +588,8 @@ const activeRows = new Rows($('active').tBodies[0], {
     },
     {
       name: 'count',
-      value: (a) => `${fmtInt(a.count)}/${fmtInt(a.limit)}`,
-      set: (td, v, a) => { td.textContent = v; td.title = `${a.count} messages, limit ${a.limit}`; },
+      value: (a) => countOf(a).text,
+      set: (td, v, a) => { td.textContent = v; td.title = countOf(a).title; },
       cls: 'num count',
     },
     { name: 'for', value: (a) => fmtAgo(a.age), cls: 'num for' },
