@@ -299,15 +299,20 @@ func (k repeatKernel) atRest(s *repeatState, _ []int64, now int64) bool {
 // the older ones were not kept. Costs are counted up to the new limit.
 func (k repeatKernel) keep(old settings, s *repeatState, fromOlder, older []int64) {
 	from := repeatKernel{limit: int64(old.limit), w: k.w, weighted: k.weighted}
+	cost := func(i int) int64 { return min(from.costAt(s, fromOlder, i), k.limit) }
+	held := int64(0)
+	for i := range int(s.n) {
+		held += cost(i)
+	}
 	drop := 0 // the oldest kept that the new limit does not keep
-	for held := from.sum(s, fromOlder); int(s.n)-drop > 1 && held-min(from.costAt(s, fromOlder, drop), k.limit) >= k.limit; drop++ {
-		held -= min(from.costAt(s, fromOlder, drop), k.limit)
+	for ; int(s.n)-drop > 1 && held-cost(drop) >= k.limit; drop++ {
+		held -= cost(drop)
 	}
 	n := int(s.n) - drop
 	for i := range n - 1 {
 		older[i] = fromOlder[drop+i]
 		if k.weighted {
-			older[int(k.limit)-1+i] = min(from.costAt(s, fromOlder, drop+i), k.limit)
+			older[int(k.limit)-1+i] = cost(drop + i)
 		}
 	}
 	s.n, s.cost = int32(n), int32(min(int64(s.cost), k.limit))
