@@ -186,6 +186,9 @@ func randomPolicy(r *rand.Rand, name string) Policy {
 			p.Burst = 1 + r.IntN(10)
 		}
 		randomRooms(r, &p)
+		if r.IntN(3) == 0 {
+			p.Cost = randomWeights(r)
+		}
 		if p.Validate() == nil {
 			return p.withDefaults()
 		}
