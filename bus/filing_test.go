@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -38,7 +39,7 @@ func TestFileOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, derr := ingest.Matrix().Filed().Decode(m.Data, ev.TS, 0)
-	if m.Subject != "chat.a%2Eb.@u:hs" || m.Header[ingest.FiledHeader] == nil || m.Header["Nats-Msg-Id"][0] != "$e1" || derr != nil || got.Event != ev.Event {
+	if m.Subject != "chat.a%2Eb.@u:hs" || m.Header[ingest.FiledHeader] == nil || m.Header["Nats-Msg-Id"][0] != "$e1" || derr != nil || !reflect.DeepEqual(got.Event, ev.Event) {
 		t.Errorf("filed %s %v %s: %+v %v", m.Subject, m.Header, m.Data, got, derr)
 	}
 	if err := b.FileOne(ctx, FiledMsg("other.", ev, "$e2")); err == nil || !strings.Contains(err.Error(), "other.a%2Eb.@u:hs") {

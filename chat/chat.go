@@ -20,14 +20,18 @@ import (
 )
 
 // Event is one chat event: a message, or a user joining or leaving a
-// room. Room, User, ID and Text may alias the buffer it was decoded from:
-// whoever keeps one of them copies it.
+// room. Room, User, ID, Text and Mentions may alias the buffer it was
+// decoded from: whoever keeps one of them copies it.
 type Event struct {
 	Room, User string
 	TS         int64  // Unix milliseconds
 	Text       string // "" when the message has none
 	ID         string // the event's id in its chat system; "" when it has none
-	Kind       Kind
+	// Mentions are the users the event says it mentions, as it names
+	// them: a name may come twice, and counts once (docs/contract.md
+	// section 15). Nil when it mentions nobody.
+	Mentions []string
+	Kind     Kind
 }
 
 // Kind is what an event is. The zero value is a message, so that an

@@ -74,7 +74,7 @@ func (m *Member) Check(now int64, tq throttle.Query) throttle.Result {
 	now = m.clamp(now)
 	res := throttle.Result{Allowed: true, AsOf: chat.Time(now), Room: tq.Room, User: tq.User, Decisions: []throttle.Decision{}}
 	r := m.rules.Load()
-	asks := m.checks(question{Op: opCheck, Room: tq.Room, User: tq.User, Text: tq.Text, HasText: tq.HasText, Roles: tq.Roles, Book: m.bookRev(), Now: now}, r)
+	asks := m.checks(question{Op: opCheck, Room: tq.Room, User: tq.User, Text: tq.Text, HasText: tq.HasText, Mentions: tq.Mentions, Roles: tq.Roles, Book: m.bookRev(), Now: now}, r)
 	var (
 		mu      sync.Mutex
 		wg      sync.WaitGroup
@@ -138,7 +138,7 @@ func (m *Member) Consume(now int64, tq throttle.Query, id string) throttle.Resul
 	r := m.rules.Load()
 	asks := m.joinChecks(tq, id, now, r)
 	if tq.Kind == chat.KindMessage {
-		asks = m.checks(question{Op: opConsume, Room: tq.Room, User: tq.User, Text: tq.Text, HasText: tq.HasText, Roles: tq.Roles, ID: id, Book: m.bookRev(), Now: now}, r)
+		asks = m.checks(question{Op: opConsume, Room: tq.Room, User: tq.User, Text: tq.Text, HasText: tq.HasText, Mentions: tq.Mentions, Roles: tq.Roles, ID: id, Book: m.bookRev(), Now: now}, r)
 	}
 	var taken []question
 	counted := len(asks) == 0 // some stage counts the message (vacuously, when none decides)

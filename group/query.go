@@ -57,6 +57,9 @@ type question struct {
 	HasText bool     `json:"has_text,omitempty"`
 	ID      string   `json:"id,omitempty"`    // consume, unconsume
 	Roles   []string `json:"roles,omitempty"` // check, consume
+	// Mentions are whom the checked message mentions (check, consume):
+	// with its text, what it costs (docs/contract.md section 15).
+	Mentions []string `json:"mentions,omitempty"`
 	// Book is the revision of the moderators' actions the asker holds
 	// (check, consume): the answer waits until this member's holds as
 	// much, so that an action set on one member holds on every member
@@ -81,7 +84,7 @@ func (m *Member) awaitBook(rev uint64) {
 
 // query is a check question's throttle query: a join's, for opJoin.
 func (q *question) query() throttle.Query {
-	tq := throttle.Query{Room: q.Room, User: q.User, Text: q.Text, HasText: q.HasText, Roles: q.Roles}
+	tq := throttle.Query{Room: q.Room, User: q.User, Text: q.Text, HasText: q.HasText, Mentions: q.Mentions, Roles: q.Roles}
 	if q.Op == opJoin {
 		tq.Kind = chat.KindJoin
 	}

@@ -34,9 +34,10 @@ const (
 // it, e.g. with strings.Clone.
 //
 // TS is the event's ts, or now when ts is absent or null. Text is the text
-// field when it is a JSON string, "" otherwise; ID likewise. Invalid UTF-8
-// and unpaired surrogate escapes in them are replaced by U+FFFD, as
-// encoding/json does, so both are always valid UTF-8.
+// field when it is a JSON string, "" otherwise; ID likewise; Mentions the
+// strings of the mentions array. Invalid UTF-8 and unpaired surrogate
+// escapes in them are replaced by U+FFFD, as encoding/json does, so all
+// are always valid UTF-8.
 type Event struct {
 	chat.Event
 	// HasText is true when text is a JSON string, "" included.
@@ -93,8 +94,9 @@ func (e *Error) Error() string { return string(e.Reason) + ": " + e.Msg }
 // Decode decodes and validates one event payload of chatpulse's own
 // format (docs/contract.md section 1) in a single pass over data, without
 // reflection. It allocates only when a string it
-// extracts (room, user, ts, type, id, text) holds escapes or invalid
-// UTF-8, and for the *Error of a rejected event. now is the wall clock in
+// extracts (room, user, ts, type, id, text, a mention) holds escapes or
+// invalid UTF-8, for the list of an event's mentions, and for the *Error
+// of a rejected event. now is the wall clock in
 // Unix milliseconds (used for an absent ts and for the future check) and
 // maxSkewMs the allowed lead of ts over it (>= 0).
 //
@@ -103,8 +105,8 @@ func (e *Error) Error() string { return string(e.Reason) + ": " + e.Msg }
 // Beyond docs/contract.md section 1, Decode decides:
 //   - Field names match exactly and case-sensitively after unescaping
 //     ("r\u006fom" is room, "Room" is not), unlike encoding/json.
-//   - room, user, ts, type, id or text twice: invalid, "room: duplicate
-//     key".
+//   - room, user, ts, type, id, text or mentions twice: invalid, "room:
+//     duplicate key".
 //   - null for any of the six fields means absent: room or user null is
 //     "missing" (invalid); ts null takes now; type null counts as a
 //     message; id or text null has none.
@@ -123,6 +125,9 @@ func (e *Error) Error() string { return string(e.Reason) + ": " + e.Msg }
 //     room, user and ts must still be valid.
 //   - id and text are read when they are JSON strings; any other value is
 //     ignored, as if absent.
+//   - mentions is read when it is a JSON array: its string elements, in
+//     order, repeats kept, each read as text is; other elements are
+//     skipped, and any other value is ignored, as if absent.
 //   - Strings outside room and user may hold invalid UTF-8 (accepted, as by
 //     encoding/json); every string must still be a valid JSON string.
 //   - Nesting deeper than MaxDepth is malformed, even in ignored fields.

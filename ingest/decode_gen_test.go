@@ -38,6 +38,12 @@ func genPayload(r *rand.Rand) []byte {
 		}
 		return fmt.Sprintf(`"m-%d"`, r.IntN(1e6))
 	})
+	add(0.3, []string{`"mentions"`, `"mentions"`, `"m\u0065ntions"`, `"Mentions"`}, func() string {
+		if r.IntN(4) == 0 {
+			return g.value(0)
+		}
+		return g.mentions()
+	})
 	for range r.IntN(3) {
 		add(1, []string{`"x"`, `""`, `"meta"`, `"\u00e9"`, "\"k\xff\""}, func() string { return g.value(0) })
 	}
@@ -88,6 +94,22 @@ var (
 		"\"a\xffb\"", "\"\x7f\u0085\"", `null`, `12.5`, `{"a":[1]}`, `"\"quoted\" \\ \/ \b\f\r\t"`}
 	genBadTexts = []string{"\"raw\nnewline\"", `"\x"`, `"\u12"`, `"unterminated`, `'single'`}
 )
+
+// mentions returns a mentions array: names that repeat, escapes, invalid
+// bytes, elements that are not strings, and unless clean, broken ones.
+func (g gen) mentions() string {
+	elems := append(append([]string{}, genGoodNames...), genGoodIDs...)
+	var b strings.Builder
+	b.WriteString("[")
+	for i := range g.r.IntN(20) {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString(g.pick(elems, genBadTexts))
+	}
+	b.WriteString("]")
+	return b.String()
+}
 
 // gen draws the parts of one payload: good ones only when clean, else good
 // and bad alike.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,7 +21,7 @@ func checkMappedAgainstReference(t *testing.T, m mapping, f *Format, data []byte
 	want, werr := refMapped(m, data, f.MaxPayload(), f.MaxName(), now, testSkew)
 	switch {
 	case gerr == nil && werr == nil:
-		if got != want {
+		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("Decode(%s) =\n %+v, reference\n %+v", show(data), got, want)
 		}
 		if got.Counted {
@@ -128,6 +129,13 @@ func genMatrixPayload(r *rand.Rand, bases [][]byte) []byte {
 	set(ev, "origin_server_ts", 4, json.Number("1796155481077"), future, future, future, json.Number("-1"), json.Number("1.5"),
 		"1796155481077", "2026-12-01T10:44:41Z", json.Number("1e3"), json.Number("253402300800000"), nil, deleted{})
 	set(content, "body", 4, "hello", "<b>&amp;</b> \u2028", "line\nbreak \"q\"", 5, nil, strings.Repeat("long text ", 100), deleted{})
+	ids := []any{"@bob:localhost", "@bob:localhost", "@room", "@room 2", "@c\u00e9:x", "", 5, nil, []any{"@x:y"}}
+	var userIDs []any
+	for range r.IntN(12) {
+		userIDs = append(userIDs, ids[r.IntN(len(ids))])
+	}
+	set(content, "m.mentions", 3, map[string]any{"user_ids": userIDs}, map[string]any{"user_ids": userIDs, "room": true},
+		map[string]any{"room": r.IntN(2) == 0}, map[string]any{"user_ids": "@a:x", "room": "yes"}, []any{}, nil, deleted{})
 	set(ev, "_event_id", 2, "$e1", "$e\u00e9", 5, deleted{})
 	set(ev, "event_id", 2, "$e2", nil, deleted{})
 	data, err := json.Marshal(env)
@@ -212,6 +220,8 @@ func genMappedPayload(r *rand.Rand, unit string) []byte {
 	add(0.9, `"at"`, at())
 	add(0.4, `"id"`, pick(r, []string{`"m-1"`, `184467`, `1.5`, `null`, `{}`, `"\u00e9"`}))
 	add(0.4, `"body"`, pick(r, []string{`"hi"`, `"a\nb\ud800"`, `5`, `null`, `["hi"]`}))
+	add(0.4, `"to"`, pick(r, []string{g.mentions(), g.mentions(), `null`, `"@a:x"`, `{}`, `[]`}))
+	add(0.2, `"cc"`, pick(r, []string{`[` + g.mentions() + `]`, `[null,` + g.mentions() + `]`, `{"0":["a"]}`, `[]`}))
 	add(0.5, `"kind"`, pick(r, []string{`"msg"`, `0`, `null`, `"hello"`, `"bye"`, `7`, `7.0`, `"edit"`, `{}`, `true`, `"m\u0073g"`, `-0`}))
 	for range r.IntN(3) {
 		add(1, pick(r, []string{`"x"`, `""`, `"meta"`}), g.value(1))

@@ -205,6 +205,22 @@ func refMapped(m mapping, data []byte, maxPayload, maxName int, now, maxSkewMs i
 		ev.ID, _ = str(mID)
 	}
 	ev.Text, ev.HasText = str(mText)
+	if v, _ := value(mMentions); v != nil && v.kind == "array" {
+		for _, e := range v.elems {
+			if e.kind == "string" {
+				ev.Mentions = append(ev.Mentions, e.s)
+			}
+		}
+	}
+	// Matrix: the room mention counts as one more user, none of those
+	// named.
+	if v, _ := value(mRoomMention); v != nil && string(v.raw) == "true" {
+		name := "@room"
+		for n := 2; slices.Contains(ev.Mentions, name); n++ {
+			name = fmt.Sprint("@room ", n)
+		}
+		ev.Mentions = append(ev.Mentions, name)
+	}
 	return ev, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -65,7 +66,7 @@ func TestMatrixSamples(t *testing.T) {
 				t.Fatalf("Counted = %v, want %v (%+v)", got.Counted, counted, got)
 			}
 			if !counted {
-				if got != (Event{}) {
+				if !reflect.DeepEqual(got, Event{}) {
 					t.Fatalf("an ignored event decodes to the zero Event, got %+v", got)
 				}
 				return
@@ -96,7 +97,7 @@ func TestMatrixSamples(t *testing.T) {
 			if e.Content.Body != nil {
 				w.Text, w.HasText = *e.Content.Body, true
 			}
-			if got != w {
+			if !reflect.DeepEqual(got, w) {
 				t.Fatalf("Decode =\n %+v, want\n %+v", got, w)
 			}
 			checkMappedAgainstReference(t, matrixMapping, Matrix(), data, matrixNow)
@@ -146,6 +147,16 @@ var matrixCases = []decodeCase{
 	ok("no body", strings.Replace(matrixEvent("m.room.message", ""), `"body":"hi",`, ``, 1), matrixOK(func(e *Event) { e.Text, e.HasText = "", false })),
 	ok("escaped body and ids", strings.Replace(strings.Replace(matrixEvent("m.room.message", ""), `"body":"hi"`, `"body":"\u003cb\u003e"`, 1), `"room_id"`, `"room\u005fid"`, 1),
 		matrixOK(func(e *Event) { e.Text = "<b>" })),
+	ok("mentions", strings.Replace(matrixEvent("m.room.message", ""), `"msgtype":"m.text"`,
+		`"msgtype":"m.text","m.mentions":{"user_ids":["@b:x","@c:x","@b:x",5]}`, 1), matrixOK(func(e *Event) { e.Mentions = []string{"@b:x", "@c:x", "@b:x"} })),
+	ok("room mention", strings.Replace(matrixEvent("m.room.message", ""), `"msgtype":"m.text"`,
+		`"msgtype":"m.text","m.mentions":{"room":true}`, 1), matrixOK(func(e *Event) { e.Mentions = []string{"@room"} })),
+	ok("room mention beside a user named @room", strings.Replace(matrixEvent("m.room.message", ""), `"msgtype":"m.text"`,
+		`"msgtype":"m.text","m.mentions":{"user_ids":["@room","@room 2"],"room":true}`, 1), matrixOK(func(e *Event) { e.Mentions = []string{"@room", "@room 2", "@room 3"} })),
+	ok("room false is none", strings.Replace(matrixEvent("m.room.message", ""), `"msgtype":"m.text"`,
+		`"msgtype":"m.text","m.mentions":{"user_ids":[],"room":false}`, 1), matrixOK(nil)),
+	ok("mentions in the body are not mentions", strings.Replace(matrixEvent("m.room.message", ""), `"body":"hi"`, `"body":"hi @b:x"`, 1),
+		matrixOK(func(e *Event) { e.Text = "hi @b:x" })),
 	ok("255-byte user", strings.Replace(matrixEvent("m.room.message", ""), `"@a:example.org"`, `"@`+strings.Repeat("a", 242)+`:example.org"`, 1),
 		matrixOK(func(e *Event) { e.User = "@" + strings.Repeat("a", 242) + ":example.org" })),
 
@@ -207,7 +218,7 @@ func checkCase(t *testing.T, f *Format, c decodeCase, now int64) {
 	t.Helper()
 	got, err := f.Decode([]byte(c.in), now, testSkew)
 	if c.rsn == "" {
-		if err != nil || got != c.want {
+		if err != nil || !reflect.DeepEqual(got, c.want) {
 			t.Fatalf("Decode(%s) =\n %+v, %v; want\n %+v", show([]byte(c.in)), got, err, c.want)
 		}
 		return
@@ -215,7 +226,7 @@ func checkCase(t *testing.T, f *Format, c decodeCase, now int64) {
 	if err == nil || err.Reason != c.rsn || err.Msg != c.msg {
 		t.Fatalf("Decode(%s) = %+v, %v; want %s %q", show([]byte(c.in)), got, err, c.rsn, c.msg)
 	}
-	if got != (Event{}) {
+	if !reflect.DeepEqual(got, Event{}) {
 		t.Fatalf("Decode(%s) returned %+v with its error", show([]byte(c.in)), got)
 	}
 }
@@ -229,6 +240,7 @@ user: /from/0/name
 ts: {pointer: /at, unit: s}
 id: /id
 text: /body
+mentions: [/to, /cc/0]
 type: /kind
 message: [msg, 0, null]
 join: hello
@@ -260,6 +272,9 @@ func mp(rest string) string {
 var mappingCases = []decodeCase{
 	ok("minimal", mp(``), mapped(nil)),
 	ok("fallback pointer", `{"room/id":"lobby","from":[{"name":"alice"}],"at":1796022000}`, mapped(nil)),
+	ok("mentions", mp(`,"to":["bob","carol","bob"]`), mapped(func(e *Event) { e.Mentions = []string{"bob", "carol", "bob"} })),
+	ok("mentions fallback in an array", mp(`,"to":null,"cc":[["bob",7]]`), mapped(func(e *Event) { e.Mentions = []string{"bob"} })),
+	ok("mentions not an array ignored", mp(`,"to":"bob"`), mapped(nil)),
 	ok("first pointer wins", `{"room/id":"x","chat":{"room":"lobby"},"from":[{"name":"alice"}],"at":1796022000}`, mapped(nil)),
 	ok("null falls back", `{"chat":{"room":null},"room/id":"lobby","from":[{"name":"alice"}],"at":1796022000}`, mapped(nil)),
 	ok("seconds with a fraction", `{"chat":{"room":"lobby"},"from":[{"name":"alice"}],"at":1796021999.1239}`, mapped(func(e *Event) { e.TS -= 877 })),

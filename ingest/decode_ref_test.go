@@ -64,7 +64,7 @@ func refDecode(data []byte, now, maxSkewMs int64) (Event, *Error) {
 		raw = bytes.TrimSpace(raw)
 		kind := refKind(raw)
 		switch key {
-		case "room", "user", "ts", "type", "text", "id":
+		case "room", "user", "ts", "type", "text", "id", "mentions":
 			if seen[key] {
 				fail(key + ": duplicate key")
 			}
@@ -131,6 +131,18 @@ func refDecode(data []byte, now, maxSkewMs int64) (Event, *Error) {
 			ev.Text, ev.HasText = s, kind == "string"
 		case "id":
 			ev.ID = s
+		case "mentions":
+			ev.Mentions = nil
+			var elems []json.RawMessage
+			if kind == "array" {
+				json.Unmarshal(raw, &elems)
+			}
+			for _, e := range elems {
+				var name string
+				if e = bytes.TrimSpace(e); refKind(e) == "string" && json.Unmarshal(e, &name) == nil {
+					ev.Mentions = append(ev.Mentions, name)
+				}
+			}
 		}
 	}
 	if invalid == nil && ev.Room == "" {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -126,6 +127,14 @@ var decodeCases = []decodeCase{
 	ok("id number ignored", ab(`,"id":184467`), ev(nil)),
 	ok("id object ignored", ab(`,"id":{"a":["b"]}`), ev(nil)),
 	ok("id invalid UTF-8", ab("\x2c\"id\":\"a\xffb\""), ev(func(e *Event) { e.ID = "a\uFFFDb" })),
+	ok("mentions", ab(`,"mentions":["carol","dave","carol"]`), ev(func(e *Event) { e.Mentions = []string{"carol", "dave", "carol"} })),
+	ok("mentions escaped, with other elements skipped", ab(`,"mentions":[ "c\u0061rol" ,null,5,{"a":["b"]},[],"\ud800",""]`),
+		ev(func(e *Event) { e.Mentions = []string{"carol", "\uFFFD", ""} })),
+	ok("mentions empty", ab(`,"mentions":[]`), ev(nil)),
+	ok("mentions null", ab(`,"mentions":null`), ev(nil)),
+	ok("mentions not an array ignored", ab(`,"mentions":"carol"`), ev(nil)),
+	ok("mentions object ignored", ab(`,"mentions":{"0":"carol"}`), ev(nil)),
+	ok("mentions key escaped", ab(`,"m\u0065ntions":["carol"]`), ev(func(e *Event) { e.Mentions = []string{"carol"} })),
 
 	// too_large
 	bad("64 KiB + 1", ab(`,"pad":"`+strings.Repeat("x", MaxPayload+1-len(ab(`,"pad":""`)))+`"`),
@@ -203,6 +212,7 @@ var decodeCases = []decodeCase{
 	bad("duplicate room", `{"room":"a","user":"b","room":"a"}`, ReasonInvalid, "room: duplicate key"),
 	bad("duplicate escaped key", `{"room":"a","user":"b","\u0072oom":"c"}`, ReasonInvalid, "room: duplicate key"),
 	bad("duplicate ts null", ab(`,"ts":null,"ts":1`), ReasonInvalid, "ts: duplicate key"),
+	bad("duplicate mentions", ab(`,"mentions":[],"mentions":["a"]`), ReasonInvalid, "mentions: duplicate key"),
 	bad("duplicate type", ab(`,"type":"join","type":"message"`), ReasonInvalid, "type: duplicate key"),
 	bad("duplicate text", ab(`,"text":1,"text":"x"`), ReasonInvalid, "text: duplicate key"),
 	bad("duplicate id", ab(`,"id":"a","id":"a"`), ReasonInvalid, "id: duplicate key"),
@@ -269,7 +279,7 @@ func TestDecode(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Decode(%s) = %v, want %+v", show([]byte(c.in)), err, c.want)
 				}
-				if got != c.want {
+				if !reflect.DeepEqual(got, c.want) {
 					t.Fatalf("Decode(%s) =\n %+v, want\n %+v", show([]byte(c.in)), got, c.want)
 				}
 			} else {
@@ -280,7 +290,7 @@ func TestDecode(t *testing.T) {
 				if e.Reason != c.rsn || e.Msg != c.msg {
 					t.Fatalf("Decode(%s): got %s %q, want %s %q", show([]byte(c.in)), e.Reason, e.Msg, c.rsn, c.msg)
 				}
-				if got != (Event{}) {
+				if !reflect.DeepEqual(got, Event{}) {
 					t.Fatalf("Decode(%s) returned %+v with its error", show([]byte(c.in)), got)
 				}
 			}
@@ -385,7 +395,7 @@ func checkAgainstReference(t *testing.T, data []byte, now, skew int64) {
 	}
 	switch {
 	case gerr == nil && werr == nil:
-		if got != want {
+		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("Decode(%s) =\n %+v, reference\n %+v", show(data), got, want)
 		}
 		checkContract(t, data, got, now, skew)

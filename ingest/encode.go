@@ -15,8 +15,9 @@ const FiledHeader = "Chatpulse-Filed"
 
 // AppendNative appends ev as an event of chatpulse's own format
 // (docs/contract.md section 1): room, user, ts (always written, as Unix
-// milliseconds), type for a join or a leave, id and text when it has
-// them. It is how a group files a foreign bus's events on
+// milliseconds), type for a join or a leave, id, text and mentions when
+// it has them (a Matrix room mention is one of its names: see
+// roomMention). It is how a group files a foreign bus's events on
 // chat.<room>.<user> (docs/contract.md section 13): decoded with their
 // format, they are filed in this one, and Decode reads back the same
 // Event. Its strings are valid UTF-8, as Decode leaves them.
@@ -40,6 +41,16 @@ func AppendNative(b []byte, ev Event) []byte {
 	if ev.HasText {
 		b = append(b, `,"text":`...)
 		b = appendJSONString(b, ev.Text)
+	}
+	if len(ev.Mentions) > 0 {
+		b = append(b, `,"mentions":[`...)
+		for i, m := range ev.Mentions {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, m)
+		}
+		b = append(b, ']')
 	}
 	return append(b, '}')
 }

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	"github.com/chatpulse/chatpulse/chat"
@@ -63,6 +64,9 @@ func TestAppendNativeRandom(t *testing.T) {
 		if r.IntN(3) > 0 {
 			ev.Text, ev.HasText = str(r.IntN(200), true), true
 		}
+		for range r.IntN(4) {
+			ev.Mentions = append(ev.Mentions, str(r.IntN(40), true))
+		}
 		roundTrip(t, Matrix(), ev)
 		n++
 	}
@@ -78,7 +82,7 @@ func roundTrip(t *testing.T, f *Format, ev Event) {
 	if err != nil {
 		t.Fatalf("%s: %v", data, err)
 	}
-	if got != ev {
+	if !reflect.DeepEqual(got, ev) {
 		t.Fatalf("filed %s\nread back %+v\nwant      %+v", data, got, ev)
 	}
 }

@@ -10,6 +10,7 @@ const (
 	fieldType
 	fieldText
 	fieldID
+	fieldMentions
 )
 
 // decoder holds the scan of one payload. Syntax errors and wrong types
@@ -98,6 +99,8 @@ func (d *decoder) object(ev *Event) (ts int64, hasTS bool, err *Error) {
 						ev.Text, ev.HasText = d.text(v)
 					case fieldID:
 						ev.ID, _ = d.text(v)
+					case fieldMentions:
+						ev.Mentions = d.mentions(v)
 					}
 					// A wrong JSON type for room, user, ts or type is
 					// malformed; any other fault invalid (recorded, and the
@@ -175,6 +178,8 @@ func fieldName(f uint8) string {
 		return "type"
 	case fieldID:
 		return "id"
+	case fieldMentions:
+		return "mentions"
 	}
 	return "text"
 }
@@ -184,11 +189,11 @@ func (d *decoder) field(key str) uint8 {
 	raw := d.data[key.start:key.end]
 	if key.esc {
 		// An escape takes at most 6 bytes, so a longer key cannot unescape
-		// to a 4-byte name.
-		if len(raw) > 24 {
+		// to an 8-byte name.
+		if len(raw) > 48 {
 			return 0
 		}
-		var buf [32]byte
+		var buf [48]byte
 		raw, _ = appendUnescaped(buf[:0], raw)
 	}
 	switch string(raw) {
@@ -204,6 +209,8 @@ func (d *decoder) field(key str) uint8 {
 		return fieldText
 	case "id":
 		return fieldID
+	case "mentions":
+		return fieldMentions
 	}
 	return 0
 }

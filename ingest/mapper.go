@@ -200,7 +200,7 @@ func (d *mapper) has(field int) bool {
 
 // event reads the kept values into an event, in this order: its kind (an
 // event of no kind the counters take is ignored, and nothing else of it is
-// read), room, user, ts, then id and text. Faults of the mapping (nothing
+// read), room, user, ts, then id, text and mentions. Faults of the mapping (nothing
 // there, a JSON type the field cannot hold, a ts that does not parse) are
 // unmapped; values against docs/contract.md section 1 invalid, a ts too far ahead
 // future.
@@ -249,6 +249,11 @@ func (d *mapper) event(maxName int, now, maxSkewMs int64) (Event, *Error) {
 	}
 	_, v := d.first(mText)
 	ev.Text, ev.HasText = d.text(v)
+	_, v = d.first(mMentions)
+	ev.Mentions = d.mentions(v)
+	if _, v := d.first(mRoomMention); d.isTrue(v) {
+		ev.Mentions = append(ev.Mentions, roomMention(ev.Mentions))
+	}
 	return ev, nil
 }
 

@@ -19,7 +19,7 @@ import (
 // fixed order, by the functions the native front end reads its fields
 // with. Nothing is allocated unless a string read holds escapes.
 
-// The fields of a plan: a mapping file's six, then those Matrix's rules
+// The fields of a plan: a mapping file's seven, then those Matrix's rules
 // look at.
 const (
 	mRoom = iota
@@ -28,16 +28,18 @@ const (
 	mID
 	mText
 	mType
-	mEnvelope   // Matrix: the envelope's type
-	mStateKey   // Matrix: the state_key, whose membership a member event changes
-	mMembership // Matrix: content.membership
-	mRelType    // Matrix: content["m.relates_to"].rel_type
+	mMentions
+	mEnvelope    // Matrix: the envelope's type
+	mStateKey    // Matrix: the state_key, whose membership a member event changes
+	mMembership  // Matrix: content.membership
+	mRelType     // Matrix: content["m.relates_to"].rel_type
+	mRoomMention // Matrix: content["m.mentions"].room
 	numFields
 )
 
 // mFieldNames name the fields in error messages. A member event's user
 // is its state_key.
-var mFieldNames = [numFields]string{"room", "user", "ts", "id", "text", "type", "type", "user", "membership", "rel_type"}
+var mFieldNames = [numFields]string{"room", "user", "ts", "id", "text", "type", "mentions", "type", "user", "membership", "rel_type", "mentions"}
 
 // Limits of a plan, so that its per-payload state has a fixed size.
 const (

@@ -11,7 +11,7 @@ import (
 	"github.com/chatpulse/chatpulse/internal/yamlnode"
 )
 
-var mappingFields = []string{"room", "user", "ts", "id", "text", "type", "message", "join", "leave"}
+var mappingFields = []string{"room", "user", "ts", "id", "text", "type", "mentions", "message", "join", "leave"}
 
 // ParseMapping parses a mapping file (docs/contract.md section 13, --input
 // mapping:FILE): for a JSON payload, the JSON pointers (RFC 6901) of an
@@ -23,12 +23,15 @@ var mappingFields = []string{"room", "user", "ts", "id", "text", "type", "messag
 //	ts: {pointer: /timestamp, unit: ms}
 //	id: /post_id
 //	text: /text
+//	mentions: /mentions               # an array of user names
 //	type: /type
 //	message: [post, null]             # null: no type, or a null one
 //	join: [join]
 //	leave: [leave]
 //
-// room and user are required. ts is optional (without it an event takes
+// room and user are required. mentions points at an array of the user
+// names the event mentions (docs/contract.md section 15); its string
+// elements are read, anything else there is ignored. ts is optional (without it an event takes
 // the time chatpulse received it) and has a unit: ms (integer Unix
 // milliseconds), s (Unix seconds, a fraction allowed) or rfc3339; ms and
 // s may be JSON numbers or strings holding one. Without type every event
@@ -60,7 +63,7 @@ func ParseMapping(file string, data []byte) (*Format, error) {
 	}
 	m := mapping{kinds: map[string]chat.Kind{}}
 	lines := map[string]int{}
-	fieldOf := map[string]int{"room": mRoom, "user": mUser, "ts": mTS, "id": mID, "text": mText, "type": mType}
+	fieldOf := map[string]int{"room": mRoom, "user": mUser, "ts": mTS, "id": mID, "text": mText, "type": mType, "mentions": mMentions}
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := yamlnode.Deref(root.Content[i]), yamlnode.Deref(root.Content[i+1])
 		field := k.Value

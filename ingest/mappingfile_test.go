@@ -3,6 +3,7 @@ package ingest
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -36,7 +37,7 @@ func TestParseMapping(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, derr := f.Decode([]byte(`{"r":"a","u":"b","type":"edit"}`), testNow, testSkew)
-	if derr != nil || got != (Event{Event: chat.Event{Room: "a", User: "b", TS: testNow}, Counted: true}) {
+	if derr != nil || !reflect.DeepEqual(got, Event{Event: chat.Event{Room: "a", User: "b", TS: testNow}, Counted: true}) {
 		t.Fatalf("Decode = %+v, %v", got, derr)
 	}
 }
@@ -47,7 +48,7 @@ func TestParseMappingErrors(t *testing.T) {
 		"- room\n":                                "m.yaml:1: want a mapping of room, user, ts, id, text, type...",
 		"room: /r\nuser: [/u\n":                   "m.yaml:1: did not find expected ',' or ']'",
 		"room: /r\n":                              "m.yaml:1: user: missing (room and user are required)",
-		"room: /r\nuser: /u\ncolour: /c\n":        "m.yaml:3: colour: unknown field (valid: room, user, ts, id, text, type, message, join, leave)",
+		"room: /r\nuser: /u\ncolour: /c\n":        "m.yaml:3: colour: unknown field (valid: room, user, ts, id, text, type, mentions, message, join, leave)",
 		"room: /r\nuser: /u\nroom: /x\n":          "m.yaml:3: room: defined twice",
 		"room: r\nuser: /u\n":                     `m.yaml:1: room: "r" is not a JSON pointer: it must start with /`,
 		"room: /r\nuser: /a~2b\n":                 `m.yaml:2: user: "/a~2b": ~ must be followed by 0 (for ~) or 1 (for /)`,
@@ -135,7 +136,7 @@ func TestDocMappings(t *testing.T) {
 	got, derr := zulip.Decode(data, testNow, testSkew)
 	want := Event{Event: chat.Event{Room: "design", User: "user11@zulip.example.com", TS: ms("2026-11-30T07:00:00Z"), ID: "1848",
 		Text: "Has anyone tried the new build?"}, HasText: true, Counted: true}
-	if derr != nil || got != want {
+	if derr != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("the Zulip sample: %+v, %v; want %+v", got, derr, want)
 	}
 	matrixFile := loadMapping(t, "matrix.yaml")
@@ -151,7 +152,7 @@ func TestDocMappings(t *testing.T) {
 			}
 			continue
 		}
-		if builtin != file {
+		if !reflect.DeepEqual(builtin, file) {
 			t.Errorf("%s: --input matrix reads\n %+v, the mapping file\n %+v", name, builtin, file)
 		}
 	}

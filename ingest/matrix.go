@@ -1,6 +1,11 @@
 package ingest
 
-import "github.com/chatpulse/chatpulse/chat"
+import (
+	"slices"
+	"strconv"
+
+	"github.com/chatpulse/chatpulse/chat"
+)
 
 // matrixMapping reads the room events a Matrix homeserver publishes, as
 // Dendrite v0.13 does on its stream DendriteOutputRoomEvent (contract
@@ -8,16 +13,18 @@ import "github.com/chatpulse/chatpulse/chat"
 // {...}}} whose event is a Matrix client-server event.
 var matrixMapping = mapping{
 	ptrs: [numFields][]string{
-		mRoom:       {"/new_room_event/event/room_id"},
-		mUser:       {"/new_room_event/event/sender"},
-		mTS:         {"/new_room_event/event/origin_server_ts"},
-		mID:         {"/new_room_event/event/_event_id", "/new_room_event/event/event_id"},
-		mText:       {"/new_room_event/event/content/body"},
-		mType:       {"/new_room_event/event/type"},
-		mEnvelope:   {"/type"},
-		mStateKey:   {"/new_room_event/event/state_key"},
-		mMembership: {"/new_room_event/event/content/membership"},
-		mRelType:    {"/new_room_event/event/content/m.relates_to/rel_type"},
+		mRoom:        {"/new_room_event/event/room_id"},
+		mUser:        {"/new_room_event/event/sender"},
+		mTS:          {"/new_room_event/event/origin_server_ts"},
+		mID:          {"/new_room_event/event/_event_id", "/new_room_event/event/event_id"},
+		mText:        {"/new_room_event/event/content/body"},
+		mType:        {"/new_room_event/event/type"},
+		mEnvelope:    {"/type"},
+		mStateKey:    {"/new_room_event/event/state_key"},
+		mMembership:  {"/new_room_event/event/content/membership"},
+		mRelType:     {"/new_room_event/event/content/m.relates_to/rel_type"},
+		mMentions:    {"/new_room_event/event/content/m.mentions/user_ids"},
+		mRoomMention: {"/new_room_event/event/content/m.mentions/room"},
 	},
 	unit:  tsMs,
 	rules: matrixRules,
@@ -30,15 +37,17 @@ var matrixMapping = mapping{
 // all the same.
 var synapseMapping = mapping{
 	ptrs: [numFields][]string{
-		mRoom:       {"/event/room_id"},
-		mUser:       {"/event/sender"},
-		mTS:         {"/event/origin_server_ts"},
-		mID:         {"/event/event_id"},
-		mText:       {"/event/content/body"},
-		mType:       {"/event/type"},
-		mStateKey:   {"/event/state_key"},
-		mMembership: {"/event/content/membership"},
-		mRelType:    {"/event/content/m.relates_to/rel_type"},
+		mRoom:        {"/event/room_id"},
+		mUser:        {"/event/sender"},
+		mTS:          {"/event/origin_server_ts"},
+		mID:          {"/event/event_id"},
+		mText:        {"/event/content/body"},
+		mType:        {"/event/type"},
+		mStateKey:    {"/event/state_key"},
+		mMembership:  {"/event/content/membership"},
+		mRelType:     {"/event/content/m.relates_to/rel_type"},
+		mMentions:    {"/event/content/m.mentions/user_ids"},
+		mRoomMention: {"/event/content/m.mentions/room"},
 	},
 	unit:  tsMs,
 	rules: matrixRules,
@@ -82,4 +91,25 @@ func matrixKind(d *mapper) (chat.Kind, bool, int) {
 		}
 	}
 	return 0, false, 0
+}
+
+// roomMention is how an event that mentions its whole room (Matrix's
+// content["m.mentions"].room, @room) counts among the users it mentions
+// (docs/contract.md section 15): as one more name, distinct from names.
+// It is "@room", which no Matrix user id is, unless names holds that too
+// (an event may say anything): then "@room 2", and so on.
+func roomMention(names []string) string {
+	in := func(s string) bool { return slices.Contains(names, s) }
+	if len(names) > 16 { // the scan below would be quadratic
+		set := make(map[string]bool, len(names))
+		for _, n := range names {
+			set[n] = true
+		}
+		in = func(s string) bool { return set[s] }
+	}
+	name := "@room"
+	for n := 2; in(name); n++ {
+		name = "@room " + strconv.Itoa(n)
+	}
+	return name
 }

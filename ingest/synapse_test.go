@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -59,7 +60,7 @@ func TestSynapseEventIsMatrix(t *testing.T) {
 			want, werr := Matrix().Decode(data, matrixNow, testSkew)
 			body := synapseBody(t, data)
 			got, err := SynapseEvent().Decode(body, matrixNow, testSkew)
-			if got != want || (err == nil) != (werr == nil) {
+			if !reflect.DeepEqual(got, want) || (err == nil) != (werr == nil) {
 				t.Errorf("SynapseEvent:\n %+v %v\nMatrix:\n %+v %v\nof %s", got, err, want, werr, body)
 			}
 			checkMappedAgainstReference(t, synapseMapping, SynapseEvent(), body, matrixNow)

@@ -16,7 +16,9 @@ import (
 // val is one scanned JSON value.
 type val struct {
 	kind byte // 0: absent, and kindOf's first byte otherwise ('"', 'n', 't', '{', '['), '0' an integer, '.' another number
-	s    str  // a string's content; for a number its literal, start to end
+	// s is a string's content; for a number, true, false, an object or
+	// an array, its text, start to end.
+	s str
 }
 
 // present reports whether v holds a value: null is absent, as everywhere
@@ -50,12 +52,17 @@ func (sc *scanner) scanVal(depth int) (val, *Error) {
 		return val{kind: '"', s: s}, err
 	case 'n':
 		return val{kind: 'n'}, sc.literal("null")
-	case 't':
-		return val{kind: 't'}, sc.literal("true")
-	case 'f':
-		return val{kind: 't'}, sc.literal("false")
+	case 't', 'f':
+		start, lit := sc.i, "true"
+		if c == 'f' {
+			lit = "false"
+		}
+		err := sc.literal(lit)
+		return val{kind: 't', s: str{start: start, end: sc.i}}, err
 	case '{', '[':
-		return val{kind: c}, sc.skip(depth)
+		start := sc.i
+		err := sc.skip(depth)
+		return val{kind: c, s: str{start: start, end: sc.i}}, err
 	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
 		start := sc.i
 		integer, err := sc.number()
@@ -230,4 +237,44 @@ func (sc *scanner) text(v val) (string, bool) {
 	}
 	s, _ := sc.value(v.s)
 	return s, true
+}
+
+// isTrue reports whether v is the literal true.
+func (sc *scanner) isTrue(v val) bool { return v.kind == 't' && sc.data[v.s.start] == 't' }
+
+// mentions reads a mentions field (docs/contract.md section 15): an
+// array's string elements, in order, repeats kept, each read as text is.
+// Any other element is skipped, and any other value, as null, gives none:
+// like id and text, mentions never make an event rejected. The array was
+// checked when it was scanned, so reading it again cannot fail.
+func (sc *scanner) mentions(v val) []string {
+	if v.kind != '[' {
+		return nil
+	}
+	sub := scanner{data: sc.data[:v.s.end], i: v.s.start + 1}
+	var names []string
+	for {
+		sub.i = skipWS(sub.data, sub.i)
+		if sub.i >= len(sub.data) {
+			return names
+		}
+		switch sub.data[sub.i] {
+		case ']':
+			return names
+		case ',':
+			sub.i++
+		case '"':
+			s, next, err := sub.str(sub.i)
+			if err != nil {
+				return names
+			}
+			name, _ := sub.value(s)
+			names = append(names, name)
+			sub.i = next
+		default:
+			if sub.skip(1) != nil {
+				return names
+			}
+		}
+	}
 }

@@ -21,7 +21,10 @@ type Query struct {
 	Room, User string
 	Text       string
 	HasText    bool
-	Roles      []string
+	// Mentions are the users the message mentions (docs/contract.md
+	// section 15): with its text, what it costs.
+	Mentions []string
+	Roles    []string
 	// Kind is chat.KindMessage (the zero value) or, for Consume only,
 	// chat.KindJoin.
 	Kind chat.Kind

@@ -58,7 +58,7 @@ func (f kernelFunc[S, E, K]) newStore(s settings, scope Scope, hashed bool, max 
 	if err != nil {
 		panic("throttle: the store of an invalid policy: " + err.Error())
 	}
-	return newTable[S, E](k, scope, hashed, max, hk)
+	return newTable[S, E](k, scope, s.price, hashed, max, hk)
 }
 
 func (f kernelFunc[S, E, K]) carry(s, old settings, from store, mark bool) store {

@@ -145,24 +145,36 @@ func TestRepeatByHand(t *testing.T) {
 
 // oracle decides from the list of every hit. Reads are taken at the
 // newest hit when earlier (the package's rule); each oracle applies it in
-// its own terms.
+// its own terms. A hit has a cost (1 for a plain hit; docs/contract.md
+// section 15): c hits' worth at once. One that costs 0 is no hit: it is
+// always allowed and records nothing.
 type oracle interface {
-	hit(at int64)
-	// decide returns allowed, count and remaining at now.
-	decide(now int64) (bool, int64, int64)
+	hit(at, cost int64)
+	// decide returns allowed, count and remaining at now, for a hit of
+	// that cost.
+	decide(now, cost int64) (bool, int64, int64)
 }
 
+type hitAt struct{ at, cost int64 }
+
 type hitList struct {
-	hits   []int64
+	hits   []hitAt
 	newest int64
 }
 
-func (h *hitList) add(at int64) {
+func (h *hitList) add(at, cost int64) {
+	if cost == 0 {
+		return
+	}
 	if len(h.hits) == 0 || at > h.newest {
 		h.newest = at
 	}
-	h.hits = append(h.hits, at)
+	h.hits = append(h.hits, hitAt{at, cost})
 }
+
+// fits is the rule of the windows: a hit is allowed iff it costs nothing
+// or the count plus its cost is at most the limit.
+func fits(count, cost, limit int64) bool { return cost == 0 || count+cost <= limit }
 
 // fdiv is floor(a/b) for b > 0, written differently from floorDiv.
 func fdiv(a, b int64) int64 { return (a - ((a%b)+b)%b) / b }
@@ -172,19 +184,19 @@ type slidingOracle struct {
 	limit, n, res int64
 }
 
-func (o *slidingOracle) hit(at int64) { o.add(at) }
-func (o *slidingOracle) decide(now int64) (bool, int64, int64) {
+func (o *slidingOracle) hit(at, cost int64) { o.add(at, cost) }
+func (o *slidingOracle) decide(now, cost int64) (bool, int64, int64) {
 	b := fdiv(now, o.res)
 	if len(o.hits) > 0 {
 		b = max(b, fdiv(o.newest, o.res))
 	}
 	count := int64(0)
 	for _, h := range o.hits {
-		if hb := fdiv(h, o.res); b-o.n+1 <= hb && hb <= b {
-			count++
+		if hb := fdiv(h.at, o.res); b-o.n+1 <= hb && hb <= b {
+			count += h.cost
 		}
 	}
-	return count < o.limit, count, max(0, o.limit-count)
+	return fits(count, cost, o.limit), count, max(0, o.limit-count)
 }
 
 type counterOracle struct {
@@ -192,25 +204,25 @@ type counterOracle struct {
 	limit, w int64
 }
 
-func (o *counterOracle) hit(at int64) { o.add(at) }
-func (o *counterOracle) decide(now int64) (bool, int64, int64) {
+func (o *counterOracle) hit(at, cost int64) { o.add(at, cost) }
+func (o *counterOracle) decide(now, cost int64) (bool, int64, int64) {
 	win, e := fdiv(now, o.w), now-fdiv(now, o.w)*o.w
 	if len(o.hits) > 0 && win < fdiv(o.newest, o.w) {
 		win, e = fdiv(o.newest, o.w), 0
 	}
 	var prev, curr int64
 	for _, h := range o.hits {
-		switch fdiv(h, o.w) {
+		switch fdiv(h.at, o.w) {
 		case win:
-			curr++
+			curr += h.cost
 		case win - 1:
-			prev++
+			prev += h.cost
 		}
 	}
 	est := new(big.Rat).SetFrac64(prev*(o.w-e), o.w)
 	est.Add(est, new(big.Rat).SetInt64(curr))
 	count := new(big.Int).Div(est.Num(), est.Denom()).Int64()
-	return est.Cmp(new(big.Rat).SetInt64(o.limit)) < 0, count, max(0, o.limit-count)
+	return fits(count, cost, o.limit), count, max(0, o.limit-count)
 }
 
 type fixedOracle struct {
@@ -218,24 +230,24 @@ type fixedOracle struct {
 	limit, w int64
 }
 
-func (o *fixedOracle) hit(at int64) { o.add(at) }
-func (o *fixedOracle) decide(now int64) (bool, int64, int64) {
+func (o *fixedOracle) hit(at, cost int64) { o.add(at, cost) }
+func (o *fixedOracle) decide(now, cost int64) (bool, int64, int64) {
 	win := fdiv(now, o.w)
 	if len(o.hits) > 0 {
 		win = max(win, fdiv(o.newest, o.w))
 	}
 	count := int64(0)
 	for _, h := range o.hits {
-		if fdiv(h, o.w) == win {
-			count++
+		if fdiv(h.at, o.w) == win {
+			count += h.cost
 		}
 	}
-	return count < o.limit, count, max(0, o.limit-count)
+	return fits(count, cost, o.limit), count, max(0, o.limit-count)
 }
 
 // bucketOracle replays the token bucket of the background text with exact
-// rational tokens: refill limit/W per ms, capped at burst, a hit that finds
-// a whole token takes it.
+// rational tokens: refill limit/W per ms, capped at burst, a hit of cost c
+// that finds c whole tokens takes them.
 type bucketOracle struct {
 	limit, burst, w int64
 	tokens          *big.Rat
@@ -255,21 +267,26 @@ func (o *bucketOracle) at(t int64) (*big.Rat, int64) {
 	return tok, t
 }
 
-func (o *bucketOracle) hit(at int64) {
+func (o *bucketOracle) hit(at, cost int64) {
+	if cost == 0 {
+		return
+	}
 	tok, t := o.at(at)
-	if tok.Cmp(big.NewRat(1, 1)) >= 0 {
-		tok.Sub(tok, big.NewRat(1, 1))
+	if tok.Cmp(big.NewRat(cost, 1)) >= 0 {
+		tok.Sub(tok, big.NewRat(cost, 1))
 	}
 	o.tokens, o.last, o.started = tok, t, true
 }
 
-func (o *bucketOracle) decide(now int64) (bool, int64, int64) {
+func (o *bucketOracle) decide(now, cost int64) (bool, int64, int64) {
 	tok, _ := o.at(now)
 	whole := new(big.Int).Div(tok.Num(), tok.Denom()).Int64()
-	return whole >= 1, o.burst - whole, whole
+	return whole >= cost, o.burst - whole, whole
 }
 
-// gcraOracle is GCRA with a rational TAT, decided at each instant as given.
+// gcraOracle is GCRA with a rational TAT, decided at each instant as
+// given: a hit of cost c is allowed iff it moves the TAT no further than
+// burst intervals past now.
 type gcraOracle struct {
 	limit, burst, w int64
 	tat             *big.Rat
@@ -283,24 +300,27 @@ func (o *gcraOracle) used(now int64) *big.Rat {
 	return new(big.Rat).Sub(o.tat, t)
 }
 
-func (o *gcraOracle) tau() *big.Rat { return big.NewRat((o.burst-1)*o.w, o.limit) }
+// fits reports whether a hit of that cost fits at now.
+func (o *gcraOracle) fits(now, cost int64) bool {
+	after := new(big.Rat).Add(o.used(now), big.NewRat(cost*o.w, o.limit))
+	return cost == 0 || after.Cmp(big.NewRat(o.burst*o.w, o.limit)) <= 0
+}
 
-func (o *gcraOracle) hit(at int64) {
-	if u := o.used(at); u.Cmp(o.tau()) <= 0 {
-		o.tat = new(big.Rat).Add(big.NewRat(at, 1), u)
-		o.tat.Add(o.tat, big.NewRat(o.w, o.limit))
+func (o *gcraOracle) hit(at, cost int64) {
+	if cost > 0 && o.fits(at, cost) {
+		o.tat = new(big.Rat).Add(big.NewRat(at, 1), o.used(at))
+		o.tat.Add(o.tat, big.NewRat(cost*o.w, o.limit))
 	}
 }
 
-func (o *gcraOracle) decide(now int64) (bool, int64, int64) {
-	u := o.used(now)
-	q := new(big.Rat).Quo(u, big.NewRat(o.w, o.limit)) // tokens in use
+func (o *gcraOracle) decide(now, cost int64) (bool, int64, int64) {
+	q := new(big.Rat).Quo(o.used(now), big.NewRat(o.w, o.limit)) // tokens in use
 	count := new(big.Int).Div(q.Num(), q.Denom()).Int64()
 	if !q.IsInt() {
 		count++
 	}
 	count = min(count, o.burst)
-	return u.Cmp(o.tau()) <= 0, count, o.burst - count
+	return o.fits(now, cost), count, o.burst - count
 }
 
 type repeatOracle struct {
@@ -308,20 +328,21 @@ type repeatOracle struct {
 	limit, w int64
 }
 
-func (o *repeatOracle) hit(at int64) { o.add(at) }
-func (o *repeatOracle) decide(now int64) (bool, int64, int64) {
+func (o *repeatOracle) hit(at, cost int64) { o.add(at, cost) }
+func (o *repeatOracle) decide(now, cost int64) (bool, int64, int64) {
 	if len(o.hits) > 0 {
 		now = max(now, o.newest)
 	}
-	count := int64(0)
+	held := int64(0)
 	for _, h := range o.hits {
-		if now-o.w < h && h <= now {
-			count++
+		if now-o.w < h.at && h.at <= now {
+			held += h.cost
 		}
 	}
-	// Repeat keeps only the newest limit times: its count stops at limit.
-	count = min(count, o.limit)
-	return count < o.limit, count, o.limit - count
+	// Repeat keeps only the newest occurrences, those that reach the
+	// limit: its count stops there.
+	count := min(held, o.limit)
+	return fits(held, cost, o.limit), count, o.limit - count
 }
 
 // algCase builds a fresh limiter and its oracle from random parameters.
@@ -380,26 +401,44 @@ var algCases = []algCase{
 // future) and compares every answer: allowed, count, remaining, and
 // retry-after. Allowed is monotone in time while no hit arrives, so
 // retry-after is exact iff the reference allows at now+retry and denies one
-// millisecond earlier.
+// millisecond earlier. Each trace runs twice: with plain hits (Hit,
+// Decide), and with hits of random costs (HitN, DecideN; section 15 of
+// docs/contract.md), free ones and ones over the limit alone among them.
 func TestAgainstOracle(t *testing.T) {
 	traces := 300
 	if testing.Short() || raceEnabled {
 		traces = 120
 	}
 	for _, ac := range algCases {
-		t.Run(ac.name, func(t *testing.T) {
-			for seed := range traces {
-				r := rand.New(rand.NewPCG(uint64(seed), 7))
-				l, o, params := ac.make(r)
-				runTrace(t, r, l, o, ac.inOrder, fmt.Sprintf("seed %d (%s)", seed, params))
-				if t.Failed() {
-					return
-				}
+		for _, costs := range []bool{false, true} {
+			name := ac.name
+			if costs {
+				name += "/costs"
 			}
-			t.Logf("%d comparisons, %d denied", compared, deniedCompared)
-			compared, deniedCompared = 0, 0
-		})
+			t.Run(name, func(t *testing.T) {
+				for seed := range traces {
+					r := rand.New(rand.NewPCG(uint64(seed), 7))
+					l, o, params := ac.make(r)
+					cost := func() int64 { return 1 }
+					if costs {
+						cost = func() int64 { return randomCost(r) }
+					}
+					runTrace(t, r, l, o, ac.inOrder, fmt.Sprintf("seed %d (%s)", seed, params), cost)
+					if t.Failed() {
+						return
+					}
+				}
+				t.Logf("%d comparisons, %d denied", compared, deniedCompared)
+				compared, deniedCompared = 0, 0
+			})
+		}
 	}
+}
+
+// randomCost is the cost of a random hit: mostly 1, sometimes nothing,
+// a few, or more than any limit of algCases (at most 6).
+func randomCost(r *rand.Rand) int64 {
+	return []int64{0, 1, 1, 1, 1, 2, 2, 3, 5, 7, 100_000}[r.IntN(11)]
 }
 
 // A tracer makes the instants of a random trace: bursts at one instant,
@@ -453,20 +492,25 @@ func (tr *tracer) next() (at int64, read bool) {
 	return at, true
 }
 
-func runTrace(t *testing.T, r *rand.Rand, l Limiter, o oracle, inOrder bool, name string) {
+func runTrace(t *testing.T, r *rand.Rand, l Limiter, o oracle, inOrder bool, name string, costOf func() int64) {
 	t.Helper()
 	tr := newTracer(r, inOrder)
 	for step := range 400 {
+		cost := costOf()
 		if at, read := tr.next(); read {
-			compare(t, l.Decide(tm(at)), o, at, fmt.Sprintf("%s step %d: Decide(%d)", name, step, at))
+			compare(t, decideN(l, at, cost), o, at, cost, fmt.Sprintf("%s step %d: Decide(%d) of cost %d", name, step, at, cost))
 		} else {
-			what := fmt.Sprintf("%s step %d: Hit(%d)", name, step, at)
-			v := l.Decide(tm(at))
-			if ok := kernelHit(l, at); ok != v.Allowed {
+			what := fmt.Sprintf("%s step %d: Hit(%d) of cost %d", name, step, at, cost)
+			v := decideN(l, at, cost)
+			if cost == 0 {
+				if h := l.HitN(tm(at), 0); h != v {
+					t.Fatalf("%s: HitN says %+v, DecideN %+v", what, h, v)
+				}
+			} else if ok := kernelHit(l, at, cost); ok != v.Allowed {
 				t.Fatalf("%s: the kernel's hit says allowed=%v, Decide %+v", what, ok, v)
 			}
-			compare(t, v, o, at, what)
-			o.hit(at)
+			compare(t, v, o, at, cost, what)
+			o.hit(at, cost)
 		}
 		if t.Failed() {
 			return
@@ -474,20 +518,32 @@ func runTrace(t *testing.T, r *rand.Rand, l Limiter, o oracle, inOrder bool, nam
 	}
 }
 
+// decideN is l's verdict at `at` on a hit of that cost: Decide's for a
+// plain hit.
+func decideN(l Limiter, at, cost int64) Verdict {
+	if cost == 1 {
+		return l.Decide(tm(at))
+	}
+	return l.DecideN(tm(at), int(cost))
+}
+
 var compared, deniedCompared int
 
-func compare(t *testing.T, v Verdict, o oracle, now int64, what string) {
+// compare checks v, the verdict at now on a hit of that cost, against
+// the reference's. A hit that alone costs more than the limit never
+// fits: its retry-after is the time until one that costs the limit does.
+func compare(t *testing.T, v Verdict, o oracle, now, cost int64, what string) {
 	t.Helper()
 	compared++
 	if !v.Allowed {
 		deniedCompared++
 	}
-	ok, count, remaining := o.decide(now)
+	ok, count, remaining := o.decide(now, cost)
 	if v.Allowed != ok || v.Count != count || v.Remaining != remaining {
 		t.Fatalf("%s = %+v; reference: allowed %v, count %d, remaining %d", what, v, ok, count, remaining)
 	}
-	if v.Allowed != (v.Count < v.Limit) {
-		t.Fatalf("%s = %+v: Allowed is not Count < Limit", what, v)
+	if v.Allowed != fits(v.Count, cost, v.Limit) {
+		t.Fatalf("%s = %+v: Allowed is not Count + cost <= Limit", what, v)
 	}
 	if v.Allowed {
 		if v.RetryAfter != 0 {
@@ -495,15 +551,15 @@ func compare(t *testing.T, v Verdict, o oracle, now int64, what string) {
 		}
 		return
 	}
-	retry := v.RetryAfter.Milliseconds()
-	if retry <= 0 || v.RetryAfter%time.Millisecond != 0 {
+	retry, fit := v.RetryAfter.Milliseconds(), min(cost, v.Limit)
+	if retry < 0 || retry == 0 && cost <= v.Limit || v.RetryAfter%time.Millisecond != 0 {
 		t.Fatalf("%s = %+v: retry-after not a positive whole ms", what, v)
 	}
-	if ok, _, _ := o.decide(now + retry); !ok {
-		t.Fatalf("%s = %+v: the reference still denies at now+retry", what, v)
+	if ok, _, _ := o.decide(now+retry, fit); !ok {
+		t.Fatalf("%s = %+v: the reference still denies (cost %d) at now+retry", what, v, fit)
 	}
-	if ok, _, _ := o.decide(now + retry - 1); ok {
-		t.Fatalf("%s = %+v: the reference already allows 1ms before now+retry", what, v)
+	if ok, _, _ := o.decide(now+retry-1, fit); ok && retry > 0 {
+		t.Fatalf("%s = %+v: the reference already allows (cost %d) 1ms before now+retry", what, v, fit)
 	}
 }
 
@@ -558,22 +614,22 @@ func TestConstructorsPanicOnBadArguments(t *testing.T) {
 	}
 }
 
-// kernelHit records a hit the way a Set does, returning the kernel's own
-// verdict on it.
-func kernelHit(l Limiter, at int64) bool {
+// kernelHit records a hit of cost 1 to maxCost the way a Set does,
+// returning the kernel's own verdict on it.
+func kernelHit(l Limiter, at, cost int64) bool {
 	switch l := l.(type) {
 	case *SlidingWindow:
-		return l.k.hit(&l.s, l.ring, at)
+		return l.k.hit(&l.s, l.ring, at, cost)
 	case *SlidingWindowCounter:
-		return l.k.hit(&l.s, nil, at)
+		return l.k.hit(&l.s, nil, at, cost)
 	case *FixedWindow:
-		return l.k.hit(&l.s, nil, at)
+		return l.k.hit(&l.s, nil, at, cost)
 	case *TokenBucket:
-		return l.k.hit(&l.s, nil, at)
+		return l.k.hit(&l.s, nil, at, cost)
 	case *GCRA:
-		return l.k.hit(&l.s, nil, at)
+		return l.k.hit(&l.s, nil, at, cost)
 	case *Repeat:
-		return l.k.hit(&l.s, l.times, at)
+		return l.k.hit(&l.s, l.times, at, cost)
 	}
 	panic("unknown limiter")
 }

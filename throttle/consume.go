@@ -57,10 +57,11 @@ func (t *table[S, E, K]) counted(m msg) bool {
 func (t *table[S, E, K]) verdict(m msg) Verdict {
 	var k key
 	t.keyOf(&m, &k)
+	cost := t.price.of(&m)
 	if i := t.find(&k); i != none {
-		return t.verdictAt(i, m.at)
+		return t.verdictAt(i, m.at, cost)
 	}
-	return t.k.decide(&t.fresh, t.zero, m.at)
+	return decideCost(t.k, &t.fresh, t.zero, m.at, cost)
 }
 
 func (t *table[S, E, K]) refuse(m msg, mark bool) crossing {
@@ -79,6 +80,10 @@ func (t *table[S, E, K]) refuse(m msg, mark bool) crossing {
 
 func (t *table[S, E, K]) take(m msg) {
 	t.ids = true
+	cost := t.price.of(&m)
+	if cost == 0 {
+		return // nothing to count, nor to take back
+	}
 	var k key
 	t.keyOf(&m, &k)
 	i := t.find(&k)
@@ -86,8 +91,8 @@ func (t *table[S, E, K]) take(m msg) {
 		i = t.insert(&k, m.at)
 	}
 	e := &t.states[i]
-	t.extraOf(i).remember(idHit{id: m.id, at: m.at, since: e.since, consumed: true}, &t.rule)
-	t.k.hit(&e.st, t.extOf(i), m.at)
+	t.extraOf(i).remember(idHit{id: m.id, at: m.at, since: e.since, consumed: true, cost: cost}, &t.rule)
+	t.k.hit(&e.st, t.extOf(i), m.at, cost)
 	e.since = chat.Never // allowed
 	t.touch(i)
 }
@@ -110,7 +115,7 @@ func (t *table[S, E, K]) untake(m msg) bool {
 		return false
 	}
 	e := &t.states[i]
-	t.k.unhit(&e.st, t.extOf(i), h.at)
+	t.k.unhit(&e.st, t.extOf(i), h.at, h.cost)
 	if e.since == chat.Never {
 		e.since = h.since
 	}
@@ -153,7 +158,7 @@ func (s *Set) Consume(now int64, q Query, id string) (res Result, recorded bool,
 	defer s.swap.RUnlock()
 	st := s.state.Load()
 	var m msg
-	hasText := st.message(&m, now, q.Room, q.User, q.Text)
+	hasText := st.messageOf(&m, now, q.Room, q.User, q.Text, q.Mentions)
 	m.id = st.hk.idHash(id)
 	sel := make([]int, 0, len(st.policies))
 	for pi, p := range st.policies {
@@ -266,7 +271,7 @@ func (s *Set) Unconsume(q Query, id string) bool {
 	defer s.swap.RUnlock()
 	st := s.state.Load()
 	var m msg
-	hasText := st.message(&m, 0, q.Room, q.User, q.Text)
+	hasText := st.messageOf(&m, 0, q.Room, q.User, q.Text, q.Mentions)
 	m.id = st.hk.idHash(id)
 	taken := false
 	for pi, p := range st.policies {

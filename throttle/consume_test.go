@@ -35,6 +35,18 @@ type consumeRef struct {
 	keys      map[string]*refKey
 	hk        *hashKey
 	consuming bool // a consuming check has come: every id is remembered
+	// carried are the counts of each text that a random message has
+	// (costs.go's vocabulary): nil, every message costs 1.
+	carried map[string]refCarried
+}
+
+// cost is what a message with text that mentions mentions costs policy
+// p: its weights times the counts the reference knows of the text.
+func (c *consumeRef) cost(p Policy, text string, mentions []string) int64 {
+	if c.carried == nil {
+		return 1
+	}
+	return refCost(p.Cost, c.carried[text], mentions)
 }
 
 func (c *consumeRef) key(p Policy, room, user, text string) *refKey {
@@ -84,13 +96,16 @@ func (k *refKey) remember(p Policy, h refID) {
 	k.ids = append(kept, h)
 }
 
-func (c *consumeRef) event(room, user, text, id string, at int64) {
+func (c *consumeRef) event(room, user, text string, mentions []string, id string, at int64) {
 	for _, p := range c.sel(room, text) {
-		k := c.key(p, room, user, text)
+		k, cost := c.key(p, room, user, text), c.cost(p, text, mentions)
+		if cost == 0 {
+			continue // not a hit: nothing counted, no id remembered
+		}
 		if c.consuming && id != "" && k.counted(p, id, at, true) {
 			continue // counted by its consuming check
 		}
-		k.o.hit(at)
+		k.o.hit(at, cost)
 		if c.consuming && id != "" {
 			k.remember(p, refID{id: id, at: at})
 		}
@@ -100,7 +115,7 @@ func (c *consumeRef) event(room, user, text, id string, at int64) {
 // consume returns what the reference answers: each policy's allowed,
 // count and remaining, whether the check was consumed, and whether it was
 // counted before.
-func (c *consumeRef) consume(room, user, text, id string, now int64) (ok []bool, counts, remaining []int64, consumed, again bool) {
+func (c *consumeRef) consume(room, user, text string, mentions []string, id string, now int64) (ok []bool, counts, remaining []int64, consumed, again bool) {
 	c.consuming = true
 	ps := c.sel(room, text)
 	for _, p := range ps {
@@ -108,7 +123,7 @@ func (c *consumeRef) consume(room, user, text, id string, now int64) (ok []bool,
 	}
 	consumed = true
 	for _, p := range ps {
-		a, n, r := c.key(p, room, user, text).o.decide(now)
+		a, n, r := c.key(p, room, user, text).o.decide(now, c.cost(p, text, mentions))
 		if again {
 			a = true
 		}
@@ -119,9 +134,11 @@ func (c *consumeRef) consume(room, user, text, id string, now int64) (ok []bool,
 	}
 	if consumed && !again {
 		for _, p := range ps {
-			k := c.key(p, room, user, text)
-			k.o.hit(now)
-			k.remember(p, refID{id: id, at: now, consumed: true})
+			if cost := c.cost(p, text, mentions); cost > 0 { // one that costs nothing takes nothing
+				k := c.key(p, room, user, text)
+				k.o.hit(now, cost)
+				k.remember(p, refID{id: id, at: now, consumed: true})
+			}
 		}
 	}
 	return ok, counts, remaining, consumed, again
@@ -132,91 +149,119 @@ func (c *consumeRef) consume(room, user, text, id string, now int64) (ok []bool,
 // without, the event of a consuming check arriving later, twice, never, or
 // before its check), read-only checks and consuming checks (with fresh ids
 // and with ids seen before), in and slightly out of order, and compares
-// every decision of every check.
+// every decision of every check. It runs again with policies that weigh
+// what messages carry (docs/contract.md section 15), random weights, and
+// messages of random texts and mentions, whose counts the reference knows
+// from how it wrote them.
 func TestConsumeAgainstOracle(t *testing.T) {
 	traces := 40
 	if testing.Short() || raceEnabled {
 		traces = 12
 	}
-	for seed := range traces {
-		r := rand.New(rand.NewPCG(uint64(seed), 31))
-		ps := allPolicies()
-		for i := range ps {
-			ps[i] = ps[i].withDefaults()
-			if r.IntN(4) == 0 {
-				ps[i].Mode = ModeShadow
+	for _, costs := range []bool{false, true} {
+		t.Run(fmt.Sprint("costs=", costs), func(t *testing.T) {
+			for seed := range traces {
+				consumeTrace(t, seed, costs)
+				if t.Failed() {
+					return
+				}
 			}
+		})
+	}
+}
+
+// consumeTrace is one trace of TestConsumeAgainstOracle.
+func consumeTrace(t *testing.T, seed int, costs bool) {
+	r := rand.New(rand.NewPCG(uint64(seed), 31))
+	ps := allPolicies()
+	for i := range ps {
+		ps[i] = ps[i].withDefaults()
+		if r.IntN(4) == 0 {
+			ps[i].Mode = ModeShadow
 		}
-		s := mustSet(t, ps)
-		ref := &consumeRef{ps: ps, keys: map[string]*refKey{}, hk: s.state.Load().hk}
-		var pending []chat.Event // events of consuming checks, not yet arrived
-		now, newest := int64(0), int64(0)
-		nextID := 0
-		for step := range 3000 {
-			now += []int64{0, 0, 1, 7, 40, 300, 3000}[r.IntN(7)]
-			newest = max(newest, now)
-			room, user := fmt.Sprint("r", r.IntN(3)), fmt.Sprint("u", r.IntN(4))
-			text := []string{"a", "A ", "b", ""}[r.IntN(4)]
-			what := fmt.Sprintf("seed %d step %d", seed, step)
-			switch k := r.IntN(10); {
-			case k < 3: // an event: plain, with an id, or the event of a consuming check
-				ev := chat.Event{Room: room, User: user, Text: text, TS: at(now)}
-				if r.IntN(2) == 0 {
-					nextID++
-					ev.ID = fmt.Sprint("e", nextID)
-				}
-				if len(pending) > 0 && r.IntN(2) == 0 {
-					i := r.IntN(len(pending))
-					ev = pending[i]
-					ev.TS = max(ev.TS, at(now)-int64(r.IntN(50))) // late, a little
-					if r.IntN(3) != 0 {                           // twice, sometimes
-						pending = append(pending[:i], pending[i+1:]...)
-					}
-				}
-				if r.IntN(2) == 0 {
-					s.Observe(ev)
-				} else {
-					s.ObserveBatch([]chat.Event{ev}, nil, nil)
-				}
-				ref.event(ev.Room, ev.User, ev.Text, ev.ID, ev.TS)
-			case k < 5:
-				res := s.Check(at(now), room, user, text, true)
-				var ps []Policy = ref.sel(room, text)
-				for i, p := range ps {
-					a, n, rem := ref.key(p, room, user, text).o.decide(at(now))
-					d := res.Decisions[i]
-					if d.Policy != p.Name || d.Allowed != a || d.Count != n || d.Remaining != rem {
-						t.Fatalf("%s: check %s %s %q: %s says %+v, reference allowed %v count %d remaining %d", what, room, user, text, p.Name, d, a, n, rem)
-					}
-				}
-			default: // a consuming check: a fresh id, an id seen before, or one whose event came first
+		if costs {
+			ps[i].Cost = randomWeights(r)
+		}
+	}
+	s := mustSet(t, ps)
+	ref := &consumeRef{ps: ps, keys: map[string]*refKey{}, hk: s.state.Load().hk}
+	if costs {
+		ref.carried = map[string]refCarried{}
+	}
+	var pending []chat.Event // events of consuming checks, not yet arrived
+	now, newest := int64(0), int64(0)
+	nextID := 0
+	for step := range 3000 {
+		now += []int64{0, 0, 1, 7, 40, 300, 3000}[r.IntN(7)]
+		newest = max(newest, now)
+		room, user := fmt.Sprint("r", r.IntN(3)), fmt.Sprint("u", r.IntN(4))
+		var text string
+		var mentions []string
+		if costs {
+			text, mentions = randomMessage(r, ref.carried)
+		} else {
+			text = []string{"a", "A ", "b", ""}[r.IntN(4)]
+		}
+		what := fmt.Sprintf("seed %d step %d", seed, step)
+		switch k := r.IntN(10); {
+		case k < 3: // an event: plain, with an id, or the event of a consuming check
+			ev := chat.Event{Room: room, User: user, Text: text, Mentions: mentions, TS: at(now)}
+			if r.IntN(2) == 0 {
 				nextID++
-				id := fmt.Sprint("c", nextID)
-				switch r.IntN(6) {
-				case 0:
-					id = fmt.Sprint("c", 1+r.IntN(nextID)) // maybe seen before
-				case 1: // its event first
-					id = fmt.Sprint("e", nextID)
-					ev := chat.Event{Room: room, User: user, Text: text, TS: at(now), ID: id}
-					s.Observe(ev)
-					ref.event(room, user, text, id, ev.TS)
+				ev.ID = fmt.Sprint("e", nextID)
+			}
+			if len(pending) > 0 && r.IntN(2) == 0 {
+				i := r.IntN(len(pending))
+				ev = pending[i]
+				ev.TS = max(ev.TS, at(now)-int64(r.IntN(50))) // late, a little
+				if r.IntN(3) != 0 {                           // twice, sometimes
+					pending = append(pending[:i], pending[i+1:]...)
 				}
-				res, _, _ := s.Consume(at(now), Query{Room: room, User: user, Text: text, HasText: true}, id)
-				ok, counts, rems, consumed, again := ref.consume(room, user, text, id, at(now))
-				if len(res.Decisions) != len(ok) {
-					t.Fatalf("%s: %d decisions, reference %d", what, len(res.Decisions), len(ok))
+			}
+			if r.IntN(2) == 0 {
+				s.Observe(ev)
+			} else {
+				s.ObserveBatch([]chat.Event{ev}, nil, nil)
+			}
+			ref.event(ev.Room, ev.User, ev.Text, ev.Mentions, ev.ID, ev.TS)
+		case k < 5:
+			res := s.Decide(at(now), Query{Room: room, User: user, Text: text, HasText: true, Mentions: mentions})
+			var ps []Policy = ref.sel(room, text)
+			for i, p := range ps {
+				d, cost := res.Decisions[i], ref.cost(p, text, mentions)
+				v := Verdict{Allowed: d.Allowed, Count: d.Count, Limit: d.Limit, Remaining: d.Remaining, RetryAfter: ms(d.RetryAfterMs)}
+				compare(t, v, ref.key(p, room, user, text).o, at(now), cost, fmt.Sprintf("%s: check %s %s %q %q: %s", what, room, user, text, mentions, p.Name))
+				if d.Policy != p.Name || t.Failed() {
+					t.Fatalf("%s: check %s %s %q: %s says %+v", what, room, user, text, p.Name, d)
 				}
-				for i, d := range res.Decisions {
-					if d.Allowed != ok[i] || d.Count != counts[i] || d.Remaining != rems[i] {
-						t.Fatalf("%s: consume %s %s %q %s (again %v): %+v, reference allowed %v count %d remaining %d", what, room, user, text, id, again, d, ok[i], counts[i], rems[i])
-					}
+			}
+		default: // a consuming check: a fresh id, an id seen before, or one whose event came first
+			nextID++
+			id := fmt.Sprint("c", nextID)
+			switch r.IntN(6) {
+			case 0:
+				id = fmt.Sprint("c", 1+r.IntN(nextID)) // maybe seen before
+			case 1: // its event first
+				id = fmt.Sprint("e", nextID)
+				ev := chat.Event{Room: room, User: user, Text: text, Mentions: mentions, TS: at(now), ID: id}
+				s.Observe(ev)
+				ref.event(room, user, text, mentions, id, ev.TS)
+			}
+			res, _, _ := s.Consume(at(now), Query{Room: room, User: user, Text: text, HasText: true, Mentions: mentions}, id)
+			ok, counts, rems, consumed, again := ref.consume(room, user, text, mentions, id, at(now))
+			if len(res.Decisions) != len(ok) {
+				t.Fatalf("%s: %d decisions, reference %d", what, len(res.Decisions), len(ok))
+			}
+			for i, d := range res.Decisions {
+				if d.Allowed != ok[i] || d.Count != counts[i] || d.Remaining != rems[i] {
+					t.Fatalf("%s: consume %s %s %q %s (again %v): %+v, reference allowed %v count %d remaining %d", what, room, user, text, id, again, d, ok[i], counts[i], rems[i])
 				}
-				if res.Allowed != consumed || res.Consumed == nil || *res.Consumed != consumed {
-					t.Fatalf("%s: consume %s: allowed %v consumed %v, reference %v", what, id, res.Allowed, res.Consumed, consumed)
-				}
-				if consumed && !again && r.IntN(4) != 0 { // its event will come (or, a quarter of the time, never)
-					pending = append(pending, chat.Event{Room: room, User: user, Text: text, TS: at(now), ID: id})
-				}
+			}
+			if res.Allowed != consumed || res.Consumed == nil || *res.Consumed != consumed {
+				t.Fatalf("%s: consume %s: allowed %v consumed %v, reference %v", what, id, res.Allowed, res.Consumed, consumed)
+			}
+			if consumed && !again && r.IntN(4) != 0 { // its event will come (or, a quarter of the time, never)
+				pending = append(pending, chat.Event{Room: room, User: user, Text: text, Mentions: mentions, TS: at(now), ID: id})
 			}
 		}
 	}
@@ -324,44 +369,58 @@ func TestConsumeTwice(t *testing.T) {
 }
 
 // Unconsume takes back exactly what a consuming check recorded: afterwards
-// every answer is the one a Set that never saw it gives.
+// every answer is the one a Set that never saw it gives. With costs too:
+// it takes back the message's whole cost.
 func TestUnconsume(t *testing.T) {
-	for _, p := range allPolicies() {
-		p = p.withDefaults()
-		p.Rooms = nil
-		t.Run(p.Name, func(t *testing.T) {
-			s, ref := mustSet(t, []Policy{p}), mustSet(t, []Policy{p})
+	for _, costs := range []bool{false, true} {
+		for _, p := range allPolicies() {
+			p = p.withDefaults()
+			p.Rooms = nil
 			r := rand.New(rand.NewPCG(5, 5))
-			now := int64(0)
-			window := p.Algorithm != AlgTokenBucket && p.Algorithm != AlgGCRA
-			for step := range 2000 {
-				now += []int64{0, 3, 50, 400}[r.IntN(4)]
-				user := fmt.Sprint("u", r.IntN(3))
-				if r.IntN(2) == 0 {
-					ev := chat.Event{Room: "r", User: user, Text: "t", TS: at(now)}
-					s.Observe(ev)
-					ref.Observe(ev)
-					continue
-				}
-				id := fmt.Sprint("x", step)
-				res, _, _ := s.Consume(at(now), Query{Room: "r", User: user, Text: "t", HasText: true}, id)
-				// The buckets give a token back as of their last update:
-				// exact only before anything else comes.
-				if res.Allowed && (window || r.IntN(2) == 0) {
-					if !s.Unconsume(Query{Room: "r", User: user, Text: "t", HasText: true}, id) {
-						t.Fatalf("step %d: nothing taken back", step)
-					}
-				} else if res.Allowed {
-					ref.Consume(at(now), Query{Room: "r", User: user, Text: "t", HasText: true}, id)
-				}
-				for _, u := range []string{"u0", "u1", "u2"} {
-					a, b := s.Check(at(now), "r", u, "t", true), ref.Check(at(now), "r", u, "t", true)
-					if fmt.Sprint(a.Decisions) != fmt.Sprint(b.Decisions) {
-						t.Fatalf("step %d, %s: %+v, without the taken-back checks %+v", step, u, a.Decisions, b.Decisions)
-					}
-				}
+			if costs {
+				p.Cost = Cost{Messages: 1, Mentions: 1, Emoji: 1}
 			}
-		})
+			t.Run(fmt.Sprint(p.Name, " cost ", p.Cost), func(t *testing.T) {
+				unconsumeTrace(t, r, p, costs)
+			})
+		}
+	}
+}
+
+func unconsumeTrace(t *testing.T, r *rand.Rand, p Policy, costs bool) {
+	s, ref := mustSet(t, []Policy{p}), mustSet(t, []Policy{p})
+	now := int64(0)
+	window := p.Algorithm != AlgTokenBucket && p.Algorithm != AlgGCRA
+	for step := range 2000 {
+		now += []int64{0, 3, 50, 400}[r.IntN(4)]
+		user := fmt.Sprint("u", r.IntN(3))
+		q := Query{Room: "r", User: user, Text: "t", HasText: true}
+		if costs {
+			q.Text, q.Mentions = []string{"t", "t 😀", "t 😀😀"}[r.IntN(3)], []string{"a", "b", "c", "a"}[:r.IntN(5)]
+		}
+		if r.IntN(2) == 0 {
+			ev := chat.Event{Room: "r", User: user, Text: q.Text, Mentions: q.Mentions, TS: at(now)}
+			s.Observe(ev)
+			ref.Observe(ev)
+			continue
+		}
+		id := fmt.Sprint("x", step)
+		res, _, _ := s.Consume(at(now), q, id)
+		// The buckets give a token back as of their last update:
+		// exact only before anything else comes.
+		if res.Allowed && (window || r.IntN(2) == 0) {
+			if !s.Unconsume(q, id) {
+				t.Fatalf("step %d: nothing taken back", step)
+			}
+		} else if res.Allowed {
+			ref.Consume(at(now), q, id)
+		}
+		for _, u := range []string{"u0", "u1", "u2"} {
+			a, b := s.Check(at(now), "r", u, "t", true), ref.Check(at(now), "r", u, "t", true)
+			if fmt.Sprint(a.Decisions) != fmt.Sprint(b.Decisions) {
+				t.Fatalf("step %d, %s: %+v, without the taken-back checks %+v", step, u, a.Decisions, b.Decisions)
+			}
+		}
 	}
 }
 

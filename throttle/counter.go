@@ -24,20 +24,23 @@ const AlgSlidingWindowCounter Algorithm = "sliding_window_counter"
 //
 // where curr counts the hits in window w and prev those in window w-1: the
 // previous window is assumed to have been uniform, and the fraction of it
-// still inside the sliding window is (W-e)/W. One more hit is allowed iff
-// estimate < limit, which is decided without rounding as
-// prev·(W-e) + curr·W < limit·W. Count is floor(estimate), so Allowed is
-// still Count < Limit. Every hit is recorded, allowed or not.
+// still inside the sliding window is (W-e)/W. Count is floor(estimate). A
+// hit of cost c (c hits' worth; 1 for one hit) is allowed iff
+// Count + c <= limit, that is iff estimate < L, with L = limit - c + 1,
+// which is decided without rounding as prev·(W-e) + curr·W < L·W. Every hit
+// is recorded, allowed or not.
 //
 // Retry-after solves the same inequality for the first millisecond e' at
-// which it holds:
+// which it holds (with L from min(c, limit): a hit that alone costs more
+// than the limit never fits, and is told when one that costs the limit
+// does):
 //
-//   - if curr < limit, the estimate falls as e grows:
-//     e' = floor((prev+curr-limit)·W/prev) + 1; if e' falls past the end of
-//     the window, the next window starts with estimate = curr < limit, so
-//     the answer is the start of the next window;
-//   - if curr >= limit, no instant of this window helps; in the next window
-//     curr becomes prev, and e' = floor((curr-limit)·W/curr) + 1 into it.
+//   - if curr < L, the estimate falls as e grows:
+//     e' = floor((prev+curr-L)·W/prev) + 1; if e' falls past the end of
+//     the window, the next window starts with estimate = curr < L, so the
+//     answer is the start of the next window;
+//   - if curr >= L, no instant of this window helps; in the next window
+//     curr becomes prev, and e' = floor((curr-L)·W/curr) + 1 into it.
 //
 // Catching up (advance) is lazy: when t is one window later, curr becomes
 // prev and curr starts at 0; two or more windows later, both are 0. A late
@@ -62,13 +65,21 @@ func NewSlidingWindowCounter(limit int, window time.Duration) *SlidingWindowCoun
 
 // Decide reports whether one more hit would be allowed at now. It changes
 // nothing.
-func (c *SlidingWindowCounter) Decide(now time.Time) Verdict {
-	return c.k.decide(&c.s, nil, now.UnixMilli())
+func (c *SlidingWindowCounter) Decide(now time.Time) Verdict { return c.DecideN(now, 1) }
+
+// DecideN reports whether a hit of cost n would be allowed at now. It
+// changes nothing.
+func (c *SlidingWindowCounter) DecideN(now time.Time, n int) Verdict {
+	return decideCost(c.k, &c.s, nil, now.UnixMilli(), costOf(n))
 }
 
 // Hit decides at `at` as Decide would, then records the hit, allowed or not.
-func (c *SlidingWindowCounter) Hit(at time.Time) Verdict {
-	return decideThenHit(c.k, &c.s, nil, at)
+func (c *SlidingWindowCounter) Hit(at time.Time) Verdict { return c.HitN(at, 1) }
+
+// HitN decides at `at` as DecideN would, then records the hit, n hits'
+// worth, allowed or not.
+func (c *SlidingWindowCounter) HitN(at time.Time, n int) Verdict {
+	return decideThenHit(c.k, &c.s, nil, at, n)
 }
 
 type counterKernel struct {
@@ -123,13 +134,19 @@ func (k counterKernel) scaled(a counterState, e int64) (hi, lo uint64) {
 	return hi + hi2 + carry, lo
 }
 
-func (k counterKernel) decide(s *counterState, _ []struct{}, now int64) Verdict {
+func (k counterKernel) decide(s *counterState, _ []struct{}, now, cost int64) Verdict {
 	a, e := k.advance(*s, now)
-	p, c, w, l := uint64(a.prev), uint64(a.curr), uint64(k.w), uint64(k.limit)
+	p, c, w := uint64(a.prev), uint64(a.curr), uint64(k.w)
 	hi, lo := k.scaled(a, e)
 	count, _ := bits.Div64(hi, lo, w) // < p+c, so hi < w
-	if int64(count) < k.limit {
+	if int64(count)+cost <= k.limit {
 		return allowed(int64(count), k.limit)
+	}
+	// L: the estimate must fall below it. Denied with curr < L implies
+	// prev·(W-e) >= (L-curr)·W > 0.
+	l := uint64(k.limit - min(cost, k.limit) + 1)
+	if hi == 0 && lo < l*w {
+		return denied(int64(count), k.limit, 0) // it alone is over the limit
 	}
 	start := a.win * k.w
 	var at int64
@@ -137,7 +154,6 @@ func (k counterKernel) decide(s *counterState, _ []struct{}, now int64) Verdict 
 	case c >= l:
 		at = start + k.w + int64(mulDiv(c-l, w, c)) + 1
 	default:
-		// Denied with curr < limit implies prev+curr >= limit.
 		if e1 := int64(mulDiv(p+c-l, w, p)) + 1; e1 < k.w {
 			at = start + e1
 		} else {
@@ -154,26 +170,26 @@ func mulDiv(a, b, c uint64) uint64 {
 	return q
 }
 
-func (k counterKernel) hit(s *counterState, _ []struct{}, at int64) bool {
+func (k counterKernel) hit(s *counterState, _ []struct{}, at, cost int64) bool {
 	a, e := k.advance(*s, at)
 	hi, lo := k.scaled(a, e)
-	ok := hi == 0 && lo < uint64(k.limit)*uint64(k.w)
+	ok := cost <= k.limit && hi == 0 && lo < uint64(k.limit-cost+1)*uint64(k.w)
 	switch rolling.FloorDiv(at, k.w) {
 	case a.win:
-		a.curr = satInc(a.curr)
+		a.curr = satAdd(a.curr, cost)
 	case a.win - 1:
-		a.prev = satInc(a.prev)
+		a.prev = satAdd(a.prev, cost)
 	}
 	*s = a
 	return ok
 }
 
-func (k counterKernel) unhit(s *counterState, _ []struct{}, at int64) {
+func (k counterKernel) unhit(s *counterState, _ []struct{}, at, cost int64) {
 	switch rolling.FloorDiv(at, k.w) {
 	case s.win:
-		s.curr -= min(s.curr, 1)
+		s.curr -= uint32(min(int64(s.curr), cost))
 	case s.win - 1:
-		s.prev -= min(s.prev, 1)
+		s.prev -= uint32(min(int64(s.prev), cost))
 	}
 }
 
@@ -197,9 +213,7 @@ func (k counterKernel) readState(r *snapshot.Reader, s *counterState, _ []struct
 	s.prev, s.curr = r.Uvarint32(), r.Uvarint32()
 }
 
-func satInc(n uint32) uint32 {
-	if n == math.MaxUint32 {
-		return n
-	}
-	return n + 1
+// satAdd is n + cost, or math.MaxUint32 if that is more.
+func satAdd(n uint32, cost int64) uint32 {
+	return uint32(min(int64(n)+cost, math.MaxUint32))
 }

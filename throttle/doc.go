@@ -10,7 +10,9 @@
 //     its algorithm; all of them take the time as an argument and catch up
 //     lazily when called, so nothing ticks in the background.
 //   - Policy, with DefaultPolicies and a YAML loader (ParsePolicies,
-//     LoadPolicies) whose errors name the file, the line and the field.
+//     LoadPolicies) whose errors name the file, the line and the field. A
+//     policy's Cost weighs what a message carries (docs/contract.md
+//     section 15): a hit may be worth more than one (HitN, DecideN).
 //   - Set, which keeps the keyed state of every policy with bounded memory,
 //     is safe for concurrent use, turns observed messages into Alerts,
 //     answers Check and Active, saves its state and loads it back, and

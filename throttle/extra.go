@@ -25,6 +25,7 @@ type idHit struct {
 	id       uint64 // the id's keyed hash
 	at       int64  // the hit's instant
 	since    int64  // consumed: the key's alert mark just before it
+	cost     int64  // what it counted, 1 to maxCost: what untake takes back
 	consumed bool   // a consuming check's, not an event's
 }
 
@@ -174,8 +175,13 @@ func (t *table[S, E, K]) atRest(i int32, now int64) bool {
 	return x == nil || x.atRest(now, &t.rule)
 }
 
-// verdictAt is the verdict of the key at place i at now, its penalty
-// included.
-func (t *table[S, E, K]) verdictAt(i int32, now int64) Verdict {
-	return t.extraAt(i).penalty(t.k.decide(&t.states[i].st, t.extOf(i), now), now)
+// verdictAt is the verdict of the key at place i at now on a message of
+// that cost, its penalty included: a message that costs nothing is
+// allowed, penalty or not (docs/contract.md section 15).
+func (t *table[S, E, K]) verdictAt(i int32, now, cost int64) Verdict {
+	v := decideCost(t.k, &t.states[i].st, t.extOf(i), now, cost)
+	if cost == 0 {
+		return v
+	}
+	return t.extraAt(i).penalty(v, now)
 }

@@ -13,8 +13,9 @@ const AlgFixedWindow Algorithm = "fixed_window"
 
 // FixedWindow counts a key's hits per calendar window: window w covers
 // [w·W, (w+1)·W) in Unix time, so windows are aligned to the epoch (a 1m
-// window starts on the minute). One more hit is allowed while the current
-// window's count is below the limit; every hit is recorded, allowed or not.
+// window starts on the minute). A hit of cost c (1 for one hit) is allowed
+// while the current window's count plus c is at most the limit; every hit
+// is recorded, allowed or not.
 //
 // It is the cheapest counter (one count and the window's number), and the
 // crudest: a key can send limit hits at the end of one window and limit more
@@ -42,12 +43,20 @@ func NewFixedWindow(limit int, window time.Duration) *FixedWindow {
 
 // Decide reports whether one more hit would be allowed at now. It changes
 // nothing.
-func (f *FixedWindow) Decide(now time.Time) Verdict { return f.k.decide(&f.s, nil, now.UnixMilli()) }
+func (f *FixedWindow) Decide(now time.Time) Verdict { return f.DecideN(now, 1) }
+
+// DecideN reports whether a hit of cost n would be allowed at now. It
+// changes nothing.
+func (f *FixedWindow) DecideN(now time.Time, n int) Verdict {
+	return decideCost(f.k, &f.s, nil, now.UnixMilli(), costOf(n))
+}
 
 // Hit decides at `at` as Decide would, then records the hit, allowed or not.
-func (f *FixedWindow) Hit(at time.Time) Verdict {
-	return decideThenHit(f.k, &f.s, nil, at)
-}
+func (f *FixedWindow) Hit(at time.Time) Verdict { return f.HitN(at, 1) }
+
+// HitN decides at `at` as DecideN would, then records the hit, n hits'
+// worth, allowed or not.
+func (f *FixedWindow) HitN(at time.Time, n int) Verdict { return decideThenHit(f.k, &f.s, nil, at, n) }
 
 type fixedKernel struct {
 	noExt
@@ -80,27 +89,31 @@ func (k fixedKernel) advance(s fixedState, t int64) fixedState {
 	return s
 }
 
-func (k fixedKernel) decide(s *fixedState, _ []struct{}, now int64) Verdict {
+func (k fixedKernel) decide(s *fixedState, _ []struct{}, now, cost int64) Verdict {
 	a := k.advance(*s, now)
-	if c := int64(a.count); c >= k.limit {
-		return denied(c, k.limit, (a.win+1)*k.w-now)
+	c := int64(a.count)
+	switch {
+	case c+cost <= k.limit:
+		return allowed(c, k.limit)
+	case c == 0: // it alone is over the limit, and a new window holds 0 too
+		return denied(c, k.limit, 0)
 	}
-	return allowed(int64(a.count), k.limit)
+	return denied(c, k.limit, (a.win+1)*k.w-now)
 }
 
-func (k fixedKernel) hit(s *fixedState, _ []struct{}, at int64) bool {
+func (k fixedKernel) hit(s *fixedState, _ []struct{}, at, cost int64) bool {
 	a := k.advance(*s, at)
-	ok := int64(a.count) < k.limit
+	ok := int64(a.count)+cost <= k.limit
 	if rolling.FloorDiv(at, k.w) == a.win {
-		a.count = satInc(a.count)
+		a.count = satAdd(a.count, cost)
 	}
 	*s = a
 	return ok
 }
 
-func (k fixedKernel) unhit(s *fixedState, _ []struct{}, at int64) {
-	if rolling.FloorDiv(at, k.w) == s.win && s.count > 0 {
-		s.count--
+func (k fixedKernel) unhit(s *fixedState, _ []struct{}, at, cost int64) {
+	if rolling.FloorDiv(at, k.w) == s.win {
+		s.count -= uint32(min(int64(s.count), cost))
 	}
 }
 

@@ -24,7 +24,9 @@ const AlgGCRA Algorithm = "gcra"
 // algorithms give the same answers: the tokens in use are
 // ceil((max(TAT, t) - t)/I), and a hit is denied exactly when all burst of
 // them are. Retry-after is the instant at which TAT - t falls to τ, that is
-// TAT - τ.
+// TAT - τ. A hit of cost c is c hits at once: allowed iff
+// max(TAT, t) - t <= (burst-c)·I, it moves TAT by c·I, and it may come at
+// TAT - (burst-c)·I.
 //
 // Time runs in units of 1/limit millisecond, so that I = window in
 // milliseconds and every quantity is an integer and every answer exact.
@@ -51,12 +53,19 @@ func NewGCRA(limit int, window time.Duration, burst int) *GCRA {
 
 // Decide reports whether one more hit would be allowed at now. It changes
 // nothing.
-func (g *GCRA) Decide(now time.Time) Verdict { return g.k.decide(&g.s, nil, now.UnixMilli()) }
+func (g *GCRA) Decide(now time.Time) Verdict { return g.DecideN(now, 1) }
+
+// DecideN reports whether a hit of cost n (n hits at once) would be
+// allowed at now. It changes nothing.
+func (g *GCRA) DecideN(now time.Time, n int) Verdict {
+	return decideCost(g.k, &g.s, nil, now.UnixMilli(), costOf(n))
+}
 
 // Hit decides at `at` as Decide would, then records the hit if allowed.
-func (g *GCRA) Hit(at time.Time) Verdict {
-	return decideThenHit(g.k, &g.s, nil, at)
-}
+func (g *GCRA) Hit(at time.Time) Verdict { return g.HitN(at, 1) }
+
+// HitN decides at `at` as DecideN would, then records the hit if allowed.
+func (g *GCRA) HitN(at time.Time, n int) Verdict { return decideThenHit(g.k, &g.s, nil, at, n) }
 
 type gcraKernel struct {
 	noExt
@@ -95,32 +104,37 @@ func (k gcraKernel) units(t int64) int64 {
 	return t * k.limit
 }
 
-func (k gcraKernel) decide(s *gcraState, _ []struct{}, now int64) Verdict {
+func (k gcraKernel) decide(s *gcraState, _ []struct{}, now, cost int64) Verdict {
 	t := k.units(now)
 	used := max(s.tat, t) - t
 	count := ceilDiv(used, k.i)
-	if used <= k.tau {
+	if cost <= k.burst && used <= (k.burst-cost)*k.i {
 		return allowed(count, k.burst)
 	}
-	return denied(min(count, k.burst), k.burst, ceilDiv(s.tat-k.tau, k.limit)-now)
+	// A hit of cost c = min(cost, burst) fits from TAT - (burst-c)·I on.
+	fit := s.tat - (k.burst-min(cost, k.burst))*k.i
+	if fit <= t { // it alone is over the burst (TAT may be chat.Never)
+		return denied(min(count, k.burst), k.burst, 0)
+	}
+	return denied(min(count, k.burst), k.burst, ceilDiv(fit, k.limit)-now)
 }
 
-func (k gcraKernel) hit(s *gcraState, _ []struct{}, at int64) bool {
+func (k gcraKernel) hit(s *gcraState, _ []struct{}, at, cost int64) bool {
 	t := k.units(at)
 	tat := max(s.tat, t)
-	ok := tat-t <= k.tau
+	ok := cost <= k.burst && tat-t <= (k.burst-cost)*k.i
 	if ok {
-		s.tat = tat + k.i
+		s.tat = tat + cost*k.i
 	}
 	return ok
 }
 
-// unhit moves the TAT back by one emission interval. If the bucket was
+// unhit moves the TAT back by cost emission intervals. If the bucket was
 // full before the hit, the TAT lands on the hit's instant instead of where
 // it was: the same answers from then on.
-func (k gcraKernel) unhit(s *gcraState, _ []struct{}, _ int64) {
+func (k gcraKernel) unhit(s *gcraState, _ []struct{}, _, cost int64) {
 	if s.tat != chat.Never {
-		s.tat -= k.i
+		s.tat -= min(cost, k.burst) * k.i
 	}
 }
 

@@ -79,7 +79,7 @@ func TestJoinWaveAgainstOracle(t *testing.T) {
 				kind := []chat.Kind{chat.KindMessage, chat.KindJoin, chat.KindLeave}[r.IntN(3)]
 				s.Observe(chat.Event{Room: room, User: user, TS: at0(at), Kind: kind})
 				if kind == chat.KindJoin {
-					joins[room].hit(at0(at))
+					joins[room].hit(at0(at), 1)
 				}
 				if kind != chat.KindLeave {
 					k := [2]string{room, user}
@@ -89,7 +89,7 @@ func TestJoinWaveAgainstOracle(t *testing.T) {
 				}
 			default:
 				res := s.Check(at0(now), room, user, "", false)
-				wave, _, _ := joins[room].decide(at0(now))
+				wave, _, _ := joins[room].decide(at0(now), 1)
 				t0, seen := first[[2]string{room, user}]
 				applies := !wave && (!seen || at0(now)-t0 < 10*60_000)
 				has := len(res.Decisions) > 0 && res.Decisions[0].Policy == "newcomers"

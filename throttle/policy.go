@@ -100,6 +100,10 @@ type Policy struct {
 	Factor      float64       `json:",omitempty"`
 	MinMessages int           `json:",omitempty"`
 	MinUsers    int           `json:",omitempty"`
+	// Cost weighs what a message carries (docs/contract.md section 15):
+	// Limit is in its unit. The zero Cost is {Messages: 1}, and so is
+	// every message policy's without one. A join_wave has none.
+	Cost Cost `json:",omitzero"`
 	// Similarity and MinChars are a similar policy's (similar.go): the
 	// share of word pairs at which two texts are alike, in (0, 1]
 	// (0: DefaultSimilarity), and the fewest code points of a text that
@@ -158,6 +162,9 @@ func (p Policy) withDefaults() Policy {
 	}
 	if p.Acts(ActLock) && p.LockFor == 0 {
 		p.LockFor = DefaultLockFor
+	}
+	if p.Cost.unit() {
+		p.Cost = Cost{}
 	}
 	return p.simDefaults()
 }
@@ -222,6 +229,15 @@ func (p Policy) validate() *FieldError {
 	}
 	if err := p.validateJoins(alg); err != nil {
 		return err
+	}
+	if err := p.Cost.validate(); err != nil {
+		return err
+	}
+	switch {
+	case alg.joins && !p.Cost.unit():
+		return fieldErr("cost", "a join_wave counts joins, which carry nothing to weigh")
+	case alg.spike && !p.Cost.unit():
+		return fieldErr("cost", "a spike compares a room's message rates, and weighs nothing")
 	}
 	if err := p.validateAct(alg); err != nil {
 		return err
@@ -307,7 +323,7 @@ func validName(name string) *FieldError {
 
 // settings are the numbers of p.
 func (p Policy) settings() settings {
-	s := settings{limit: p.Limit, window: p.Window, resolution: p.Resolution, burst: p.Burst, spike: p.spikeSettings()}
+	s := settings{limit: p.Limit, window: p.Window, resolution: p.Resolution, burst: p.Burst, spike: p.spikeSettings(), price: priceOf(p.Cost)}
 	s.similarity, s.minChars = millionths(p.simDefaults().Similarity), p.simDefaults().MinChars
 	return s
 }

@@ -8,16 +8,16 @@ package throttle
 //
 // What each policy keeps:
 //
-//   - A policy of the same name, scope, algorithm and window as one in
-//     force (and, for sliding_window, the same resolution; for spike, the
-//     same resolution and baseline) keeps its keys,
+//   - A policy of the same name, scope, algorithm, window and cost as one
+//     in force (and, for sliding_window, the same resolution; for spike,
+//     the same resolution and baseline) keeps its keys,
 //     their states and their alert marks, whatever else changed: limit,
 //     burst, mode, rooms. A key that was over the limit stays over it, and
 //     one that crossed and is still over does not alert again; a key that
 //     a lowered limit puts over is denied at once, and alerts (and shows in
 //     Active) with its next message, the first it sees over.
-//   - Every other policy, new or changed in its scope, algorithm, window
-//     or resolution, starts with no key, as in a new Set: a Set never sees
+//   - Every other policy, new or changed in its scope, algorithm, window,
+//     resolution or cost, starts with no key, as in a new Set: a Set never sees
 //     the stream again, so whatever history a new policy should have, a
 //     caller that can read the stream again must replay it.
 //   - A policy that is gone is forgotten, with its keys.
@@ -102,7 +102,7 @@ func (s *Set) Reconfigure(policies []Policy) error {
 // same.
 func keeps(was, now Policy) bool {
 	return was.Scope == now.Scope && was.Algorithm == now.Algorithm && was.Window == now.Window && was.Resolution == now.Resolution &&
-		was.Baseline == now.Baseline &&
+		was.Baseline == now.Baseline && was.Cost == now.Cost && // what the state counts in
 		was.MinChars == now.MinChars // similar: which texts its windows hold
 }
 

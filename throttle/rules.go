@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/measure"
 )
 
 // rules are a Set's policies, in the order of decisions, and what the
@@ -20,6 +21,9 @@ type rules struct {
 	// newMembers is the longest NewMembers: how long first sightings are
 	// kept (0: none are).
 	newMembers time.Duration
+	// what are the counts that the policies' costs weigh: msg carries
+	// them (0: none does).
+	what measure.What
 }
 
 type policy struct {
@@ -77,6 +81,7 @@ func newRules(policies []Policy) (rules, error) {
 		}
 		r.policies = append(r.policies, pol)
 		r.text = r.text || alg.text
+		r.what |= p.Cost.what()
 		r.newMembers = max(r.newMembers, p.NewMembers)
 		r.byUser = r.byUser || p.Scope == ScopeUser || p.Scope == ScopeUserInRoom || alg.spike || alg == &similarAlg // a spike and similar count users
 		r.byRoom = r.byRoom || p.Scope == ScopeRoom || p.Scope == ScopeUserInRoom

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/measure"
 	"github.com/chatpulse/chatpulse/moderation"
 )
 
@@ -156,7 +157,7 @@ func (s *Set) Observe(e chat.Event) []Alert {
 	defer s.swap.RUnlock()
 	st := s.state.Load()
 	var m msg
-	hasText := st.message(&m, e.TS, e.Room, e.User, e.Text)
+	hasText := st.message(&m, &e)
 	if e.ID != "" && s.consuming.Load() {
 		m.id = st.hk.idHash(e.ID)
 	}
@@ -254,7 +255,7 @@ func (s *Set) observeAll(evs []chat.Event, b *batch) *state {
 		chunk := evs[start:min(len(evs), start+batchChunk)]
 		for j := range chunk {
 			e := &chunk[j]
-			b.hasText[j] = st.message(&b.msgs[j], e.TS, e.Room, e.User, e.Text)
+			b.hasText[j] = st.message(&b.msgs[j], e)
 			if ids && e.ID != "" {
 				b.msgs[j].id = st.hk.idHash(e.ID)
 			}
@@ -286,11 +287,21 @@ func (s *Set) observeAll(evs []chat.Event, b *batch) *state {
 	return st
 }
 
-// message sets m to a message as the tables see it, its hashes with the
+// message sets m to message e as the tables see it, its hashes with the
 // state's key, and reports whether it has a text that is not empty once
 // normalized (only if a policy needs one).
-func (st *state) message(m *msg, at int64, room, user, text string) bool {
+func (st *state) message(m *msg, e *chat.Event) bool {
+	return st.messageOf(m, e.TS, e.Room, e.User, e.Text, e.Mentions)
+}
+
+// messageOf is message of a message at `at` from user in room, with text
+// that mentions mentions: what it carries is counted if a policy's cost
+// weighs it.
+func (st *state) messageOf(m *msg, at int64, room, user, text string, mentions []string) bool {
 	*m = msg{at: at, room: room, user: user, body: text}
+	if st.what != 0 {
+		m.counts = measure.Of(text, mentions, st.what)
+	}
 	hasText := false
 	if st.text {
 		m.text, hasText = st.hk.textHash(text)
@@ -335,7 +346,7 @@ func (s *Set) Decide(now int64, q Query) Result {
 	}
 	st := s.state.Load()
 	var m msg
-	hasText := st.message(&m, now, q.Room, q.User, q.Text)
+	hasText := st.messageOf(&m, now, q.Room, q.User, q.Text, q.Mentions)
 	res := Result{Allowed: true, AsOf: chat.Time(now), Room: strings.Clone(q.Room), User: strings.Clone(q.User), Decisions: s.actions(make([]Decision, 0, len(st.policies)), now, &q)}
 	for _, d := range res.Decisions {
 		res.Allowed = res.Allowed && d.Allowed

@@ -24,6 +24,10 @@ type settings struct {
 	similarity         int64 // similar: millionths
 	minChars           int   // similar
 	spike              spikeSettings
+	// price is what a policy's message costs. Kernels take each hit's
+	// cost as it comes; only Repeat, which keeps each occurrence's cost
+	// unless every one costs 1 (price.unit), must know ahead.
+	price price
 }
 
 // A FieldError says which setting of a policy is wrong and why.

@@ -109,6 +109,8 @@ func (p Policy) validateSimilar(alg *algorithm) *FieldError {
 		return fieldErr("similarity", "%v is out of range (above 0, at most 1)", p.Similarity)
 	case p.MinChars < 0:
 		return fieldErr("min_chars", "%d is below 1", p.MinChars)
+	case !p.Cost.unit():
+		return fieldErr("cost", "similar counts the users (or messages) that posted alike texts, and weighs nothing")
 	case p.MinChars > maxMinChars:
 		return fieldErr("min_chars", "%d is above %d (an event is at most 64 KiB)", p.MinChars, maxMinChars)
 	}

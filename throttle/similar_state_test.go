@@ -119,15 +119,7 @@ func FuzzLoadSimilarState(f *testing.F) {
 		trace(s, seed, 30)
 		f.Add(s.AppendState(nil))
 	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		s := mustSet(t, ps, opt)
-		if !loadFuzzed(t, s, b) {
-			return
-		}
-		trace(s, 9, 20)
-		s.Active(at(500))
-		verifySet(t, s)
-	})
+	f.Fuzz(func(t *testing.T, b []byte) { checkLoaded(t, ps, opt, b) })
 }
 
 // TestSimilarReconfigureCarries: a similar policy whose limit, similarity

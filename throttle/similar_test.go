@@ -151,6 +151,7 @@ func TestSimilarParameters(t *testing.T) {
 		{func(p *Policy) { p.Similarity = math.NaN() }, `policy "sim": similarity: NaN is out of range (above 0, at most 1)`},
 		{func(p *Policy) { p.MinChars = -1 }, `policy "sim": min_chars: -1 is below 1`},
 		{func(p *Policy) { p.MinChars = maxMinChars + 1 }, `policy "sim": min_chars: 65537 is above 65536 (an event is at most 64 KiB)`},
+		{func(p *Policy) { p.Cost = Cost{Mentions: 1} }, `policy "sim": cost: similar counts the users (or messages) that posted alike texts, and weighs nothing`},
 		{func(p *Policy) { p.Scope = ScopeUserInRoom }, `policy "sim": scope: similar counts the alike texts of a room's users (room) or of one user (user), got user_in_room`},
 		{func(p *Policy) { p.Scope = ScopeGroup }, `policy "sim": scope: similar counts the alike texts of a room's users (room) or of one user (user), got group`},
 		{func(p *Policy) { p.Algorithm, p.Similarity = AlgSlidingWindow, 0.9 }, `policy "sim": similarity: only similar has a similarity, not sliding_window`},

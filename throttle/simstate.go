@@ -106,7 +106,7 @@ func (k *simKey) append(b []byte) []byte {
 		b = append(b, boolByte(k.ids[id].consumed))
 	}
 	if k.extra != nil {
-		b = appendExtra(b, &keyExtra{until: k.extra.until, strikes: k.extra.strikes})
+		b = appendExtra(b, &keyExtra{until: k.extra.until, strikes: k.extra.strikes}, &price{unit: true})
 	}
 	return b
 }
@@ -258,7 +258,7 @@ func (t *simStore) loadKey(r *snapshot.Reader, mark bool) error {
 		k.remember(id, h)
 	}
 	if flags&simExtra != 0 {
-		k.extra = readKeyExtra(r, 0)
+		k.extra = readKeyExtra(r, 0, &price{unit: true})
 	}
 	if r.Err() != nil {
 		return r.Err()

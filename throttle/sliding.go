@@ -29,6 +29,8 @@ const (
 // seconds 3 to 12, both included. One more hit is allowed while the count is
 // below the limit. Every hit is recorded, allowed or not, so the count is the
 // exact number of messages in the window (12 with a limit of 10, if 12 came).
+// A hit of cost c counts c in its bucket, and is allowed while the count
+// plus c is at most the limit.
 //
 // The state is a ring of n counters plus their running total: bucket j lives
 // in slot j mod n, and last is the newest bucket written. Before a hit writes
@@ -41,9 +43,11 @@ const (
 //
 // Retry-after comes from the buckets: the count falls only when whole buckets
 // leave the window. Walk the buckets still held from the oldest, subtracting
-// each, until the count is below the limit; if that happens at bucket j, the
-// window stops seeing j at the start of bucket j+n, and that instant, (j+n)·r,
-// is exactly when one more hit is allowed.
+// each, until the count plus the hit's cost is at most the limit; if that
+// happens at bucket j, the window stops seeing j at the start of bucket j+n,
+// and that instant, (j+n)·r, is exactly when the hit is allowed. (A bucket
+// holds at most 2^32-1, thousands of times any limit: one that would hold
+// more holds that, and every answer is as it would have been.)
 //
 // Late hits: a hit whose bucket is older than last still goes into its bucket
 // while that bucket is inside the window [last-n+1, last]; an older one is
@@ -70,13 +74,21 @@ func NewSlidingWindow(limit int, window, resolution time.Duration) *SlidingWindo
 
 // Decide reports whether one more hit would be allowed at now. It changes
 // nothing.
-func (w *SlidingWindow) Decide(now time.Time) Verdict {
-	return w.k.decide(&w.s, w.ring, now.UnixMilli())
+func (w *SlidingWindow) Decide(now time.Time) Verdict { return w.DecideN(now, 1) }
+
+// DecideN reports whether a hit of cost n would be allowed at now. It
+// changes nothing.
+func (w *SlidingWindow) DecideN(now time.Time, n int) Verdict {
+	return decideCost(w.k, &w.s, w.ring, now.UnixMilli(), costOf(n))
 }
 
 // Hit decides at `at` as Decide would, then records the hit, allowed or not.
-func (w *SlidingWindow) Hit(at time.Time) Verdict {
-	return decideThenHit(w.k, &w.s, w.ring, at)
+func (w *SlidingWindow) Hit(at time.Time) Verdict { return w.HitN(at, 1) }
+
+// HitN decides at `at` as DecideN would, then records the hit, n hits'
+// worth, allowed or not.
+func (w *SlidingWindow) HitN(at time.Time, n int) Verdict {
+	return decideThenHit(w.k, &w.s, w.ring, at, n)
 }
 
 type slidingKernel struct {
@@ -156,50 +168,57 @@ func (k slidingKernel) advance(s *slidingState, ring []uint32, b int64) {
 	s.last = b
 }
 
-func (k slidingKernel) decide(s *slidingState, ring []uint32, now int64) Verdict {
+func (k slidingKernel) decide(s *slidingState, ring []uint32, now, cost int64) Verdict {
 	if s.total == 0 {
-		return allowed(0, k.limit)
+		if cost <= k.limit {
+			return allowed(0, k.limit)
+		}
+		return denied(0, k.limit, 0) // it alone is over the limit
 	}
 	b := max(rolling.FloorDiv(now, k.res), s.last)
 	count := k.held(s, ring, b)
-	if count < k.limit {
+	if count+cost <= k.limit {
 		return allowed(count, k.limit)
+	}
+	fit := k.limit - min(cost, k.limit) // the count at which it fits
+	if count <= fit {
+		return denied(count, k.limit, 0) // it alone is over the limit
 	}
 	// The loop ends by bucket s.last at the latest, where c reaches 0.
 	c := count
 	for j := max(b-k.n+1, s.last-k.n+1); ; j++ {
 		c -= int64(ring[floorMod(j, k.n)])
-		if c < k.limit {
+		if c <= fit {
 			return denied(count, k.limit, (j+k.n)*k.res-now)
 		}
 	}
 }
 
-func (k slidingKernel) hit(s *slidingState, ring []uint32, at int64) bool {
+func (k slidingKernel) hit(s *slidingState, ring []uint32, at, cost int64) bool {
 	b := rolling.FloorDiv(at, k.res)
 	if s.last == chat.Never || b > s.last {
 		k.advance(s, ring, b)
 	}
-	ok := s.total < k.limit // the count at bucket s.last
+	ok := s.total+cost <= k.limit // the count at bucket s.last
 	if b <= s.last-k.n {
 		return ok // late beyond the window: no read could count it
 	}
-	if i := floorMod(b, k.n); ring[i] < math.MaxUint32 {
-		ring[i]++
-		s.total++
-	}
+	i := floorMod(b, k.n)
+	add := min(cost, int64(math.MaxUint32-ring[i]))
+	ring[i] += uint32(add)
+	s.total += add
 	return ok
 }
 
-func (k slidingKernel) unhit(s *slidingState, ring []uint32, at int64) {
+func (k slidingKernel) unhit(s *slidingState, ring []uint32, at, cost int64) {
 	b := rolling.FloorDiv(at, k.res)
 	if b <= s.last-k.n || b > s.last {
 		return // left the window (or never in it)
 	}
-	if i := floorMod(b, k.n); ring[i] > 0 {
-		ring[i]--
-		s.total--
-	}
+	i := floorMod(b, k.n)
+	sub := min(cost, int64(ring[i]))
+	ring[i] -= uint32(sub)
+	s.total -= sub
 }
 
 func (k slidingKernel) atRest(s *slidingState, ring []uint32, now int64) bool {

@@ -188,7 +188,7 @@ func (k *spikeRule) catchUp(r *spikeRoom, b int64) {
 		for ; i < len(r.recent) && r.recent[i].b <= b-k.n; i++ {
 			p := r.recent[i]
 			if n := len(r.past); n > 0 && r.past[n-1].b == p.b {
-				r.past[n-1].n = satInc(r.past[n-1].n)
+				r.past[n-1].n = satAdd(r.past[n-1].n, 1)
 			} else {
 				r.past = append(r.past, bucketCount{b: p.b, n: 1})
 			}

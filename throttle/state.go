@@ -195,9 +195,14 @@ func (s *Set) readPolicies(r *snapshot.Reader, cur *state) (*state, byte, error)
 
 // describe is the text of p's settings in a saved state: equal for two
 // policies exactly when they keep the same state from the same messages.
+// A cost shows only when it is not the default, so a state saved before
+// costs loads as it did.
 func describe(p Policy) string {
 	d := fmt.Sprintf("%s: %s %s %s, limit %d, window %v, resolution %v, burst %d, rooms %q",
 		p.Name, p.Scope, p.Algorithm, p.Mode, p.Limit, p.Window, p.Resolution, p.Burst, p.Rooms) + describeSpike(p)
+	if !p.Cost.unit() {
+		d += ", cost " + p.Cost.String()
+	}
 	if p.Algorithm == AlgSimilar {
 		d += fmt.Sprintf(", similarity %v, min_chars %d", p.Similarity, p.MinChars)
 	}

@@ -399,41 +399,36 @@ func FuzzLoadState(f *testing.F) {
 	s.Moderate(book)
 	s.ObserveBatch(tr.events(), nil, nil)
 	f.Add(s.AppendState(nil))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		s := mustSet(t, statePolicies(), opt)
-		if !loadFuzzed(t, s, b) {
-			return
-		}
-		tr := &stateTrace{r: rand.New(rand.NewPCG(2, 2)), now: 3000}
-		for range 3 {
-			evs := tr.events()
-			s.ObserveBatch(evs, nil, nil)
-			for _, e := range evs {
-				s.Check(e.TS+500, e.Room, e.User, e.Text, true)
-			}
-			s.Active(at(tr.now))
-		}
-		verifySet(t, s)
-	})
+	f.Fuzz(func(t *testing.T, b []byte) { checkLoaded(t, statePolicies(), opt, b) })
 }
 
-// loadFuzzed loads b into s and reports whether s took it: if not, s
-// must be left empty; if so, consistent, and saving what it loaded.
-func loadFuzzed(t *testing.T, s *Set, b []byte) bool {
-	t.Helper()
+// checkLoaded loads b into a Set of policies ps: refused, the Set must be
+// left empty; accepted, consistent, saving as it was loaded, and it must
+// answer and take messages.
+func checkLoaded(t *testing.T, ps []Policy, opt Option, b []byte) {
+	s := mustSet(t, ps, opt)
 	if err := s.LoadState(b); err != nil {
 		for _, st := range s.Stats() {
 			if st.Keys != 0 {
 				t.Fatalf("not left empty after %v", err)
 			}
 		}
-		return false
+		return
 	}
 	verifySet(t, s)
 	if again := s.AppendState(nil); !bytes.Equal(again, b) {
 		t.Fatalf("saves %x, loaded %x", again, b)
 	}
-	return true
+	tr := &stateTrace{r: rand.New(rand.NewPCG(2, 2)), now: 3000}
+	for range 3 {
+		evs := tr.events()
+		s.ObserveBatch(evs, nil, nil)
+		for _, e := range evs {
+			s.Check(e.TS+500, e.Room, e.User, e.Text, true)
+		}
+		s.Active(at(tr.now))
+	}
+	verifySet(t, s)
 }
 
 // verifySet checks that each table of s is consistent: its list, index,

@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/chatpulse/chatpulse/chat"
+	"github.com/chatpulse/chatpulse/measure"
 	"github.com/chatpulse/chatpulse/snapshot"
 )
 
@@ -65,9 +66,11 @@ type crossing struct {
 
 // A msg is one message as the tables see it: its names, its text (for
 // similar policies), the hash of its normalized text (for repeat
-// policies), and the hashes of its user and
-// room, computed once per message for all the policies whose scope needs
-// them (nameHash; 0 when no policy does).
+// policies), the hashes of its user and room, and what it carries,
+// computed once per message for all the policies whose scope needs them
+// (nameHash; 0 when no policy does) or whose cost weighs them (counts;
+// zero when none does, and for a check without text or mentions, which
+// costs its messages weight).
 type msg struct {
 	at                 int64
 	room, user         string
@@ -75,6 +78,7 @@ type msg struct {
 	text               uint64
 	userHash, roomHash uint64
 	id                 uint64 // the keyed hash of its id; 0: none
+	counts             measure.Counts
 }
 
 // table keeps the state of every key of one policy: an index from the
@@ -122,7 +126,8 @@ type msg struct {
 type table[S, E any, K kernel[S, E]] struct {
 	k         K
 	scope     Scope
-	hashed    bool // the key includes a text hash (Repeat)
+	price     price // what a message costs
+	hashed    bool  // the key includes a text hash (Repeat)
 	keyPart   uint8
 	hk        *hashKey // the Set's
 	groupHash uint64   // nameHash(""), the name hash of a group's key
@@ -178,10 +183,10 @@ const (
 
 const none = -1
 
-func newTable[S, E any, K kernel[S, E]](k K, scope Scope, hashed bool, max int, hk *hashKey) *table[S, E, K] {
+func newTable[S, E any, K kernel[S, E]](k K, scope Scope, p price, hashed bool, max int, hk *hashKey) *table[S, E, K] {
 	stride := k.stride()
 	return &table[S, E, K]{
-		k: k, scope: scope, hashed: hashed, stride: stride, max: max,
+		k: k, scope: scope, price: p, hashed: hashed, stride: stride, max: max,
 		keyPart: map[Scope]uint8{ScopeUser: keyUser, ScopeRoom: keyRoom, ScopeUserInRoom: keyRoomUser}[scope],
 		hk:      hk, groupHash: hk.nameHash(""),
 		index: newIndex(0),
@@ -287,22 +292,31 @@ func (t *table[S, E, K]) prefetch(ms []msg, sel []int32, keys *[batchChunk]key) 
 	t.sink = sink
 }
 
-// hit records one hit of key k, message m, and returns the crossing it
-// makes (j 0), or none (j -1); the caller holds the lock. In consume mode
-// (t.ids), a message whose id a consuming check of the key counted is not
-// counted again, and the id of every other one is remembered.
+// hit records message m as a hit of key k, of m's cost, and returns the
+// crossing it makes (j 0), or none (j -1); the caller holds the lock. A
+// message that costs nothing is not counted: it neither crosses nor
+// clears the key's mark. In consume mode (m carries its id's hash once a
+// consuming check has come to the Set), a message whose id a consuming
+// check of the key counted is not counted again, and the id of every
+// other one is remembered, by every table: a consuming check with that id
+// that comes later is then answered as counted, whichever policies it
+// meets.
 func (t *table[S, E, K]) hit(k *key, m *msg, mark bool) crossing {
+	cost := t.price.of(m)
+	if cost == 0 {
+		return crossing{j: -1}
+	}
 	i := t.find(k)
 	if i == none {
 		i = t.insert(k, m.at)
 	}
 	x := t.extraAt(i)
-	if t.ids && m.id != 0 && x != nil && x.counted(m.id, m.at, t.rule.window, true) {
+	if m.id != 0 && x != nil && x.counted(m.id, m.at, t.rule.window, true) {
 		t.touch(i)
 		return crossing{j: -1}
 	}
 	e, ext := &t.states[i], t.extOf(i)
-	ok := t.k.hit(&e.st, ext, m.at) && (x == nil || x.until <= m.at)
+	ok := t.k.hit(&e.st, ext, m.at, cost) && (x == nil || x.until <= m.at)
 	c := crossing{j: -1}
 	switch {
 	case ok:
@@ -310,18 +324,21 @@ func (t *table[S, E, K]) hit(k *key, m *msg, mark bool) crossing {
 	case mark && e.since == chat.Never:
 		c = t.cross(i, m)
 	case mark && t.rule.acting:
-		v := t.verdictAt(i, m.at)
+		v := t.verdictAt(i, m.at, 1)
 		c = crossing{count: v.Count, limit: v.Limit, denied: m.at + v.RetryAfter.Milliseconds(), again: true}
 	}
-	if t.ids && m.id != 0 {
-		t.extraOf(i).remember(idHit{id: m.id, at: m.at}, &t.rule)
+	if m.id != 0 {
+		t.ids = true
+		t.extraOf(i).remember(idHit{id: m.id, at: m.at, cost: cost}, &t.rule)
 	}
 	t.touch(i)
 	return c
 }
 
 // cross marks the key at place i as crossed by message m, starts its
-// penalty if the policy has one, and returns the crossing.
+// penalty if the policy has one, and returns the crossing. Its count is
+// what the key holds, and it is denied until a message of cost 1 fits
+// (Active's rule, whatever m cost).
 func (t *table[S, E, K]) cross(i int32, m *msg) crossing {
 	e := &t.states[i]
 	e.since = m.at
@@ -329,7 +346,7 @@ func (t *table[S, E, K]) cross(i int32, m *msg) crossing {
 	if len(t.rule.steps) > 0 {
 		c.until = t.extraOf(i).strike(m.at, &t.rule)
 	}
-	v := t.verdictAt(i, m.at)
+	v := t.verdictAt(i, m.at, 1)
 	c.count, c.limit, c.denied = v.Count, v.Limit, m.at+v.RetryAfter.Milliseconds()
 	if t.hashed && e.klen == 0 { // kept until the key is forgotten
 		if t.names == nil {
@@ -347,10 +364,7 @@ func (t *table[S, E, K]) check(m msg) Verdict {
 	t.keyOf(&m, &k)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if i := t.find(&k); i != none {
-		return t.verdictAt(i, m.at)
-	}
-	return t.k.decide(&t.fresh, t.zero, m.at)
+	return t.verdict(m)
 }
 
 func (t *table[S, E, K]) active(now int64, fn func(room, user string, v Verdict, since, until int64)) {
@@ -361,7 +375,7 @@ func (t *table[S, E, K]) active(now int64, fn func(room, user string, v Verdict,
 		if e.since == chat.Never {
 			continue
 		}
-		if v := t.verdictAt(i, now); !v.Allowed {
+		if v := t.verdictAt(i, now, 1); !v.Allowed {
 			var until int64
 			if x := t.extraAt(i); x != nil && x.until > now {
 				until = x.until

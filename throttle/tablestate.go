@@ -106,7 +106,7 @@ func (t *table[S, E, K]) appendCopy(b []byte, c *tableCopy[S, E], format byte) [
 		}
 		b = t.k.appendState(b, &e.st, c.ext[int(i)*t.stride:int(i+1)*t.stride])
 		if x != nil {
-			b = appendExtra(b, x)
+			b = appendExtra(b, x, &t.price)
 		}
 	}
 	return b
@@ -120,15 +120,19 @@ func boolByte(v bool) byte {
 }
 
 // A key's extras in a saved state: its ids (how many, then each one's
-// hash, 8 bytes little-endian, its instant, the alert mark before it and
-// whether a consuming check's), its penalty's end, its strikes.
-func appendExtra(b []byte, x *keyExtra) []byte {
+// hash, 8 bytes little-endian, its instant, the alert mark before it,
+// whether a consuming check's and, if the policy weighs what messages
+// carry, its cost), its penalty's end, its strikes.
+func appendExtra(b []byte, x *keyExtra, p *price) []byte {
 	b = snapshot.AppendUvarint(b, uint64(len(x.ids)))
 	for _, h := range x.ids {
 		b = binary.LittleEndian.AppendUint64(b, h.id)
 		b = snapshot.AppendVarint(b, h.at)
 		b = snapshot.AppendVarint(b, h.since)
 		b = append(b, boolByte(h.consumed))
+		if !p.unit {
+			b = snapshot.AppendUvarint(b, uint64(h.cost))
+		}
 	}
 	b = snapshot.AppendVarint(b, x.until)
 	b = snapshot.AppendUvarint(b, uint64(len(x.strikes)))
@@ -141,11 +145,12 @@ func appendExtra(b []byte, x *keyExtra) []byte {
 // readExtra reads what appendExtra wrote, no more ids than the rule keeps
 // nor strikes than a policy may have steps.
 func (t *table[S, E, K]) readExtra(r *snapshot.Reader) *keyExtra {
-	return readKeyExtra(r, t.rule.idCap)
+	return readKeyExtra(r, t.rule.idCap, &t.price)
 }
 
-// readKeyExtra reads what appendExtra wrote, at most idCap ids.
-func readKeyExtra(r *snapshot.Reader, idCap int) *keyExtra {
+// readKeyExtra reads what appendExtra wrote with price p, at most idCap
+// ids.
+func readKeyExtra(r *snapshot.Reader, idCap int, p *price) *keyExtra {
 	x := &keyExtra{}
 	n := int(r.UvarintUpTo(uint64(idCap), "ids"))
 	for range n {
@@ -157,6 +162,13 @@ func readKeyExtra(r *snapshot.Reader, idCap int) *keyExtra {
 			h.consumed = true
 		default:
 			r.Fail("an id neither consumed nor not")
+		}
+		h.cost = 1
+		if !p.unit {
+			h.cost = int64(r.UvarintUpTo(maxCost, "cost"))
+			if h.cost == 0 {
+				r.Fail("an id of a hit that cost nothing")
+			}
 		}
 		if r.Err() != nil {
 			return nil
@@ -180,7 +192,7 @@ func readKeyExtra(r *snapshot.Reader, idCap int) *keyExtra {
 // so the list is made as it is used; its places are 0 to n-1 (a state
 // that changes no answer: places are only where keys are).
 func (t *table[S, E, K]) loadState(r *snapshot.Reader, hk *hashKey, mark bool, format byte) (store, error) {
-	nt := newTable[S, E](t.k, t.scope, t.hashed, t.max, hk)
+	nt := newTable[S, E](t.k, t.scope, t.price, t.hashed, t.max, hk)
 	nt.rule = t.rule
 	n := int(r.UvarintUpTo(uint64(t.max), "keys"))
 	nt.evicted, nt.expired = r.Uvarint(), r.Uvarint()
@@ -322,7 +334,7 @@ func (t *table[S, E, K]) namesOf(r *snapshot.Reader, name string) (room, user st
 func (t *table[S, E, K]) carry(k K, old settings, mark bool) *table[S, E, K] {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	nt := newTable[S, E](k, t.scope, t.hashed, t.max, t.hk)
+	nt := newTable[S, E](k, t.scope, t.price, t.hashed, t.max, t.hk)
 	nt.index = index{slots: slices.Clone(t.index.slots), shift: t.index.shift, n: t.index.n}
 	nt.states, nt.links, nt.long = slices.Clone(t.states), slices.Clone(t.links), slices.Clone(t.long)
 	nt.head, nt.tail, nt.free, nt.n, nt.moves = t.head, t.tail, t.free, t.n, t.moves

@@ -12,9 +12,10 @@ const AlgTokenBucket Algorithm = "token_bucket"
 
 // TokenBucket lets a key spend tokens from a bucket that holds at most burst
 // of them, initially full, and refills at limit tokens per window. Each hit
-// takes one token; a hit that finds no whole token is denied. Short bursts of
-// up to burst hits pass at once, and over a long time the rate is limit per
-// window. It is the algorithm of golang.org/x/time/rate.
+// takes one token (a hit of cost c, c tokens); a hit that finds too few
+// whole tokens is denied, and one that costs more than burst always is.
+// Short bursts of up to burst hits pass at once, and over a long time the
+// rate is limit per window. It is the algorithm of golang.org/x/time/rate.
 //
 // A denied hit is not charged, as in x/time/rate's Allow: the bucket cannot
 // go into debt, so a key that keeps sending is let through at the refill rate
@@ -28,7 +29,7 @@ const AlgTokenBucket Algorithm = "token_bucket"
 // computes the level at an instant from the level at the last update,
 // min(capacity, level + elapsed·limit), and is the only place where time
 // moves. Retry-after is the time the missing units take to drip in,
-// ceil((W - level)/limit) milliseconds.
+// ceil((c·W - level)/limit) milliseconds.
 //
 // Example (burst 3, 1 token per second), hits at 0, 0, 0, 0, 1, 1.5 and 3
 // seconds: allowed, allowed, allowed, denied, allowed, denied, allowed.
@@ -54,12 +55,20 @@ func NewTokenBucket(limit int, window time.Duration, burst int) *TokenBucket {
 
 // Decide reports whether one more hit would be allowed at now. It changes
 // nothing.
-func (b *TokenBucket) Decide(now time.Time) Verdict { return b.k.decide(&b.s, nil, now.UnixMilli()) }
+func (b *TokenBucket) Decide(now time.Time) Verdict { return b.DecideN(now, 1) }
+
+// DecideN reports whether a hit of cost n (n tokens) would be allowed at
+// now. It changes nothing.
+func (b *TokenBucket) DecideN(now time.Time, n int) Verdict {
+	return decideCost(b.k, &b.s, nil, now.UnixMilli(), costOf(n))
+}
 
 // Hit decides at `at` as Decide would, then takes a token if there is one.
-func (b *TokenBucket) Hit(at time.Time) Verdict {
-	return decideThenHit(b.k, &b.s, nil, at)
-}
+func (b *TokenBucket) Hit(at time.Time) Verdict { return b.HitN(at, 1) }
+
+// HitN decides at `at` as DecideN would, then takes n tokens if there are
+// that many.
+func (b *TokenBucket) HitN(at time.Time, n int) Verdict { return decideThenHit(b.k, &b.s, nil, at, n) }
 
 type bucketKernel struct {
 	noExt
@@ -107,29 +116,33 @@ func (k bucketKernel) advance(s bucketState, t int64) (level, at int64) {
 	return k.capacity, t
 }
 
-func (k bucketKernel) decide(s *bucketState, _ []struct{}, now int64) Verdict {
+func (k bucketKernel) decide(s *bucketState, _ []struct{}, now, cost int64) Verdict {
 	level, at := k.advance(*s, now)
 	tokens := level / k.w
-	if tokens >= 1 {
+	if tokens >= cost {
 		return allowed(k.burst-tokens, k.burst)
 	}
-	return denied(k.burst, k.burst, at+ceilDiv(k.w-level, k.limit)-now)
+	need := min(cost, k.burst)*k.w - level // the units missing
+	if need <= 0 {
+		return denied(k.burst-tokens, k.burst, 0) // it alone is over the burst
+	}
+	return denied(k.burst-tokens, k.burst, at+ceilDiv(need, k.limit)-now)
 }
 
-func (k bucketKernel) hit(s *bucketState, _ []struct{}, at int64) bool {
+func (k bucketKernel) hit(s *bucketState, _ []struct{}, at, cost int64) bool {
 	level, t := k.advance(*s, at)
-	ok := level >= k.w
+	ok := level/k.w >= cost
 	if ok {
-		level -= k.w
+		level -= cost * k.w
 	}
 	*s = bucketState{level: level, last: t}
 	return ok
 }
 
-// unhit gives the token back, as of the bucket's last update (never over
+// unhit gives the tokens back, as of the bucket's last update (never over
 // its capacity).
-func (k bucketKernel) unhit(s *bucketState, _ []struct{}, _ int64) {
-	s.level = min(s.level+k.w, k.capacity)
+func (k bucketKernel) unhit(s *bucketState, _ []struct{}, _, cost int64) {
+	s.level = min(s.level+min(cost, k.burst)*k.w, k.capacity)
 }
 
 func (k bucketKernel) atRest(s *bucketState, _ []struct{}, now int64) bool {

@@ -34,9 +34,9 @@ func LoadPolicies(path string) ([]Policy, error) {
 // name, scope, algorithm, limit and window are required (a spike has no
 // limit); resolution, burst, mode, rooms, penalty, escalate,
 // strikes_within, exempt_users, exempt_roles, new_members, act, lock_for,
-// a spike's baseline, factor, min_messages and min_users, and a similar
-// policy's similarity and min_chars are optional (see Policy). Durations
-// are Go durations plus
+// cost, a spike's baseline, factor, min_messages and min_users, and a
+// similar policy's similarity and min_chars are optional (see Policy).
+// Durations are Go durations plus
 // d for days (rolling.ParseDuration). Unknown fields, a field given twice and two
 // policies with one name are errors. An error names the file, the line and
 // the field, as in
@@ -88,7 +88,7 @@ func ParsePolicies(file string, data []byte) ([]Policy, error) {
 	return policies, nil
 }
 
-var policyFields = []string{"name", "scope", "algorithm", "limit", "window", "resolution", "burst", "mode", "rooms", "penalty", "escalate", "strikes_within", "exempt_users", "exempt_roles", "new_members", "act", "lock_for", "baseline", "factor", "min_messages", "min_users", "similarity", "min_chars"}
+var policyFields = []string{"name", "scope", "algorithm", "limit", "window", "resolution", "burst", "mode", "rooms", "penalty", "escalate", "strikes_within", "exempt_users", "exempt_roles", "new_members", "act", "lock_for", "baseline", "factor", "min_messages", "min_users", "cost", "similarity", "min_chars"}
 
 // parsePolicy parses policies[i] and returns it with the line of each field
 // it has.
@@ -157,6 +157,14 @@ func parsePolicy(file string, i int, n *yaml.Node) (Policy, map[string]int, erro
 			default:
 				p.ExemptRoles = list
 			}
+			continue
+		}
+		if field == "cost" {
+			c, line, f, msg := parseCost(v, lines)
+			if msg != "" {
+				return fail(line, f, "%s", msg)
+			}
+			p.Cost = c
 			continue
 		}
 		if v.Kind != yaml.ScalarNode {

@@ -90,7 +90,7 @@ func TestParsePoliciesErrors(t *testing.T) {
 	for _, c := range []struct{ name, yaml, want string }{
 		{"bad duration", policy("    window: 10x\n"), `policies.yaml:11: policies[1].window: "10x" is not a duration (examples: 90s, 5m, 1h, 7d)`},
 		{"missing unit", policy("    window: 10\n"), `policies.yaml:11: policies[1].window: "10" is not a duration (missing unit, like 10s)`},
-		{"unknown field", policy("    window: 10s\n    windw: 5s\n"), `policies.yaml:12: policies[1].windw: unknown field (valid: name, scope, algorithm, limit, window, resolution, burst, mode, rooms, penalty, escalate, strikes_within, exempt_users, exempt_roles, new_members, act, lock_for, baseline, factor, min_messages, min_users, similarity, min_chars)`},
+		{"unknown field", policy("    window: 10s\n    windw: 5s\n"), `policies.yaml:12: policies[1].windw: unknown field (valid: name, scope, algorithm, limit, window, resolution, burst, mode, rooms, penalty, escalate, strikes_within, exempt_users, exempt_roles, new_members, act, lock_for, baseline, factor, min_messages, min_users, cost, similarity, min_chars)`},
 		{"missing window", policy(""), `policies.yaml:7: policies[1].window: missing`},
 		{"unknown algorithm", strings.Replace(policy("    window: 1s\n"), "token_bucket", "leaky", 1), `policies.yaml:9: policies[1].algorithm: "leaky" is not an algorithm`},
 		{"unknown scope", strings.Replace(policy("    window: 1s\n"), "scope: user\n    algorithm: token", "scope: everyone\n    algorithm: token", 1), `policies.yaml:8: policies[1].scope: "everyone" is not a scope`},
@@ -142,6 +142,7 @@ func TestParsePoliciesErrors(t *testing.T) {
 func FuzzParsePolicies(f *testing.F) {
 	f.Add([]byte(goodPolicies))
 	f.Add([]byte("policies: []\n"))
+	f.Add([]byte("policies:\n  - {name: c, scope: user, algorithm: repeat, limit: 5, window: 1m, cost: {messages: 1, mentions: 2, chars: 0}}\n"))
 	f.Add([]byte("policies:\n  - {name: a, scope: room, algorithm: gcra, limit: 3, window: 1.5d, burst: 9}\n"))
 	f.Add([]byte("policies:\n  - &p {name: a, scope: group, algorithm: fixed_window, limit: 1, window: 1ms, rooms: ['*']}\n  - *p\n"))
 	f.Add([]byte("policies:\n  - {name: s, scope: room, algorithm: spike, window: 2s, baseline: 1m, factor: 1.5, min_messages: 2, min_users: 1}\n  - {name: n, scope: user_in_room, algorithm: sliding_window, limit: 1, window: 1s, new_members: 1h}\n"))

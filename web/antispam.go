@@ -143,7 +143,7 @@ func (s *Server) userMayJoinRoom(w http.ResponseWriter, r *http.Request) {
 // it files ev and answers 200 {}.
 func (s *Server) judge(w http.ResponseWriter, r *http.Request, callback string, now int64, ev ingest.Event, check bool) {
 	if check {
-		res := s.thr.Consume(now, throttle.Query{Room: ev.Room, User: ev.User, Text: ev.Text, HasText: ev.HasText, Kind: ev.Kind}, ev.ID)
+		res := s.thr.Consume(now, throttle.Query{Room: ev.Room, User: ev.User, Text: ev.Text, HasText: ev.HasText, Mentions: ev.Mentions, Kind: ev.Kind}, ev.ID)
 		switch {
 		case !res.Allowed && ev.Kind == chat.KindJoin:
 			s.anti.checks.WithLabelValues(callback, resultDenied).Inc()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -267,7 +268,7 @@ func FuzzDecodeSpamCheck(f *testing.F) {
 			content["body"] = ev.Text
 		}
 		again := moduleEvent(typ, ev.ID, ev.Room, sender, stateKey, ev.TS, content)
-		if ev2, err := decodeSpamCheck(again, chat.MaxNameLen, now); err != nil || ev2 != ev {
+		if ev2, err := decodeSpamCheck(again, chat.MaxNameLen, now); err != nil || !reflect.DeepEqual(ev2, ev) {
 			t.Fatalf("%q: %+v, written again %s: %+v %v", body, ev, again, ev2, err)
 		}
 	})

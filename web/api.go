@@ -145,7 +145,7 @@ func (s *Server) check(req checkRequest) throttle.Result {
 	if req.Text != nil {
 		text = *req.Text
 	}
-	q := throttle.Query{Room: req.Room, User: req.User, Text: text, HasText: req.Text != nil, Roles: req.Roles}
+	q := throttle.Query{Room: req.Room, User: req.User, Text: text, HasText: req.Text != nil, Mentions: req.Mentions, Roles: req.Roles}
 	if req.Consume {
 		return s.thr.Consume(s.nowMs(), q, req.ID)
 	}

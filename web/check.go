@@ -74,11 +74,14 @@ type checkRequest struct {
 	Consume bool     // decide and count in one step
 	ID      string   // the message's id: with Consume
 	Roles   []string // what the chat server says the sender is
+	// Mentions are whom the message mentions: with its text, what it
+	// costs (docs/contract.md section 15).
+	Mentions []string
 }
 
-const checkShape = `request must be a JSON object {"room": string, "user": string, "text": string (optional), "consume": boolean (optional), "id": string (with consume), "roles": [string] (optional)}, or an array of them`
+const checkShape = `request must be a JSON object {"room": string, "user": string, "text": string (optional), "consume": boolean (optional), "id": string (with consume), "roles": [string] (optional), "mentions": [string] (optional)}, or an array of them`
 
-var checkFields = map[string]kind{"room": name, "user": name, "text": text, "consume": boolean, "id": text, "roles": list}
+var checkFields = map[string]kind{"room": name, "user": name, "text": text, "consume": boolean, "id": text, "roles": list, "mentions": list}
 
 // maxRoles is the most roles a check may carry.
 const maxRoles = 16
@@ -122,6 +125,9 @@ func decodeCheck(data []byte, maxName int) (checkRequest, error) {
 				return checkRequest{}, badf("roles[%d]: %v", i, err)
 			}
 		}
+	}
+	if raw, ok := f["mentions"]; ok && json.Unmarshal([]byte(raw), &req.Mentions) != nil {
+		return checkRequest{}, badf("mentions: must be a list of strings, the users the message mentions")
 	}
 	_, hasID := f["id"]
 	switch {

@@ -9,7 +9,7 @@ package main
 // second's events, as chat does, not in the saturating blasts of ingest,
 // where every fixed cost per batch is shared by a thousand events.
 // chatpulse runs in core mode against the NATS server that chatbench
-// embeds, with its default windows and policies.
+// embeds, with its default windows and policies (or a policies file's).
 
 import (
 	"bufio"
@@ -41,7 +41,12 @@ func cpuCmd(args []string) error {
 	joinEvery := fs.Int("join-every", 0, "one join (docs/contract.md section 12) after every N messages; 0: messages only")
 	bin := fs.String("bin", "", "the chatpulse binary (default: go build ./cmd/chatpulse)")
 	baseline := fs.String("baseline", "", "another chatpulse binary (an older build) to run beside it on the same events")
+	policies := fs.String("policies", "", "a policies file for chatpulse (default: the default policies)")
+	basePolicies := fs.String("baseline-policies", "", "a policies file for the baseline (default: -policies)")
 	fs.Parse(args)
+	if *basePolicies == "" {
+		*basePolicies = *policies
+	}
 	var rates []float64
 	for _, p := range strings.Split(*paces, ",") {
 		r, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
@@ -64,12 +69,16 @@ func cpuCmd(args []string) error {
 	// event than the second. So every round starts them afresh, each in
 	// another place of the order than in the round before.
 	var procs []measured
-	for _, b := range []string{*bin, *baseline} {
+	for k, b := range []string{*bin, *baseline} {
 		if b == "" {
 			continue
 		}
+		args := []string{"--nats-url", url, "--jetstream=false", "--subject", "chat.>"}
+		if p := []string{*policies, *basePolicies}[k]; p != "" {
+			args = append(args, "--policies", p)
+		}
 		procs = append(procs, measured{filepath.Base(b), func() (counted, func(), error) {
-			cp, err := startChatpulse(b, dir, "--nats-url", url, "--jetstream=false", "--subject", "chat.>")
+			cp, err := startChatpulse(b, dir, args...)
 			if err != nil {
 				return counted{}, nil, err
 			}
@@ -94,8 +103,12 @@ func cpuCmd(args []string) error {
 	if *joinEvery > 0 {
 		joins = fmt.Sprintf("a join after every %d messages", *joinEvery)
 	}
-	fmt.Printf("%s: chatpulse in core NATS, default windows and policies, beside a bare nats.go subscriber; %d rooms, %d users (Zipf), %s, %v per pace after %v of warm-up; each round starts the processes afresh, in an order rotated by one\n\n",
-		strings.Join(names, ", "), *rooms, *users, joins, *seconds, *warm)
+	shown := "default policies"
+	if *policies != "" {
+		shown = fmt.Sprintf("policies %s (baseline: %s)", *policies, *basePolicies)
+	}
+	fmt.Printf("%s: chatpulse in core NATS, default windows, %s, beside a bare nats.go subscriber; %d rooms, %d users (Zipf), %s, %v per pace after %v of warm-up; each round starts the processes afresh, in an order rotated by one\n\n",
+		strings.Join(names, ", "), shown, *rooms, *users, joins, *seconds, *warm)
 
 	pub, err := nats.Connect(url, nats.Name("chatbench-publisher"))
 	if err != nil {

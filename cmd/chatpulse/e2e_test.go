@@ -90,6 +90,9 @@ func eventJSON(e chat.Event, id int) string {
 	if e.Kind != chat.KindMessage {
 		m["type"] = e.Kind.String()
 	}
+	if len(e.Mentions) > 0 {
+		m["mentions"] = e.Mentions
+	}
 	b, _ := json.Marshal(m)
 	return string(b)
 }

@@ -342,6 +342,7 @@ func TestGroupThrottleAndMismatch(t *testing.T) {
   - {name: paste_user, scope: user, algorithm: similar, limit: 2, window: 30s, similarity: 0.7, min_chars: 5}
   - {name: surge, scope: room, algorithm: spike, window: 10s, baseline: 1m, min_messages: 4, min_users: 3, rooms: ["support-*"]}
   - {name: calm, scope: user_in_room, algorithm: sliding_window, limit: 1, window: 10s, new_members: 1h}
+  - {name: pings, scope: user_in_room, algorithm: sliding_window, limit: 9, window: 1m, cost: {mentions: 1, links: 3}}
 `), 0o644)
 	ms := startGroup(t, url, "g", 3, clock.Now, "--policies", policies)
 	now := clock.ms.Load()
@@ -357,7 +358,7 @@ func TestGroupThrottleAndMismatch(t *testing.T) {
 	standalone, _ := throttle.NewSet(ps)
 	var evs []chat.Event
 	for i := range 11 {
-		evs = append(evs, chat.Event{Room: "lobby", User: "alice", TS: now - int64(i), Text: "same"})
+		evs = append(evs, chat.Event{Room: "lobby", User: "alice", TS: now - int64(i), Text: "same", Mentions: []string{"bob", "carol", "bob"}[:i%4]})
 		evs = append(evs, chat.Event{Room: fmt.Sprint("support-", i%3), User: fmt.Sprint("u", i), TS: now, Text: fmt.Sprint("t", i)})
 	}
 	// A copy-paste wave in one room from many accounts (similar, scope
@@ -388,18 +389,21 @@ func TestGroupThrottleAndMismatch(t *testing.T) {
 
 	checks := []string{`{"room":"lobby","user":"alice","text":"same"}`, `{"room":"lobby","user":"bob"}`,
 		`{"room":"support-1","user":"u1"}`, `{"room":"support-9","user":"zed","text":"t1"}`, `{"room":"elsewhere","user":"alice"}`,
-		`{"room":"lobby","user":"zed","text":"buy cheap GOLD now at example.com - best prices in town"}`, `{"room":"room-9","user":"paster","text":"JOIN my server at discord.gg/xyz now!"}`}
+		`{"room":"lobby","user":"zed","text":"buy cheap GOLD now at example.com - best prices in town"}`, `{"room":"room-9","user":"paster","text":"JOIN my server at discord.gg/xyz now!"}`,
+		`{"room":"lobby","user":"carol","text":"see http://x","mentions":["bob"]}`, `{"room":"lobby","user":"carol","mentions":["a","b","c","d","e","f","g","h","i","j"]}`,
+		`{"room":"lobby","user":"alice","mentions":["bob"]}`}
 	for _, body := range checks {
 		var req struct {
 			Room, User string
 			Text       *string
+			Mentions   []string
 		}
 		json.Unmarshal([]byte(body), &req)
 		text := ""
 		if req.Text != nil {
 			text = *req.Text
 		}
-		wantJSON, _ := json.Marshal(standalone.Check(now, req.Room, req.User, text, req.Text != nil))
+		wantJSON, _ := json.Marshal(standalone.Decide(now, throttle.Query{Room: req.Room, User: req.User, Text: text, HasText: req.Text != nil, Mentions: req.Mentions}))
 		for _, tm := range ms {
 			wait.For(t, 20*time.Second, func() error {
 				var got map[string]any

@@ -39,6 +39,7 @@ const inventoryPolicies = `policies:
   - {name: newcomers, scope: user_in_room, algorithm: sliding_window, limit: 1, window: 30s, new_members: 10m}
   - {name: alike, scope: room, algorithm: similar, limit: 2, window: 1m, rooms: [bazaar]}
   - {name: surge, scope: room, algorithm: spike, window: 1m, baseline: 1h, min_messages: 3, min_users: 2, rooms: [stage]}
+  - {name: pings, scope: user_in_room, algorithm: sliding_window, limit: 5, window: 1m, cost: {mentions: 1, links: 2}, rooms: [pinged]}
 `
 
 var inventory = []piece{
@@ -90,6 +91,18 @@ var inventory = []piece{
 			d.event(`{"id":"bob-1","room":"shop","user":"bob","ts":%q,"text":"hello"}`, 0)
 		},
 		probes: []string{`check {"room":"shop","user":"bob"}`},
+	},
+	{
+		name: "costs, consumed ones among them", kept: "snapshot (throttle), else replay",
+		drive: func(d *driver, phase int) {
+			if phase == 0 { // 4, then a consumed 1, whose event comes after the restart
+				d.event(`{"id":"frank-1","room":"pinged","user":"frank","ts":%q,"text":"see http://a","mentions":["x","y","x"]}`, 3000)
+				d.check(`{"room":"pinged","user":"frank","consume":true,"id":"frank-2","text":"hi","mentions":["z"]}`)
+				return
+			}
+			d.event(`{"id":"frank-2","room":"pinged","user":"frank","ts":%q,"text":"hi","mentions":["z"]}`, 0)
+		},
+		probes: []string{`check {"room":"pinged","user":"frank","mentions":["x"]}`, `check {"room":"pinged","user":"frank","text":"hi"}`},
 	},
 	{
 		name: "penalties and strikes", kept: "snapshot (throttle), else replay",
@@ -388,6 +401,10 @@ func checkInventory(t *testing.T, want map[string]string) {
 	denied(`spikes: check {"room":"stage","user":"fan3"}`, "newcomers") // turned on by the spike
 	if active := want["spikes: /api/v1/throttle/active"]; !strings.Contains(active, `"policy":"surge"`) || !strings.Contains(active, `"baseline_messages":6`) {
 		t.Errorf("the reference: active %s, want the spike in stage over a past of 6", active)
+	}
+	denied(`costs, consumed ones among them: check {"room":"pinged","user":"frank","mentions":["x"]}`, "pings")
+	if w := want[`costs, consumed ones among them: check {"room":"pinged","user":"frank","text":"hi"}`]; !strings.Contains(w, `"allowed":true,"count":5,"limit":5,"mode":"enforce","policy":"pings"`) {
+		t.Errorf("the reference: a free message of frank's: %s, want allowed, pings holding 5", w)
 	}
 	var room struct{ Joins int }
 	json.Unmarshal([]byte(want["memberships: /api/v1/rooms/club?window=1m"]), &room)

@@ -47,6 +47,7 @@ func TestOpenAPI(t *testing.T) {
     algorithm: token_bucket
     limit: 100
     window: 1m
+    cost: {messages: 1, mentions: 2, links: 5}
   - name: repeated
     scope: user
     algorithm: repeat
@@ -131,6 +132,8 @@ func TestOpenAPI(t *testing.T) {
 		{"GET", "/api/v1/users/del%7F", "", 400, ""},
 		{"POST", "/api/v1/throttle/check", `{"room":"lobby","user":"alice","text":"buy now 1"}`, 200, ""},
 		{"POST", "/api/v1/throttle/check", `{"room":"lobby","user":"carol"}`, 200, ""},
+		{"POST", "/api/v1/throttle/check", `{"room":"lobby","user":"erin","text":"see http://x","mentions":["bob","bob"]}`, 200, ""},
+		{"POST", "/api/v1/throttle/check", `{"room":"lobby","user":"erin","mentions":"bob"}`, 400, ""},
 		{"POST", "/api/v1/throttle/check", `not json`, 400, ""},
 		{"POST", "/api/v1/throttle/check", ``, 400, ""},
 		{"POST", "/api/v1/throttle/check", `{"room":"lobby"}`, 400, ""},

@@ -178,6 +178,7 @@ type policyAnswer struct {
 	Factor      float64            `json:"factor,omitempty"`
 	MinMessages int                `json:"min_messages,omitempty"`
 	MinUsers    int                `json:"min_users,omitempty"`
+	Cost        map[string]int     `json:"cost,omitempty"`
 	Similarity  float64            `json:"similarity,omitempty"`
 	MinChars    int                `json:"min_chars,omitempty"`
 }
@@ -213,6 +214,7 @@ func (p *policies) answer() any {
 			pa.Baseline = rolling.FormatDuration(ps.Baseline)
 		}
 		pa.Factor, pa.MinMessages, pa.MinUsers = ps.Factor, ps.MinMessages, ps.MinUsers
+		pa.Cost = ps.Cost.Weights()
 		pa.Similarity, pa.MinChars = ps.Similarity, ps.MinChars
 		a.Policies = append(a.Policies, pa)
 	}
