@@ -23,7 +23,10 @@ import (
 // websocket clients, each watching what a dashboard watches: the
 // overview, the rooms list, a room and the alerts. Meanwhile it times,
 // again and again, a fresh dashboard's first view and a /healthz on a new
-// connection, each from when it was due, so a stall shows in the figures.
+// connection, each from when it was due, so a stall shows in the figures,
+// and how long chatpulse's threads waited, runnable, for a CPU meanwhile
+// (the machine's other work, mostly: when that is high, so are the
+// figures).
 // The crowd is a child process (crowd-hold): its thousands of readers,
 // woken together by each push, would otherwise delay the probes' own
 // goroutines (and the NATS server's, which runs in chatbench), and the
@@ -58,8 +61,8 @@ func crowdCmd(args []string) error {
 	}
 	fmt.Printf("%d websocket clients held %s (overview, rooms list, a room of 100, alerts), %.0f chat events/s on JetStream, %d probes of each kind a second for %v; all on the same cores as chatpulse\n\n",
 		*clients, where, *events, *probes, *d)
-	fmt.Println("| build | round | load | first view p50 | p99 | max | /healthz p50 | p99 | max | heap+stacks, held | after | RSS after | CPU | frames/client/s |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| build | round | load | first view p50 | p90 | p99 | max | /healthz p50 | p90 | p99 | max | heap+stacks, held | after | RSS after | CPU | waiting for a CPU | frames/client/s |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	run := 0
 	for round := range max(*rounds, 1) {
 		for _, i := range rotated(len(builds), round) {
@@ -68,15 +71,16 @@ func crowdCmd(args []string) error {
 			if err != nil {
 				return fmt.Errorf("%s: %w", builds[i], err)
 			}
-			fv := percentiles(r.first, 0.5, 0.99, 1)
-			hz := percentiles(r.healthz, 0.5, 0.99, 1)
+			fv := percentiles(r.first, 0.5, 0.9, 0.99, 1)
+			hz := percentiles(r.healthz, 0.5, 0.9, 0.99, 1)
 			mem := func(m map[string]float64) float64 {
 				return (m["go_memstats_heap_inuse_bytes"] + m["go_memstats_stack_inuse_bytes"]) / (1 << 20)
 			}
-			fmt.Printf("| %s | %d | %s → %s | %s | %s | %s | %s | %s | %s | %.0f MiB | %.0f MiB | %.0f MiB | %.0f%% | %.2f |\n",
-				filepath.Base(builds[i]), round+1, r.load[0], r.load[1], ms(fv[0]), ms(fv[1]), ms(fv[2]), ms(hz[0]), ms(hz[1]), ms(hz[2]),
+			fmt.Printf("| %s | %d | %s → %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f MiB | %.0f MiB | %.0f MiB | %.0f%% | %.0f%% | %.2f |\n",
+				filepath.Base(builds[i]), round+1, r.load[0], r.load[1], ms(fv[0]), ms(fv[1]), ms(fv[2]), ms(fv[3]), ms(hz[0]), ms(hz[1]), ms(hz[2]), ms(hz[3]),
 				mem(r.held), mem(r.after), r.after["process_resident_memory_bytes"]/(1<<20),
 				100*(r.after["process_cpu_seconds_total"]-r.held["process_cpu_seconds_total"])/d.Seconds(),
+				100*r.waited.Seconds()/d.Seconds(),
 				float64(r.frames)/float64(*clients)/d.Seconds())
 			if r.errs > 0 {
 				fmt.Printf("(%d probes failed)\n", r.errs)
@@ -91,7 +95,8 @@ func crowdCmd(args []string) error {
 type crowdResult struct {
 	first, healthz []time.Duration
 	errs           int
-	load           [2]string // the machine's 1-minute load average as the probes start and end
+	load           [2]string     // the machine's 1-minute load average as the probes start and end
+	waited         time.Duration // chatpulse's threads, runnable, waited for a CPU while probed
 	held, after    map[string]float64
 	frames         int64 // the crowd received while probed
 }
@@ -152,6 +157,10 @@ func measureCrowd(bin, dir, url string, run, n int, events float64, d time.Durat
 		ferrs int
 	)
 	res.load[0] = strings.Fields(loadavg())[0]
+	before, err := readSchedstat(cp.cmd.Process.Pid)
+	if err != nil {
+		return res, err
+	}
 	wg.Go(func() {
 		res.first, ferrs = steady(probes, d, 8, func(int) error {
 			_, err := firstView(ws)
@@ -172,6 +181,11 @@ func measureCrowd(bin, dir, url string, run, n int, events float64, d time.Durat
 	})
 	wg.Wait()
 	res.load[1] = strings.Fields(loadavg())[0]
+	after, err := readSchedstat(cp.cmd.Process.Pid)
+	if err != nil {
+		return res, err
+	}
+	res.waited = after.wait - before.wait
 	res.errs += ferrs
 	if res.after, err = scrape(cp.url + "/metrics"); err != nil {
 		return res, err
