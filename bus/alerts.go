@@ -165,6 +165,10 @@ func appendAlert(b []byte, a throttle.Alert) []byte {
 		b = append(b, `,"event":`...)
 		b = appendString(b, a.Event)
 	}
+	if a.Cost != 0 {
+		b = append(b, `,"cost":`...)
+		b = strconv.AppendInt(b, a.Cost, 10)
+	}
 	if a.Spike != nil { // rare: a spike's crossing
 		why, _ := json.Marshal(a.Spike) // numbers only: never fails
 		b = append(b, `,"spike":`...)

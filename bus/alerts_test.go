@@ -25,6 +25,7 @@ func TestAlertEncoding(t *testing.T) {
 		{Policy: "p", Room: "r", User: "u", Count: 2, Limit: 1, At: 1764000000123, Until: &until, Event: "$ev<1>:example.org"},
 		{Policy: "surge", Room: "lobby", Count: 50, Limit: 50, At: 1764000000123, Event: "m-1", Spike: &throttle.Spike{Users: 3, BaselineMessages: 590, Expected: 10, Ratio: 5}},
 		{Policy: "surge", Room: "lobby", Count: 20, Limit: 20, At: 1764000000123, Spike: &throttle.Spike{Users: 7}},
+		{Policy: "mentions", Room: "lobby", User: "spammer", Count: 14, Limit: 10, At: 1764000000123, Event: "m-2", Cost: 12},
 		{},
 	} {
 		checkAlertEncoding(t, a)
@@ -38,7 +39,7 @@ func FuzzAlertEncoding(f *testing.F) {
 		a := throttle.Alert{Policy: policy, Room: room, User: user, Count: count, Limit: limit, At: chat.Time(at)}
 		checkAlertEncoding(t, a)
 		until := chat.Time(at + count)
-		a.Until, a.Event = &until, room+user
+		a.Until, a.Event, a.Cost = &until, room+user, limit
 		checkAlertEncoding(t, a)
 		a.Spike = &throttle.Spike{Users: count, BaselineMessages: limit, Expected: float64(at) / 1000, Ratio: float64(count) / 3}
 		checkAlertEncoding(t, a)

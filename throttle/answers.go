@@ -68,6 +68,10 @@ type Alert struct {
 	// Event is the id of the event that crossed (docs/contract.md section
 	// 14), if it had one; a consuming check's, its id.
 	Event string `json:"event,omitempty"`
+	// Cost is what the message that crossed cost, under a policy that
+	// weighs what messages carry (docs/contract.md section 15); 0 under
+	// the others, where every message costs one.
+	Cost int64 `json:"cost,omitempty"`
 	// Spike is why a spike policy's room crossed; nil for the others.
 	Spike *Spike `json:"spike,omitempty"`
 }

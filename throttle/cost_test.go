@@ -269,8 +269,8 @@ func TestCheckCosts(t *testing.T) {
 		t.Fatalf("without text nor mentions, the messages weight, 0: %+v", d)
 	}
 	alerts := s.Observe(chat.Event{TS: at(1000), Room: "r", User: "u", Mentions: []string{"x", "y"}})
-	if len(alerts) != 1 || alerts[0].Count != 5 || alerts[0].Until == nil || int64(*alerts[0].Until) != at(31_000) {
-		t.Fatalf("the crossing: %+v", alerts)
+	if len(alerts) != 1 || alerts[0].Count != 5 || alerts[0].Cost != 2 || alerts[0].Until == nil || int64(*alerts[0].Until) != at(31_000) {
+		t.Fatalf("the crossing: %+v, want count 5 and the crossing message's cost, 2", alerts)
 	}
 	if d := decide(20_000, q("hi")); !d.Allowed || d.Count != 0 {
 		t.Fatalf("a free message during the penalty: %+v", d)

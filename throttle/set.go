@@ -320,7 +320,7 @@ func (st *state) messageOf(m *msg, at int64, room, user, text string, mentions [
 // the end of the penalty it started.
 func (p *policy) alert(at int64, room, user, event string, c crossing) Alert {
 	r, u := keyOf(p.Scope, room, user)
-	a := Alert{Policy: p.Name, Room: strings.Clone(r), User: strings.Clone(u), Count: c.count, Limit: c.limit, At: chat.Time(at), Event: strings.Clone(event), Spike: c.spike}
+	a := Alert{Policy: p.Name, Room: strings.Clone(r), User: strings.Clone(u), Count: c.count, Limit: c.limit, At: chat.Time(at), Event: strings.Clone(event), Cost: c.cost, Spike: c.spike}
 	if c.until != 0 {
 		until := chat.Time(c.until)
 		a.Until = &until

@@ -62,6 +62,7 @@ type crossing struct {
 	// a policy that acts (extraRule.acting); it raises no alert.
 	again bool
 	spike *Spike // a spike's why
+	cost  int64  // the crossing message's cost, under a policy that weighs (0: it does not)
 }
 
 // A msg is one message as the tables see it: its names, its text (for
@@ -348,6 +349,9 @@ func (t *table[S, E, K]) cross(i int32, m *msg) crossing {
 	}
 	v := t.verdictAt(i, m.at, 1)
 	c.count, c.limit, c.denied = v.Count, v.Limit, m.at+v.RetryAfter.Milliseconds()
+	if !t.price.unit {
+		c.cost = t.price.of(m)
+	}
 	if t.hashed && e.klen == 0 { // kept until the key is forgotten
 		if t.names == nil {
 			t.names = make(map[int32]names)

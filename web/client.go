@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -35,8 +36,9 @@ type client struct {
 	limiter *rate.Limiter
 
 	// Owned by the hub.
-	subs    []viewKey // what it watches, at most maxSubscriptions
-	touched bool      // given something in the current push
+	subs    []viewKey    // what it watches, at most maxSubscriptions
+	touched bool         // given something by a push, and not yet woken
+	writer  atomic.Int32 // writerBusy, writerParked or writerWoken (wake.go)
 
 	mu      sync.Mutex
 	pending []pendingView // in the order they came
@@ -153,8 +155,10 @@ func (c *client) writeLoop() {
 	}()
 	var frames [][]byte
 	for {
+		c.parked()
 		select {
 		case <-c.wake:
+			c.running()
 			var closed bool
 			frames, closed = c.take(frames[:0])
 			err := c.write(frames)
@@ -163,6 +167,7 @@ func (c *client) writeLoop() {
 				return
 			}
 		case <-ping.C:
+			c.running()
 			if err := c.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeWait)); err != nil {
 				return
 			}

@@ -45,12 +45,16 @@ const (
 //
 // The feeds, alerts and acts, are coalesced into the push (feed.go): one
 // frame per push and feed to the clients that subscribed to it.
+//
+// A push wakes its clients' writers a batch at a time (wake.go), so that
+// the rest of the process never waits for every client's write.
 type hub struct {
 	hubConfig
 	upgrader websocket.Upgrader
 	alerts   *feed[throttle.Alert]
 	acts     *feed[json.RawMessage]
 	requests chan request
+	ran      chan struct{} // a woken writer runs (wake.go)
 	jobs     chan *renderJob
 	results  chan *renderJob
 	stopped  chan struct{} // closed when run returns
@@ -62,6 +66,7 @@ type hub struct {
 	views     map[viewKey]*watched
 	roomViews int // of views, those of a room
 	renders   renderQueue
+	wakes     wakeQueue
 }
 
 // hubConfig is what a hub needs from the server it serves.
@@ -87,6 +92,7 @@ func newHub(cfg hubConfig) *hub {
 		alerts:    newFeed[throttle.Alert](feedAlerts),
 		acts:      newFeed[json.RawMessage](feedActs),
 		requests:  make(chan request, 1024),
+		ran:       make(chan struct{}, wakeBatch),
 		jobs:      make(chan *renderJob),
 		results:   make(chan *renderJob, renderers),
 		stopped:   make(chan struct{}),
@@ -109,6 +115,7 @@ func (h *hub) run(stop <-chan struct{}) {
 	t := time.NewTicker(h.pushInterval)
 	defer t.Stop()
 	for {
+		h.wakeSome()
 		jobs, next := h.renders.offer(h.jobs)
 		select {
 		case <-stop:
@@ -122,6 +129,8 @@ func (h *hub) run(stop <-chan struct{}) {
 			h.renders.taken()
 		case j := <-h.results:
 			h.apply(j)
+		case <-h.ran:
+			h.wakes.out--
 		case <-t.C:
 			h.push()
 		case a := <-h.alerts.in:

@@ -12,7 +12,7 @@ import "bytes"
 //
 // Clients given versions during a push are woken when its last batch is
 // applied, with the push's feeds, so that each writes everything the push
-// brought it at once.
+// brought it at once; they are woken a batch at a time (wake.go).
 
 // renderFunc computes a view. last is the version pushed last (without a
 // frame if none was); when render can tell without computing that the
@@ -197,7 +197,9 @@ func (h *hub) apply(j *renderJob) {
 	}
 }
 
-// touch notes that c has something new in this push.
+// touch notes that c has something new in this push. A client still
+// queued by an earlier push is not queued again: when woken, it writes
+// the newest of everything.
 func (h *hub) touch(c *client) {
 	if !c.touched {
 		c.touched = true
@@ -206,7 +208,8 @@ func (h *hub) touch(c *client) {
 }
 
 // pushed ends a push: what the feeds took since the last one goes to
-// their watchers, and every client with something new is woken.
+// their watchers, and every client with something new is queued to be
+// woken.
 func (h *hub) pushed() {
 	for _, f := range [...]feedFrame{h.alerts.take(), h.acts.take()} {
 		v := h.views[viewKey{kind: feedViews[f.kind]}]
@@ -219,10 +222,7 @@ func (h *hub) pushed() {
 		}
 	}
 	q := &h.renders
-	for i, c := range q.touched {
-		c.touched = false
-		c.notify()
-		q.touched[i] = nil
-	}
+	h.wakes.wake(q.touched)
+	clear(q.touched)
 	q.touched = q.touched[:0]
 }

@@ -30,7 +30,7 @@ func checkCmd(args []string) error {
 	actions := fs.Int("actions", 0, "then again with this many moderators' actions in force (slow modes and timeouts of other rooms and users), beside the run without")
 	fs.Parse(args)
 
-	nc, stop, err := chatter(*url, "chatbench-check", *events)
+	nc, stop, err := chatter(*url, "chatbench-check", "chat", *events)
 	if err != nil {
 		return err
 	}

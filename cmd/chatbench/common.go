@@ -62,15 +62,16 @@ func percentiles(ds []time.Duration, ps ...float64) []time.Duration {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
 
-// chatter connects to NATS as name and publishes chat traffic at rate until
-// stop is called: what flows while check and fanout measure.
-func chatter(url, name string, rate float64) (nc *nats.Conn, stop func(), err error) {
+// chatter connects to NATS as name and publishes chat traffic at rate, on
+// <prefix>.<room>.<user>, until stop is called: what flows while check,
+// fanout and crowd measure.
+func chatter(url, name, prefix string, rate float64) (nc *nats.Conn, stop func(), err error) {
 	nc, err = nats.Connect(url, nats.Name(name))
 	if err != nil {
 		return nil, nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	go traffic.New(traffic.Config{Rooms: 100, Users: 10_000, Rate: rate, Seed: 7}).Run(ctx, nc.Publish)
+	go traffic.New(traffic.Config{Rooms: 100, Users: 10_000, Rate: rate, Prefix: prefix, Seed: 7}).Run(ctx, nc.Publish)
 	return nc, func() { cancel(); nc.Close() }, nil
 }
 

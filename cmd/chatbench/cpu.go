@@ -281,10 +281,25 @@ func runTime(pid int) (time.Duration, error) {
 
 // runStat is runTime and how many times the process's threads were put on
 // a CPU (schedstat's third field): its wake-ups, roughly.
-func runStat(pid int) (sum time.Duration, slices int64, err error) {
+func runStat(pid int) (time.Duration, int64, error) {
+	s, err := readSchedstat(pid)
+	return s.run, s.slices, err
+}
+
+// schedstat is what /proc/<pid>/task/*/schedstat says of a process's
+// threads together: the time they ran, the time they waited, runnable,
+// for a CPU (the machine's other work), and how many times they were put
+// on one.
+type schedstat struct {
+	run, wait time.Duration
+	slices    int64
+}
+
+func readSchedstat(pid int) (schedstat, error) {
+	var s schedstat
 	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
-		return 0, 0, err
+		return s, err
 	}
 	for _, t := range tasks {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
@@ -293,17 +308,19 @@ func runStat(pid int) (sum time.Duration, slices int64, err error) {
 		}
 		f := strings.Fields(string(b))
 		if len(f) != 3 {
-			return 0, 0, fmt.Errorf("schedstat of %d: %q", pid, b)
+			return s, fmt.Errorf("schedstat of %d: %q", pid, b)
 		}
-		ns, err1 := strconv.ParseInt(f[0], 10, 64)
-		n, err2 := strconv.ParseInt(f[2], 10, 64)
-		if err1 != nil || err2 != nil {
-			return 0, 0, fmt.Errorf("schedstat of %d: %q", pid, b)
+		var n [3]int64
+		for i := range n {
+			if n[i], err = strconv.ParseInt(f[i], 10, 64); err != nil {
+				return s, fmt.Errorf("schedstat of %d: %q", pid, b)
+			}
 		}
-		sum += time.Duration(ns)
-		slices += n
+		s.run += time.Duration(n[0])
+		s.wait += time.Duration(n[1])
+		s.slices += n[2]
 	}
-	return sum, slices, nil
+	return s, nil
 }
 
 // bareProcess is a `chatbench bare-sub` or `bare-feed` child: asked over

@@ -33,7 +33,7 @@ func fanoutCmd(args []string) error {
 	cport := fs.Int("centrifugo-port", 18000, "port for Centrifugo")
 	fs.Parse(args)
 
-	_, stop, err := chatter(*url, "chatbench-fanout", *events)
+	_, stop, err := chatter(*url, "chatbench-fanout", "chat", *events)
 	if err != nil {
 		return err
 	}

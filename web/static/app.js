@@ -544,6 +544,7 @@ function addAlert(a) {
 function countOf(a) {
   const text = `${fmtInt(a.count)}/${fmtInt(a.limit)}`;
   const s = a.spike;
+  if (a.cost) return { text: `${text} +${fmtInt(a.cost)}`, title: `${a.count} of the policy's cost held, limit ${a.limit}; the message that crossed cost ${a.cost}` };
   if (!s) return { text, title: `${a.count} messages, limit ${a.limit}` };
   const past = s.ratio
     ? `${s.ratio} times the ${s.expected} the baseline's rate expects (${s.baseline_messages} messages)`
