@@ -54,7 +54,7 @@ func (t *simStore) gather(k *simKey, f fingerprint, at int64) {
 	t.found, t.users, t.enough = t.found[:0], t.users[:0], false
 	t.ixKeys = f.keys(t.sim, t.ixKeys[:0])
 	for _, x := range t.ixKeys {
-		for _, gi := range k.post[x] {
+		for _, gi := range t.indexed(k, x) {
 			if t.enough {
 				return
 			}

@@ -32,8 +32,8 @@ import (
 // of group, and an entry in the index for each of its keys
 // (one for a text of fewer than 20 pairs; at the default similarity at
 // most 26 single keys and 28 pair keys). Measured with maps' slack
-// (TestSimilarMemoryBounded): about 270 bytes a message of unique 8-word
-// texts, 3.5 KB of unique texts of 128 pairs or more. Never the text.
+// (TestSimilarMemoryBounded): about 210 bytes a message of unique 8-word
+// texts, 1.8 KB of unique texts of 128 pairs or more. Never the text.
 // A group goes with its last message, and a key
 // with its last message (as every store forgets a key at rest); a key
 // whose window held many more groups and index entries than it does now
@@ -61,6 +61,7 @@ type simStore struct {
 	stamp            uint64   // the last comparison's: a group compared with it has seen == stamp
 	found            []member // a comparison's scratch
 	ixKeys           []uint64 // an index update's or lookup's scratch
+	one              [1]int32 // indexed's scratch
 	users            []uint64 // over's scratch: the distinct users gathered
 	need             int      // gather stops once this many are found (0: never)
 	enough           bool     // gather found need
@@ -76,7 +77,8 @@ type simKey struct {
 	head   int
 	groups []simGroup
 	free   []int32            // places in groups with no group
-	post   map[uint64][]int32 // index key (fingerprint.keys) -> groups
+	post   map[uint64]int32   // index key (fingerprint.keys) -> its group, or -1: more
+	more   map[uint64][]int32 // index key -> its groups, where it has two or more
 	peak   int                // the largest size since the last shrink
 	ids    map[uint64]simID
 	extra  *keyExtra // its penalty and strikes (not its ids: see ids)
@@ -271,6 +273,19 @@ func (t *simStore) record(k *simKey, f fingerprint, user uint64, at int64) {
 	k.recs = append(k.recs, simRec{at: at, g: gi})
 }
 
+// indexed returns the groups of k indexed by key x, in t's scratch when
+// one: valid until the next call.
+func (t *simStore) indexed(k *simKey, x uint64) []int32 {
+	switch v, ok := k.post[x]; {
+	case !ok:
+		return nil
+	case v >= 0:
+		t.one[0] = v
+		return t.one[:]
+	}
+	return k.more[x]
+}
+
 // identical returns the group of k whose fingerprint is f, of hash h, or
 // -1 if none.
 func (t *simStore) identical(k *simKey, f fingerprint, h uint64) int32 {
@@ -278,7 +293,7 @@ func (t *simStore) identical(k *simKey, f fingerprint, h uint64) int32 {
 	if len(t.ixKeys) == 0 {
 		return -1
 	}
-	for _, gi := range k.post[t.ixKeys[0]] {
+	for _, gi := range t.indexed(k, t.ixKeys[0]) {
 		g := &k.groups[gi]
 		if g.hash == h && g.fp.cut == f.cut && slices.Equal(g.fp.h, f.h) {
 			return gi
@@ -299,11 +314,21 @@ func (t *simStore) addGroup(k *simKey, f fingerprint, h uint64) int32 {
 	}
 	k.groups[gi] = simGroup{fp: f, hash: h}
 	if k.post == nil {
-		k.post = map[uint64][]int32{}
+		k.post = map[uint64]int32{}
 	}
 	t.ixKeys = f.keys(t.sim, t.ixKeys[:0])
 	for _, x := range t.ixKeys {
-		k.post[x] = append(k.post[x], gi)
+		switch v, ok := k.post[x]; {
+		case !ok:
+			k.post[x] = gi
+		case v >= 0:
+			if k.more == nil {
+				k.more = map[uint64][]int32{}
+			}
+			k.post[x], k.more[x] = -1, []int32{v, gi}
+		default:
+			k.more[x] = append(k.more[x], gi)
+		}
 	}
 	k.peak = max(k.peak, k.size())
 	return gi
@@ -314,13 +339,18 @@ func (t *simStore) dropGroup(k *simKey, gi int32) {
 	g := &k.groups[gi]
 	t.ixKeys = g.fp.keys(t.sim, t.ixKeys[:0])
 	for _, x := range t.ixKeys {
-		list := k.post[x]
+		if k.post[x] >= 0 {
+			delete(k.post, x)
+			continue
+		}
+		list := k.more[x]
 		i := slices.Index(list, gi)
 		list[i] = list[len(list)-1]
-		if list = list[:len(list)-1]; len(list) == 0 {
-			delete(k.post, x)
+		if list = list[:len(list)-1]; len(list) == 1 {
+			k.post[x] = list[0]
+			delete(k.more, x)
 		} else {
-			k.post[x] = list
+			k.more[x] = list
 		}
 	}
 	*g = simGroup{}
@@ -344,7 +374,7 @@ func (t *simStore) shrink(k *simKey) {
 // and maps, indexed by t's similarity. Fingerprints are never changed once
 // made: k shares them with groups.
 func (t *simStore) refill(k *simKey, recs []simRec, groups []simGroup) {
-	k.groups, k.free, k.post, k.peak, k.head = nil, nil, nil, 0, 0
+	k.groups, k.free, k.post, k.more, k.peak, k.head = nil, nil, nil, nil, 0, 0
 	k.recs = make([]simRec, 0, len(recs))
 	place := make(map[int32]int32)
 	for _, r := range recs {
