@@ -21,6 +21,7 @@ import { el, setText } from './dom.js';
 import { reconcile, startConnection, subKey } from './conn.js';
 import { noteView, showPartial, startGroup } from './group.js';
 import { isAction, setModerationRoom } from './moderation.js';
+import { policyNamed, startPolicies } from './policies.js';
 import { startRaids } from './raids.js';
 import { Rows } from './rows.js';
 
@@ -515,6 +516,7 @@ function renderRaids() {
   list.hidden = state.raids.size === 0;
 }
 
+startPolicies();
 startRaids((rooms) => {
   state.raids = rooms;
   invalidate('raids');
@@ -540,9 +542,15 @@ function addAlert(a) {
 }
 
 // countOf is the count of an alert or an active key, count/limit, and
-// its title; a spike's says why: its ratio to the baseline's rate.
+// its title, which says why: a spike's ratio to the baseline's rate, what
+// the message that crossed cost, how many accounts posted alike texts.
 function countOf(a) {
   const text = `${fmtInt(a.count)}/${fmtInt(a.limit)}`;
+  const p = policyNamed(a.policy);
+  if (p && p.algorithm === 'similar') {
+    const who = p.scope === 'user' ? 'earlier messages of this user' : 'accounts';
+    return { text: `${text} alike`, title: `${a.count} ${who} posted texts alike (sharing ${p.similarity || 0.8} of their word pairs) within ${p.window}; limit ${a.limit}` };
+  }
   const s = a.spike;
   if (a.cost) return { text: `${text} +${fmtInt(a.cost)}`, title: `${a.count} of the policy's cost held, limit ${a.limit}; the message that crossed cost ${a.cost}` };
   if (!s) return { text, title: `${a.count} messages, limit ${a.limit}` };

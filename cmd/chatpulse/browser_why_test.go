@@ -34,3 +34,31 @@ func TestBrowserCost(t *testing.T) {
 		t.Errorf("the alert's title %q does not say %q", title, want)
 	}
 }
+
+// The dashboard shows a similar policy's alert as the accounts that
+// posted alike texts, and says so in the title: it reads the policy's
+// algorithm from GET /api/v1/throttle/policies.
+func TestBrowserSimilar(t *testing.T) {
+	chromium := chromiumPath(t)
+	clock := newFrozen()
+	tm := startMainAt(t, clock.Now, "--policies", policiesFile(t, `policies:
+  - {name: copypaste, scope: room, algorithm: similar, limit: 3, window: 1m, similarity: 0.8}
+`))
+	b := openBrowser(t, chromium, tm.url)
+	b.navigate(tm.url + "/")
+	b.wait("the websocket to connect", `document.querySelector('#status').dataset.state === 'connected'`)
+
+	ts := time.UnixMilli(clock.ms.Load()).UTC().Format(time.RFC3339Nano)
+	for i := range 4 { // the fourth account crosses
+		tm.publish(fmt.Sprint("chat.lobby.bot", i), fmt.Sprintf(`{"id":"s-%d","room":"lobby","user":"bot%d","ts":%q,"text":"Buy cheap gold now at example.com, best prices in town!"}`, i, i, ts))
+	}
+	tm.waitReceived(4)
+
+	alert := `#alerts li[data-testid="alert"][data-policy="copypaste"][data-room="lobby"] .count`
+	b.waitText(alert, "4/3 alike")
+	title := evaluate[string](b, fmt.Sprintf(`document.querySelector(%s).title`, jsString(alert)))
+	if want := "4 accounts posted texts alike (sharing 0.8 of their word pairs) within 1m"; !strings.Contains(title, want) {
+		t.Errorf("the alert's title %q does not say %q", title, want)
+	}
+	b.waitText(`#active tr[data-policy="copypaste"][data-room="lobby"] td[data-col="count"]`, "4/3 alike")
+}
