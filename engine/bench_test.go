@@ -26,25 +26,7 @@ import (
 func BenchmarkSnapshotPause(b *testing.B) {
 	for _, users := range []int{100_000, 1_000_000} {
 		b.Run(fmt.Sprintf("users=%d", users), func(b *testing.B) {
-			ws, _ := rolling.ParseWindows("1m,1h,7d:1h")
-			agg, _ := aggregator.New(ws)
-			thr, _ := throttle.NewSet(throttle.DefaultPolicies())
-			now := time.Now().UnixMilli()
-			batch := make([]chat.Event, 0, 1024)
-			flush := func() {
-				agg.Observe(now, batch, nil)
-				thr.ObserveBatch(batch, nil, nil)
-				batch = batch[:0]
-			}
-			for u := range users {
-				for j := range 2 { // two rooms each: two pairs a user
-					batch = append(batch, chat.Event{Room: fmt.Sprintf("room-%03d", (u+j*401)%800), User: fmt.Sprintf("user-%07d", u), TS: now - int64(u%3_000_000), Text: "hello"})
-				}
-				if len(batch) >= 1000 {
-					flush()
-				}
-			}
-			flush()
+			ws, agg, thr, now := pairsHeld(users)
 			var before runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&before)
@@ -115,6 +97,64 @@ func BenchmarkSnapshotPause(b *testing.B) {
 			b.ReportMetric(float64(size)/float64(pairs), "bytes/pair")
 			b.ReportMetric(float64(before.HeapAlloc)/(1<<20), "state-MiB")
 			b.ReportMetric(float64(peak)/float64(before.HeapAlloc), "peak/state")
+		})
+	}
+}
+
+// pairsHeld is the state of users users, each talking in two of 800 rooms
+// (two pairs a user), with windows 1m,1h,7d:1h and the default policies:
+// issue 34's shape.
+func pairsHeld(users int) ([]rolling.Window, *aggregator.Aggregator, *throttle.Set, int64) {
+	ws, _ := rolling.ParseWindows("1m,1h,7d:1h")
+	agg, _ := aggregator.New(ws)
+	thr, _ := throttle.NewSet(throttle.DefaultPolicies())
+	now := time.Now().UnixMilli()
+	batch := make([]chat.Event, 0, 1024)
+	flush := func() {
+		agg.Observe(now, batch, nil)
+		thr.ObserveBatch(batch, nil, nil)
+		batch = batch[:0]
+	}
+	for u := range users {
+		for j := range 2 {
+			batch = append(batch, chat.Event{Room: fmt.Sprintf("room-%03d", (u+j*401)%800), User: fmt.Sprintf("user-%07d", u), TS: now - int64(u%3_000_000), Text: "hello"})
+		}
+		if len(batch) >= 1000 {
+			flush()
+		}
+	}
+	flush()
+	return ws, agg, thr, now
+}
+
+// held keeps the last BenchmarkHeapPerPair's state alive until the
+// benchmark binary exits, so that -memprofile, written then, shows where
+// its bytes are.
+var held []any
+
+// BenchmarkHeapPerPair is the live heap per tracked (room, user) pair, at
+// 200,000 and 2,000,000 pairs of pairsHeld's shape, everything included:
+// the aggregator (windows, rankings, users' and rooms' shares) and the
+// throttle keys of the default policies. Where the bytes are:
+//
+//	go test -run '^$' -bench HeapPerPair/pairs=2000000 -benchtime 1x -memprofile mem.out ./engine/
+//	go tool pprof -sample_index=inuse_space -top mem.out
+func BenchmarkHeapPerPair(b *testing.B) {
+	for _, users := range []int{100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("pairs=%d", 2*users), func(b *testing.B) {
+			for range b.N {
+				held = nil
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				_, agg, thr, _ := pairsHeld(users)
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				pairs := agg.Stats().Pairs
+				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(pairs), "heap-B/pair")
+				b.ReportMetric(float64(pairs), "pairs")
+				held = []any{agg, thr}
+			}
 		})
 	}
 }
