@@ -355,3 +355,51 @@ func benchWarm(ws []rolling.Window) int {
 	}
 	return int(ws[len(ws)-1].Size.Milliseconds()) + 1000
 }
+
+// BenchmarkLoadState is issue 34's restart at the aggregator alone: a
+// million users, each talking in two of 800 rooms (two million pairs),
+// windows 1m,1h,7d:1h, as the engine's BenchmarkSnapshotPause holds them.
+// encode-ms is AppendState, load-ms LoadState into a fresh aggregator
+// with the saved one gone, as at a restart, each once a round.
+//
+//	go test -run '^$' -bench LoadState -benchtime 3x ./aggregator/
+func BenchmarkLoadState(b *testing.B) {
+	const users = 1_000_000
+	ws, _ := rolling.ParseWindows("1m,1h,7d:1h")
+	a, _ := aggregator.New(ws)
+	now := int64(benchStart)
+	batch := make([]chat.Event, 0, 1024)
+	for u := range users {
+		for j := range 2 {
+			batch = append(batch, chat.Event{Room: fmt.Sprintf("room-%03d", (u+j*401)%800), User: fmt.Sprintf("user-%07d", u), TS: now - int64(u%3_000_000)})
+		}
+		if len(batch) >= 1000 {
+			a.Observe(now, batch, nil)
+			batch = batch[:0]
+		}
+	}
+	a.Observe(now, batch, nil)
+	pairs := a.Stats().Pairs
+	var saved []byte
+	var encode, load time.Duration
+	b.ReportAllocs()
+	for b.Loop() {
+		runtime.GC()
+		start := time.Now()
+		saved = a.AppendState(saved[:0])
+		encode += time.Since(start)
+		// A restart loads into an empty heap: the next round encodes
+		// what this one loaded, which is the same state.
+		a, _ = aggregator.New(ws)
+		runtime.GC()
+		start = time.Now()
+		if err := a.LoadState(saved); err != nil {
+			b.Fatal(err)
+		}
+		load += time.Since(start)
+	}
+	b.ReportMetric(float64(encode.Milliseconds())/float64(b.N), "encode-ms")
+	b.ReportMetric(float64(load.Milliseconds())/float64(b.N), "load-ms")
+	b.ReportMetric(float64(len(saved))/float64(pairs), "bytes/pair")
+	b.ReportMetric(float64(pairs), "pairs")
+}
