@@ -81,10 +81,7 @@ func BenchmarkSnapshotPause(b *testing.B) {
 				start = time.Now()
 				agg2, _ := aggregator.New(ws)
 				thr2, _ := throttle.NewSet(throttle.DefaultPolicies())
-				if err := agg2.LoadState(a); err != nil {
-					b.Fatal(err)
-				}
-				if err := thr2.LoadState(t); err != nil {
+				if err := (&Stage{Agg: agg2, Thr: thr2}).load(a, t); err != nil {
 					b.Fatal(err)
 				}
 				load += time.Since(start)

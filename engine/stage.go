@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"runtime/debug"
+	"sync"
 	"sync/atomic"
 
 	"github.com/chatpulse/chatpulse/aggregator"
@@ -96,22 +98,57 @@ func (s *Stage) Handled(seq uint64, caughtUp bool) {
 // Quiet is false: a stage reports what it rejects.
 func (s *Stage) Quiet() bool { return false }
 
-// load loads a snapshot's stage into s, a fresh stage.
+// load loads a snapshot's stage into s, a fresh stage: the aggregator
+// and the throttle set at once, as they share nothing, with collections
+// held meanwhile (holdGC).
 func (s *Stage) load(agg, thr []byte) error {
 	if (s.Agg != nil) != (len(agg) > 0) || (s.Thr != nil) != (len(thr) > 0) {
 		return errNotThisStage
 	}
-	if s.Agg != nil {
-		if err := s.Agg.LoadState(agg); err != nil {
-			return err
-		}
-	}
+	defer holdGC()()
+	var aggErr, thrErr error
+	var wg sync.WaitGroup
 	if s.Thr != nil {
-		if err := s.Thr.LoadState(thr); err != nil {
-			return err
-		}
+		wg.Go(func() { thrErr = s.Thr.LoadState(thr) })
 	}
-	return nil
+	if s.Agg != nil {
+		aggErr = s.Agg.LoadState(agg)
+	}
+	wg.Wait()
+	if aggErr != nil {
+		return aggErr
+	}
+	return thrErr
+}
+
+// Loading a state builds a heap of which nearly every byte stays: a
+// collection meanwhile marks what it must keep and frees next to nothing.
+// From an empty heap the pacer runs one at each doubling, marking about
+// twice the state in all; beside a live heap (a group member taking over
+// a partition), one that marks both. So collections wait while any stage
+// loads, and run once after (GOMEMLIMIT, if set, still holds: the runtime
+// collects at the limit whatever the percent). The count keeps
+// overlapping loads from restoring each other's percent.
+var gcHold struct {
+	sync.Mutex
+	loads   int
+	percent int // the setting before the first load
+}
+
+// holdGC stops collections until the function it returns is called.
+func holdGC() (release func()) {
+	gcHold.Lock()
+	if gcHold.loads++; gcHold.loads == 1 {
+		gcHold.percent = debug.SetGCPercent(-1)
+	}
+	gcHold.Unlock()
+	return func() {
+		gcHold.Lock()
+		if gcHold.loads--; gcHold.loads == 0 {
+			debug.SetGCPercent(gcHold.percent)
+		}
+		gcHold.Unlock()
+	}
 }
 
 // reset empties a stage that may have been loaded in part.
