@@ -95,6 +95,14 @@ func (a *Aggregator) newRoom(name string) *room {
 }
 
 func (a *Aggregator) newUser(name string) *user {
+	u := a.makeUser(name)
+	a.users[u.name] = u
+	a.peak.users = max(a.peak.users, len(a.users))
+	return u
+}
+
+// makeUser makes a user, not yet in a.users.
+func (a *Aggregator) makeUser(name string) *user {
 	u, w := withWindows[user, userWin](len(a.ws))
 	u.setName(name)
 	u.w, u.written = w, a.epoch
@@ -102,8 +110,6 @@ func (a *Aggregator) newUser(name string) *user {
 		uw := &u.w[i]
 		uw.item = topk.Item{Name: u.name, Count: &uw.count}
 	}
-	a.users[u.name] = u
-	a.peak.users = max(a.peak.users, len(a.users))
 	return u
 }
 
