@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -147,10 +146,6 @@ func (e *Engine) restore(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	// Nothing else runs yet, and what a load allocates is the state, kept:
-	// a collection meanwhile would only walk it again (a third of the time
-	// of a load of a million users).
-	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	return e.keeper.Restore(ctx, e.job(), first)[stageName], nil
 }
 
