@@ -57,10 +57,32 @@ func (b *Bus) bucket(ctx context.Context, cfg jetstream.KeyValueConfig) (*Bucket
 		return nil, fmt.Errorf("key-value bucket %s: needs JetStream", cfg.Bucket)
 	}
 	kv, err := b.js.CreateOrUpdateKeyValue(ctx, cfg)
+	if err == nil && cfg.Replicas > 1 {
+		err = awaitLeader(ctx, kv)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("key-value bucket %s: %w", cfg.Bucket, err)
 	}
 	return &Bucket{name: cfg.Bucket, kv: kv}, nil
+}
+
+// awaitLeader waits until a replicated bucket's stream has a leader. A
+// bucket made a moment ago on a cluster may have none yet, and a write
+// to it is then answered "no response from stream".
+func awaitLeader(ctx context.Context, kv jetstream.KeyValue) error {
+	for {
+		st, err := kv.Status(ctx)
+		if err == nil {
+			if s, ok := st.(*jetstream.KeyValueBucketStatus); !ok || s.StreamInfo().Cluster == nil || s.StreamInfo().Cluster.Leader != "" {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("its stream has no leader yet: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // Get reads the newest value of key; a key that does not exist or was
