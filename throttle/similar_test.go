@@ -67,14 +67,16 @@ func (t *simStore) verifyKey(k *simKey) error {
 			}
 		}
 	}
-	for x, v := range k.post {
-		if v >= 0 {
-			posts--
-		} else if posts -= len(k.more[x]); len(k.more[x]) < 2 {
-			return fmt.Errorf("key %#x: %d groups in more", x, len(k.more[x]))
+	var bad error
+	k.post.each(func(x uint64, groups []int32) {
+		if posts -= len(groups); len(groups) == 0 || len(k.post.more[x]) == 1 {
+			bad = fmt.Errorf("key %#x: %d groups, %d in more", x, len(groups), len(k.post.more[x]))
 		}
+	})
+	if bad != nil {
+		return bad
 	}
-	if posts != 0 || len(k.more) > len(k.post) {
+	if posts != 0 || len(k.post.more) > k.post.keys() {
 		return fmt.Errorf("%d postings too few, or more keys in more than in post", -posts)
 	}
 	return nil

@@ -23,21 +23,22 @@ import (
 //   - groups, one per distinct fingerprint, each with its messages (the
 //     user's hash and the instant, in the order they came): a copy-paste
 //     wave of a thousand copies is one group, compared once per check.
-//   - post, the index: each of a group's keys (fingerprint.keys) to the
-//     groups indexed by it. Identical fingerprints have the same keys, so
-//     a fingerprint's group, if any, is among those of its first key.
+//   - post, the index (simindex.go): each of a group's keys
+//     (fingerprint.keys) to the groups indexed by it. Identical
+//     fingerprints have the same keys, so a fingerprint's group, if any,
+//     is among those of its first key.
 //
 // Memory per message: 16 bytes in recs, 16 in its group; per distinct
 // fingerprint, 4 bytes a pair hash (at most simK: 512 bytes), 72 bytes
 // of group, and an entry in the index for each of its keys
 // (one for a text of fewer than 20 pairs; at the default similarity at
-// most 26 single keys and 28 pair keys). Measured with maps' slack
+// most 26 single keys and 28 pair keys). Measured with the index's slack
 // (TestSimilarMemoryBounded): about 210 bytes a message of unique 8-word
-// texts, 1.8 KB of unique texts of 128 pairs or more. Never the text.
+// texts, 1.7 KB of unique texts of 128 pairs or more. Never the text.
 // A group goes with its last message, and a key
 // with its last message (as every store forgets a key at rest); a key
 // whose window held many more groups and index entries than it does now
-// copies what it keeps into right-sized slabs and maps (shrink), so a
+// copies what it keeps into right-sized slabs and index (shrink), so a
 // flood of unique texts is given back once it has left the window.
 //
 // Keys are in a list from the most to the least recently observed; a new
@@ -76,10 +77,9 @@ type simKey struct {
 	recs   []simRec    // recs[head:] are the messages, in the order they came
 	head   int
 	groups []simGroup
-	free   []int32            // places in groups with no group
-	post   map[uint64]int32   // index key (fingerprint.keys) -> its group, or -1: more
-	more   map[uint64][]int32 // index key -> its groups, where it has two or more
-	peak   int                // the largest size since the last shrink
+	free   []int32  // places in groups with no group
+	post   postings // index key (fingerprint.keys) -> its groups
+	peak   int      // the largest size since the last shrink
 	ids    map[uint64]simID
 	extra  *keyExtra // its penalty and strikes (not its ids: see ids)
 	prev   *simKey
@@ -258,7 +258,7 @@ func (t *simStore) expire(k *simKey, now int64) {
 // its index (a long text's group has up to 54 of them at the default
 // similarity, a short one's 1).
 func (k *simKey) size() int {
-	return len(k.groups) - len(k.free) + len(k.post)
+	return len(k.groups) - len(k.free) + k.post.keys()
 }
 
 // record adds a message of fingerprint f by user at `at` to k's window.
@@ -276,14 +276,7 @@ func (t *simStore) record(k *simKey, f fingerprint, user uint64, at int64) {
 // indexed returns the groups of k indexed by key x, in t's scratch when
 // one: valid until the next call.
 func (t *simStore) indexed(k *simKey, x uint64) []int32 {
-	switch v, ok := k.post[x]; {
-	case !ok:
-		return nil
-	case v >= 0:
-		t.one[0] = v
-		return t.one[:]
-	}
-	return k.more[x]
+	return k.post.lookup(x, &t.one)
 }
 
 // identical returns the group of k whose fingerprint is f, of hash h, or
@@ -313,22 +306,9 @@ func (t *simStore) addGroup(k *simKey, f fingerprint, h uint64) int32 {
 		k.groups = append(k.groups, simGroup{})
 	}
 	k.groups[gi] = simGroup{fp: f, hash: h}
-	if k.post == nil {
-		k.post = map[uint64]int32{}
-	}
 	t.ixKeys = f.keys(t.sim, t.ixKeys[:0])
 	for _, x := range t.ixKeys {
-		switch v, ok := k.post[x]; {
-		case !ok:
-			k.post[x] = gi
-		case v >= 0:
-			if k.more == nil {
-				k.more = map[uint64][]int32{}
-			}
-			k.post[x], k.more[x] = -1, []int32{v, gi}
-		default:
-			k.more[x] = append(k.more[x], gi)
-		}
+		k.post.add(x, gi)
 	}
 	k.peak = max(k.peak, k.size())
 	return gi
@@ -339,26 +319,14 @@ func (t *simStore) dropGroup(k *simKey, gi int32) {
 	g := &k.groups[gi]
 	t.ixKeys = g.fp.keys(t.sim, t.ixKeys[:0])
 	for _, x := range t.ixKeys {
-		if k.post[x] >= 0 {
-			delete(k.post, x)
-			continue
-		}
-		list := k.more[x]
-		i := slices.Index(list, gi)
-		list[i] = list[len(list)-1]
-		if list = list[:len(list)-1]; len(list) == 1 {
-			k.post[x] = list[0]
-			delete(k.more, x)
-		} else {
-			k.more[x] = list
-		}
+		k.post.remove(x, gi)
 	}
 	*g = simGroup{}
 	k.free = append(k.free, gi)
 }
 
-// shrink copies k's window into right-sized slabs and maps: Go's maps
-// never shrink, so a key that once held a flood would keep its size.
+// shrink copies k's window into right-sized slabs, index and maps: none of
+// them ever shrinks, so a key that once held a flood would keep its size.
 func (t *simStore) shrink(k *simKey) {
 	t.refill(k, k.recs[k.head:], k.groups)
 	if len(k.ids) > 0 {
@@ -374,7 +342,7 @@ func (t *simStore) shrink(k *simKey) {
 // and maps, indexed by t's similarity. Fingerprints are never changed once
 // made: k shares them with groups.
 func (t *simStore) refill(k *simKey, recs []simRec, groups []simGroup) {
-	k.groups, k.free, k.post, k.more, k.peak, k.head = nil, nil, nil, nil, 0, 0
+	k.groups, k.free, k.post, k.peak, k.head = nil, nil, postings{}, 0, 0
 	k.recs = make([]simRec, 0, len(recs))
 	place := make(map[int32]int32)
 	for _, r := range recs {
