@@ -36,11 +36,12 @@ type fingerprint struct {
 	cut bool
 }
 
-// A sketch is a fingerprint being made, on the stack: v[:n], ascending.
+// A sketch is a fingerprint being made, on the stack: a collector whose
+// values, once finished, are the fingerprint's hashes (v[:n], ascending).
+// The hashes are collected where they are kept: nothing is copied, and
+// one buffer is cleared per message, not two.
 type sketch struct {
-	v   [simK]uint32
-	n   int
-	cut bool
+	collector
 }
 
 func (s *sketch) fingerprint() fingerprint {
@@ -53,7 +54,8 @@ const wordBuf = 64
 
 // pairsOf sets s to the fingerprint of text, with the hash key h.
 func (h *hashKey) pairsOf(text string, s *sketch) {
-	var c collector
+	c := &s.collector
+	c.n, c.cut, c.bound = 0, false, 0
 	var buf [wordBuf + utf8.UTFMax]byte
 	seed := h.text ^ 0x7061697273  // "pairs": apart from textHash's
 	n, w := 0, seed                // the word so far: buf[:n], from seed w
@@ -89,7 +91,7 @@ func (h *hashKey) pairsOf(text string, s *sketch) {
 		}
 	}
 	end()
-	c.finish(s)
+	c.finish()
 }
 
 // asciiWord is the lower-case of an ASCII letter or digit, 0 for any other
@@ -137,13 +139,13 @@ func (c *collector) keep() {
 	}
 }
 
-func (c *collector) finish(s *sketch) {
+// finish leaves in v[:n] the simK smallest distinct values, ascending.
+func (c *collector) finish() {
 	slices.Sort(c.v[:c.n])
 	c.n = len(slices.Compact(c.v[:c.n]))
 	if c.n > simK {
 		c.n, c.cut = simK, true
 	}
-	s.n, s.cut = copy(s.v[:], c.v[:c.n]), c.cut
 }
 
 // simScale is the unit of similarity as a Set compares it: millionths, so
