@@ -188,9 +188,41 @@ func alike(a, b fingerprint, sim int64) bool {
 		if small*simScale < sim*big {
 			return false
 		}
+		return alikeExact(a.h, b.h, sim)
 	}
 	both, union := share(a, b)
 	return union > 0 && int64(both)*simScale >= sim*int64(union)
+}
+
+// alikeExact is alike for two exact fingerprints, whose union is every
+// pair either has: len(a) + len(b) - both. They are alike when both·S >=
+// sim·(len(a) + len(b) - both), S = simScale, that is when both reaches
+// need = ⌈sim·(len(a) + len(b)) / (S + sim)⌉. The merge stops as soon as
+// the answer is known: both has reached need, or cannot with the hashes
+// left. Most candidates a room's index gives are decided early.
+func alikeExact(a, b []uint32, sim int64) bool {
+	if len(a)+len(b) == 0 {
+		return false
+	}
+	per := simScale + sim
+	need := int((sim*int64(len(a)+len(b)) + per - 1) / per)
+	both, i, j := 0, 0, 0
+	for both < need {
+		if both+min(len(a)-i, len(b)-j) < need {
+			return false
+		}
+		switch x, y := a[i], b[j]; {
+		case x < y:
+			i++
+		case y < x:
+			j++
+		default:
+			both++
+			i++
+			j++
+		}
+	}
+	return true
 }
 
 // surely is the share (millionths) at and above which two texts must

@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -302,4 +303,35 @@ func FuzzWordPairs(f *testing.F) {
 			t.Fatalf("share %d of %d, want %d of %d", gb, gu, both, union)
 		}
 	})
+}
+
+// TestAlikeExactStopsEarly: alike of two exact fingerprints, which stops
+// its merge once the answer is known, says what the whole share says, on
+// random sets of every size up to simK drawn from a small range (so that
+// they share many hashes) and at similarities that make the share land
+// on the boundary.
+func TestAlikeExactStopsEarly(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	set := func(n, from int) fingerprint {
+		seen := map[uint32]bool{}
+		for len(seen) < n {
+			seen[uint32(r.IntN(from))] = true
+		}
+		h := slices.Sorted(maps.Keys(seen))
+		return fingerprint{h: h}
+	}
+	for range 20000 {
+		na, nb := 1+r.IntN(simK), 1+r.IntN(simK)
+		from := max(na, nb) + r.IntN(2*simK)
+		a, b := set(na, from), set(nb, from)
+		both, union := share(a, b)
+		sims := []int64{1, simScale, int64(r.IntN(simScale)) + 1, int64(both) * simScale / int64(union), int64(both)*simScale/int64(union) + 1}
+		for _, sim := range sims {
+			sim = min(max(sim, 1), simScale)
+			want := int64(both)*simScale >= sim*int64(union)
+			if got := alike(a, b, sim); got != want {
+				t.Fatalf("%d and %d hashes, %d of %d shared, similarity %d: alike %v, want %v", na, nb, both, union, sim, got, want)
+			}
+		}
+	}
 }
