@@ -230,7 +230,11 @@ func (t *simStore) expire(k *simKey, now int64) {
 	edge := now - t.w
 	for k.head < len(k.recs) && k.recs[k.head].at <= edge {
 		g := &k.groups[k.recs[k.head].g]
-		g.members = g.members[1:]
+		if len(g.members) == 1 {
+			g.members = g.members[:0] // dropGroup may keep its room
+		} else {
+			g.members = g.members[1:]
+		}
 		if len(g.members) == 0 {
 			t.dropGroup(k, k.recs[k.head].g)
 		}
@@ -305,7 +309,7 @@ func (t *simStore) addGroup(k *simKey, f fingerprint, h uint64) int32 {
 		gi = int32(len(k.groups))
 		k.groups = append(k.groups, simGroup{})
 	}
-	k.groups[gi] = simGroup{fp: f, hash: h}
+	k.groups[gi] = simGroup{fp: f, hash: h, members: k.groups[gi].members[:0]}
 	t.ixKeys = f.keys(t.sim, t.ixKeys[:0])
 	for _, x := range t.ixKeys {
 		k.post.add(x, gi)
@@ -321,7 +325,13 @@ func (t *simStore) dropGroup(k *simKey, gi int32) {
 	for _, x := range t.ixKeys {
 		k.post.remove(x, gi)
 	}
-	*g = simGroup{}
+	// A place's next group reuses the room of its members, if small: most
+	// groups are one message's, so most messages allocate no members.
+	room := g.members[:0]
+	if cap(room) > 4 {
+		room = nil
+	}
+	*g = simGroup{members: room}
 	k.free = append(k.free, gi)
 }
 
