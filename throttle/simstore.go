@@ -270,7 +270,7 @@ func (t *simStore) record(k *simKey, f fingerprint, user uint64, at int64) {
 	h := t.fpHash(f)
 	gi := t.identical(k, f, h)
 	if gi < 0 {
-		gi = t.addGroup(k, fingerprint{h: slices.Clone(f.h), cut: f.cut}, h)
+		gi = t.addGroup(k, f, h)
 	}
 	g := &k.groups[gi]
 	g.members = append(g.members, member{at: at, user: user})
@@ -299,8 +299,11 @@ func (t *simStore) identical(k *simKey, f fingerprint, h uint64) int32 {
 	return -1
 }
 
-// addGroup adds a group of fingerprint f (kept as it is), of hash h, and
-// indexes it.
+// addGroup adds a group of a copy of fingerprint f, of hash h, and
+// indexes it. A group owns its fingerprint's hashes: a place reuses those
+// of the group it had before when they fit, and are no more than about
+// twice as many (so a short text's group never sits in a long one's
+// room).
 func (t *simStore) addGroup(k *simKey, f fingerprint, h uint64) int32 {
 	var gi int32
 	if n := len(k.free); n > 0 {
@@ -309,7 +312,13 @@ func (t *simStore) addGroup(k *simKey, f fingerprint, h uint64) int32 {
 		gi = int32(len(k.groups))
 		k.groups = append(k.groups, simGroup{})
 	}
-	k.groups[gi] = simGroup{fp: f, hash: h, members: k.groups[gi].members[:0]}
+	g := &k.groups[gi]
+	room := g.fp.h[:0]
+	if c := cap(room); c < len(f.h) || c > 2*len(f.h)+4 {
+		room = nil
+	}
+	*g = simGroup{fp: fingerprint{h: append(room, f.h...), cut: f.cut}, hash: h, members: g.members[:0]}
+	f = g.fp
 	t.ixKeys = f.keys(t.sim, t.ixKeys[:0])
 	for _, x := range t.ixKeys {
 		k.post.add(x, gi)
@@ -325,13 +334,14 @@ func (t *simStore) dropGroup(k *simKey, gi int32) {
 	for _, x := range t.ixKeys {
 		k.post.remove(x, gi)
 	}
-	// A place's next group reuses the room of its members, if small: most
-	// groups are one message's, so most messages allocate no members.
+	// A place's next group reuses the room of its members, if small (most
+	// groups are one message's), and of its hashes (addGroup): most
+	// messages allocate nothing.
 	room := g.members[:0]
 	if cap(room) > 4 {
 		room = nil
 	}
-	*g = simGroup{members: room}
+	*g = simGroup{fp: fingerprint{h: g.fp.h[:0]}, members: room}
 	k.free = append(k.free, gi)
 }
 
@@ -349,8 +359,9 @@ func (t *simStore) shrink(k *simKey) {
 }
 
 // refill makes k's window the messages recs, of groups, in new slabs
-// and maps, indexed by t's similarity. Fingerprints are never changed once
-// made: k shares them with groups.
+// and maps, indexed by t's similarity. It copies everything: a place's
+// hashes and members are reused once its group is gone, so k shares
+// nothing with groups (carry's old store may still be observing).
 func (t *simStore) refill(k *simKey, recs []simRec, groups []simGroup) {
 	k.groups, k.free, k.post, k.peak, k.head = nil, nil, postings{}, 0, 0
 	k.recs = make([]simRec, 0, len(recs))
