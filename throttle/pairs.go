@@ -273,6 +273,13 @@ func (f fingerprint) keys(sim int64, out []uint64) []uint64 {
 	return out
 }
 
+// oneKey reports whether f has a single index key (keys): an exact
+// fingerprint of fewer than 20 hashes, whose one pair key is its two
+// smallest (or, of one hash, its single key).
+func (f fingerprint) oneKey() bool {
+	return !f.cut && len(f.h) < 20
+}
+
 // prefix is how many of the smallest hashes of f, cut or of at least 95%
 // of simK hashes, its single keys are: enough that whenever the share of
 // two reaches t (the lower of sim and `surely`), their prefixes meet

@@ -58,8 +58,8 @@ func (t *simStore) verifyKey(k *simKey) error {
 		if free[int32(gi)] {
 			continue
 		}
-		if g.hash != t.fpHash(g.fp) {
-			return fmt.Errorf("group %d: hash", gi)
+		if keys := g.fp.keys(t.sim, nil); g.key != keys[0] || g.fp.oneKey() != (len(keys) == 1) {
+			return fmt.Errorf("group %d: key %#x, keys %#x", gi, g.key, keys)
 		}
 		for _, x := range g.fp.keys(t.sim, nil) {
 			posts++
@@ -331,6 +331,26 @@ func TestAlikeExactStopsEarly(t *testing.T) {
 			want := int64(both)*simScale >= sim*int64(union)
 			if got := alike(a, b, sim); got != want {
 				t.Fatalf("%d and %d hashes, %d of %d shared, similarity %d: alike %v, want %v", na, nb, both, union, sim, got, want)
+			}
+		}
+	}
+}
+
+// TestOneKey: oneKey says whether keys gives one key, for every size of
+// exact fingerprint and for a cut one (always of simK hashes), at low,
+// default and full similarity.
+func TestOneKey(t *testing.T) {
+	for n := 1; n <= simK; n++ {
+		h := make([]uint32, n)
+		for i := range h {
+			h[i] = uint32(3 * i)
+		}
+		for _, cut := range []bool{false, n == simK} {
+			f := fingerprint{h: h, cut: cut}
+			for _, sim := range []int64{1, 500_000, DefaultSimilarity * simScale, simScale} {
+				if keys := f.keys(sim, nil); f.oneKey() != (len(keys) == 1) {
+					t.Fatalf("%d hashes, cut %v, similarity %d: oneKey %v, %d keys", n, cut, sim, f.oneKey(), len(keys))
+				}
 			}
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"unsafe"
 
 	"github.com/chatpulse/chatpulse/chat"
 )
@@ -93,7 +92,7 @@ type simRec struct {
 
 type simGroup struct {
 	fp      fingerprint
-	hash    uint64
+	key     uint64   // its first index key (fingerprint.keys): most have one
 	members []member // in the order they came
 	seen    uint64
 }
@@ -136,17 +135,6 @@ func (t *simStore) nameOf(m *msg) string {
 		return m.user
 	}
 	return m.room
-}
-
-// fpHash is the hash of a fingerprint, by which identical ones are kept
-// once.
-func (t *simStore) fpHash(f fingerprint) uint64 {
-	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f.h))), 4*len(f.h))
-	h := t.hk.hash(t.hk.name^0x66707269, b)
-	if f.cut {
-		h = ^h
-	}
-	return h
 }
 
 // key returns the key of m, adding it if new (evicting first).
@@ -267,10 +255,9 @@ func (k *simKey) size() int {
 
 // record adds a message of fingerprint f by user at `at` to k's window.
 func (t *simStore) record(k *simKey, f fingerprint, user uint64, at int64) {
-	h := t.fpHash(f)
-	gi := t.identical(k, f, h)
+	gi := t.identical(k, f)
 	if gi < 0 {
-		gi = t.addGroup(k, f, h)
+		gi = t.addGroup(k, f)
 	}
 	g := &k.groups[gi]
 	g.members = append(g.members, member{at: at, user: user})
@@ -283,28 +270,27 @@ func (t *simStore) indexed(k *simKey, x uint64) []int32 {
 	return k.post.lookup(x, &t.one)
 }
 
-// identical returns the group of k whose fingerprint is f, of hash h, or
-// -1 if none.
-func (t *simStore) identical(k *simKey, f fingerprint, h uint64) int32 {
+// identical returns the group of k whose fingerprint is f, or -1 if none.
+// Its candidates are few, and were compared with f a moment before (gather).
+func (t *simStore) identical(k *simKey, f fingerprint) int32 {
 	t.ixKeys = f.keys(t.sim, t.ixKeys[:0])
 	if len(t.ixKeys) == 0 {
 		return -1
 	}
 	for _, gi := range t.indexed(k, t.ixKeys[0]) {
 		g := &k.groups[gi]
-		if g.hash == h && g.fp.cut == f.cut && slices.Equal(g.fp.h, f.h) {
+		if g.fp.cut == f.cut && slices.Equal(g.fp.h, f.h) {
 			return gi
 		}
 	}
 	return -1
 }
 
-// addGroup adds a group of a copy of fingerprint f, of hash h, and
-// indexes it. A group owns its fingerprint's hashes: a place reuses those
+// addGroup adds a group of a copy of fingerprint f and indexes it. A group owns its fingerprint's hashes: a place reuses those
 // of the group it had before when they fit, and are no more than about
 // twice as many (so a short text's group never sits in a long one's
 // room).
-func (t *simStore) addGroup(k *simKey, f fingerprint, h uint64) int32 {
+func (t *simStore) addGroup(k *simKey, f fingerprint) int32 {
 	var gi int32
 	if n := len(k.free); n > 0 {
 		gi, k.free = k.free[n-1], k.free[:n-1]
@@ -317,9 +303,9 @@ func (t *simStore) addGroup(k *simKey, f fingerprint, h uint64) int32 {
 	if c := cap(room); c < len(f.h) || c > 2*len(f.h)+4 {
 		room = nil
 	}
-	*g = simGroup{fp: fingerprint{h: append(room, f.h...), cut: f.cut}, hash: h, members: g.members[:0]}
-	f = g.fp
+	*g = simGroup{fp: fingerprint{h: append(room, f.h...), cut: f.cut}, members: g.members[:0]}
 	t.ixKeys = f.keys(t.sim, t.ixKeys[:0])
+	g.key = t.ixKeys[0]
 	for _, x := range t.ixKeys {
 		k.post.add(x, gi)
 	}
@@ -330,9 +316,13 @@ func (t *simStore) addGroup(k *simKey, f fingerprint, h uint64) int32 {
 // dropGroup forgets group gi, which has no message left.
 func (t *simStore) dropGroup(k *simKey, gi int32) {
 	g := &k.groups[gi]
-	t.ixKeys = g.fp.keys(t.sim, t.ixKeys[:0])
-	for _, x := range t.ixKeys {
-		k.post.remove(x, gi)
+	if g.fp.oneKey() {
+		k.post.remove(g.key, gi) // its hashes need not be read
+	} else {
+		t.ixKeys = g.fp.keys(t.sim, t.ixKeys[:0])
+		for _, x := range t.ixKeys {
+			k.post.remove(x, gi)
+		}
 	}
 	// A place's next group reuses the room of its members, if small (most
 	// groups are one message's), and of its hashes (addGroup): most
@@ -370,7 +360,7 @@ func (t *simStore) refill(k *simKey, recs []simRec, groups []simGroup) {
 		gi, ok := place[r.g]
 		if !ok {
 			g := &groups[r.g]
-			gi = t.addGroup(k, g.fp, g.hash)
+			gi = t.addGroup(k, g.fp)
 			k.groups[gi].members = slices.Clone(g.members)
 			place[r.g] = gi
 		}
