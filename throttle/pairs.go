@@ -141,11 +141,39 @@ func (c *collector) keep() {
 
 // finish leaves in v[:n] the simK smallest distinct values, ascending.
 func (c *collector) finish() {
-	slices.Sort(c.v[:c.n])
+	if c.n <= smallSort {
+		c.rankSort()
+	} else {
+		slices.Sort(c.v[:c.n])
+	}
 	c.n = len(slices.Compact(c.v[:c.n]))
 	if c.n > simK {
 		c.n, c.cut = simK, true
 	}
+}
+
+// smallSort is the most values rankSort sorts: most texts have fewer
+// pairs, and sorting them was a third of making a fingerprint, most of it
+// insertion sort's mispredicted branches.
+const smallSort = 32
+
+// rankSort sorts v[:n], n <= smallSort, without a data-dependent branch:
+// each value goes to its rank, the number of values below it plus the
+// number of equal ones before it (so equal values take distinct places).
+func (c *collector) rankSort() {
+	n := c.n
+	in, out := c.v[:n], c.v[simK:simK+n]
+	for i, x := range in {
+		r := uint64(0)
+		for _, y := range in[:i] { // y <= x, as 64-bit values: y - x - 1 < 0
+			r += (uint64(y) - uint64(x) - 1) >> 63
+		}
+		for _, y := range in[i+1:] { // y < x
+			r += (uint64(y) - uint64(x)) >> 63
+		}
+		out[r] = x
+	}
+	copy(in, out)
 }
 
 // simScale is the unit of similarity as a Set compares it: millionths, so

@@ -355,3 +355,27 @@ func TestOneKey(t *testing.T) {
 		}
 	}
 }
+
+// TestRankSort: rankSort sorts as slices.Sort does, for every count up to
+// smallSort, with many equal values and with the extremes of uint32.
+func TestRankSort(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for n := range smallSort + 1 {
+		for _, span := range []uint64{1, 3, uint64(n) + 1, 1 << 32} {
+			var c collector
+			for i := range n {
+				c.v[i] = uint32(r.Uint64N(span))
+				if span == 1<<32 && i%5 == 0 {
+					c.v[i] = [2]uint32{0, math.MaxUint32}[i%2]
+				}
+			}
+			want := slices.Clone(c.v[:n])
+			slices.Sort(want)
+			c.n = n
+			c.rankSort()
+			if !slices.Equal(c.v[:n], want) {
+				t.Fatalf("%d values below %d: %v, want %v", n, span, c.v[:n], want)
+			}
+		}
+	}
+}
