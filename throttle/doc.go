@@ -61,11 +61,12 @@
 //   - sliding.go, counter.go, fixed.go, tokenbucket.go, gcra.go, repeat.go:
 //     one algorithm each: the doc that teaches it, its standalone type, its
 //     kernel and kernel constructor, and its row.
-//   - pairs.go, similar.go, simstore.go, simdecide.go, simstate.go:
-//     similar, whose keys keep windows of varying size, so it has a store
-//     of its own: a text's word pairs and fingerprint; the algorithm, its
-//     parameters and row; each key's window of fingerprints and its index;
-//     how it decides and records; how it saves, loads and carries them.
+//   - pairs.go, similar.go, simstore.go, simindex.go, simdecide.go,
+//     simstate.go: similar, whose keys keep windows of varying size, so it
+//     has a store of its own: a text's word pairs and fingerprint; the
+//     algorithm, its parameters and row; each key's window of
+//     fingerprints; its index; how it decides and records; how it saves,
+//     loads and carries them.
 //   - policy.go, rules.go: Policy, the table of
 //     algorithms and validation; the policies as a Set decides with them.
 //   - extra.go: what a few keys keep beyond their algorithm's state: the

@@ -36,11 +36,12 @@ type fingerprint struct {
 	cut bool
 }
 
-// A sketch is a fingerprint being made, on the stack: v[:n], ascending.
+// A sketch is a fingerprint being made, on the stack: a collector whose
+// values, once finished, are the fingerprint's hashes (v[:n], ascending).
+// The hashes are collected where they are kept: nothing is copied, and
+// one buffer is cleared per message, not two.
 type sketch struct {
-	v   [simK]uint32
-	n   int
-	cut bool
+	collector
 }
 
 func (s *sketch) fingerprint() fingerprint {
@@ -53,7 +54,8 @@ const wordBuf = 64
 
 // pairsOf sets s to the fingerprint of text, with the hash key h.
 func (h *hashKey) pairsOf(text string, s *sketch) {
-	var c collector
+	c := &s.collector
+	c.n, c.cut, c.bound = 0, false, 0
 	var buf [wordBuf + utf8.UTFMax]byte
 	seed := h.text ^ 0x7061697273  // "pairs": apart from textHash's
 	n, w := 0, seed                // the word so far: buf[:n], from seed w
@@ -89,7 +91,7 @@ func (h *hashKey) pairsOf(text string, s *sketch) {
 		}
 	}
 	end()
-	c.finish(s)
+	c.finish()
 }
 
 // asciiWord is the lower-case of an ASCII letter or digit, 0 for any other
@@ -137,13 +139,41 @@ func (c *collector) keep() {
 	}
 }
 
-func (c *collector) finish(s *sketch) {
-	slices.Sort(c.v[:c.n])
+// finish leaves in v[:n] the simK smallest distinct values, ascending.
+func (c *collector) finish() {
+	if c.n <= smallSort {
+		c.rankSort()
+	} else {
+		slices.Sort(c.v[:c.n])
+	}
 	c.n = len(slices.Compact(c.v[:c.n]))
 	if c.n > simK {
 		c.n, c.cut = simK, true
 	}
-	s.n, s.cut = copy(s.v[:], c.v[:c.n]), c.cut
+}
+
+// smallSort is the most values rankSort sorts: most texts have fewer
+// pairs, and sorting them was a third of making a fingerprint, most of it
+// insertion sort's mispredicted branches.
+const smallSort = 32
+
+// rankSort sorts v[:n], n <= smallSort, without a data-dependent branch:
+// each value goes to its rank, the number of values below it plus the
+// number of equal ones before it (so equal values take distinct places).
+func (c *collector) rankSort() {
+	n := c.n
+	in, out := c.v[:n], c.v[simK:simK+n]
+	for i, x := range in {
+		r := uint64(0)
+		for _, y := range in[:i] { // y <= x, as 64-bit values: y - x - 1 < 0
+			r += (uint64(y) - uint64(x) - 1) >> 63
+		}
+		for _, y := range in[i+1:] { // y < x
+			r += (uint64(y) - uint64(x)) >> 63
+		}
+		out[r] = x
+	}
+	copy(in, out)
 }
 
 // simScale is the unit of similarity as a Set compares it: millionths, so
@@ -186,9 +216,41 @@ func alike(a, b fingerprint, sim int64) bool {
 		if small*simScale < sim*big {
 			return false
 		}
+		return alikeExact(a.h, b.h, sim)
 	}
 	both, union := share(a, b)
 	return union > 0 && int64(both)*simScale >= sim*int64(union)
+}
+
+// alikeExact is alike for two exact fingerprints, whose union is every
+// pair either has: len(a) + len(b) - both. They are alike when both·S >=
+// sim·(len(a) + len(b) - both), S = simScale, that is when both reaches
+// need = ⌈sim·(len(a) + len(b)) / (S + sim)⌉. The merge stops as soon as
+// the answer is known: both has reached need, or cannot with the hashes
+// left. Most candidates a room's index gives are decided early.
+func alikeExact(a, b []uint32, sim int64) bool {
+	if len(a)+len(b) == 0 {
+		return false
+	}
+	per := simScale + sim
+	need := int((sim*int64(len(a)+len(b)) + per - 1) / per)
+	both, i, j := 0, 0, 0
+	for both < need {
+		if both+min(len(a)-i, len(b)-j) < need {
+			return false
+		}
+		switch x, y := a[i], b[j]; {
+		case x < y:
+			i++
+		case y < x:
+			j++
+		default:
+			both++
+			i++
+			j++
+		}
+	}
+	return true
 }
 
 // surely is the share (millionths) at and above which two texts must
@@ -237,6 +299,13 @@ func (f fingerprint) keys(sim int64, out []uint64) []uint64 {
 		}
 	}
 	return out
+}
+
+// oneKey reports whether f has a single index key (keys): an exact
+// fingerprint of fewer than 20 hashes, whose one pair key is its two
+// smallest (or, of one hash, its single key).
+func (f fingerprint) oneKey() bool {
+	return !f.cut && len(f.h) < 20
 }
 
 // prefix is how many of the smallest hashes of f, cut or of at least 95%

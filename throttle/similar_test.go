@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -57,8 +58,8 @@ func (t *simStore) verifyKey(k *simKey) error {
 		if free[int32(gi)] {
 			continue
 		}
-		if g.hash != t.fpHash(g.fp) {
-			return fmt.Errorf("group %d: hash", gi)
+		if keys := g.fp.keys(t.sim, nil); g.key != keys[0] || g.fp.oneKey() != (len(keys) == 1) {
+			return fmt.Errorf("group %d: key %#x, keys %#x", gi, g.key, keys)
 		}
 		for _, x := range g.fp.keys(t.sim, nil) {
 			posts++
@@ -67,14 +68,16 @@ func (t *simStore) verifyKey(k *simKey) error {
 			}
 		}
 	}
-	for x, v := range k.post {
-		if v >= 0 {
-			posts--
-		} else if posts -= len(k.more[x]); len(k.more[x]) < 2 {
-			return fmt.Errorf("key %#x: %d groups in more", x, len(k.more[x]))
+	var bad error
+	k.post.each(func(x uint64, groups []int32) {
+		if posts -= len(groups); len(groups) == 0 || len(k.post.more[x]) == 1 {
+			bad = fmt.Errorf("key %#x: %d groups, %d in more", x, len(groups), len(k.post.more[x]))
 		}
+	})
+	if bad != nil {
+		return bad
 	}
-	if posts != 0 || len(k.more) > len(k.post) {
+	if posts != 0 || len(k.post.more) > k.post.keys() {
 		return fmt.Errorf("%d postings too few, or more keys in more than in post", -posts)
 	}
 	return nil
@@ -300,4 +303,79 @@ func FuzzWordPairs(f *testing.F) {
 			t.Fatalf("share %d of %d, want %d of %d", gb, gu, both, union)
 		}
 	})
+}
+
+// TestAlikeExactStopsEarly: alike of two exact fingerprints, which stops
+// its merge once the answer is known, says what the whole share says, on
+// random sets of every size up to simK drawn from a small range (so that
+// they share many hashes) and at similarities that make the share land
+// on the boundary.
+func TestAlikeExactStopsEarly(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	set := func(n, from int) fingerprint {
+		seen := map[uint32]bool{}
+		for len(seen) < n {
+			seen[uint32(r.IntN(from))] = true
+		}
+		h := slices.Sorted(maps.Keys(seen))
+		return fingerprint{h: h}
+	}
+	for range 20000 {
+		na, nb := 1+r.IntN(simK), 1+r.IntN(simK)
+		from := max(na, nb) + r.IntN(2*simK)
+		a, b := set(na, from), set(nb, from)
+		both, union := share(a, b)
+		sims := []int64{1, simScale, int64(r.IntN(simScale)) + 1, int64(both) * simScale / int64(union), int64(both)*simScale/int64(union) + 1}
+		for _, sim := range sims {
+			sim = min(max(sim, 1), simScale)
+			want := int64(both)*simScale >= sim*int64(union)
+			if got := alike(a, b, sim); got != want {
+				t.Fatalf("%d and %d hashes, %d of %d shared, similarity %d: alike %v, want %v", na, nb, both, union, sim, got, want)
+			}
+		}
+	}
+}
+
+// TestOneKey: oneKey says whether keys gives one key, for every size of
+// exact fingerprint and for a cut one (always of simK hashes), at low,
+// default and full similarity.
+func TestOneKey(t *testing.T) {
+	for n := 1; n <= simK; n++ {
+		h := make([]uint32, n)
+		for i := range h {
+			h[i] = uint32(3 * i)
+		}
+		for _, cut := range []bool{false, n == simK} {
+			f := fingerprint{h: h, cut: cut}
+			for _, sim := range []int64{1, 500_000, DefaultSimilarity * simScale, simScale} {
+				if keys := f.keys(sim, nil); f.oneKey() != (len(keys) == 1) {
+					t.Fatalf("%d hashes, cut %v, similarity %d: oneKey %v, %d keys", n, cut, sim, f.oneKey(), len(keys))
+				}
+			}
+		}
+	}
+}
+
+// TestRankSort: rankSort sorts as slices.Sort does, for every count up to
+// smallSort, with many equal values and with the extremes of uint32.
+func TestRankSort(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for n := range smallSort + 1 {
+		for _, span := range []uint64{1, 3, uint64(n) + 1, 1 << 32} {
+			var c collector
+			for i := range n {
+				c.v[i] = uint32(r.Uint64N(span))
+				if span == 1<<32 && i%5 == 0 {
+					c.v[i] = [2]uint32{0, math.MaxUint32}[i%2]
+				}
+			}
+			want := slices.Clone(c.v[:n])
+			slices.Sort(want)
+			c.n = n
+			c.rankSort()
+			if !slices.Equal(c.v[:n], want) {
+				t.Fatalf("%d values below %d: %v, want %v", n, span, c.v[:n], want)
+			}
+		}
+	}
 }

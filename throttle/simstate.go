@@ -206,11 +206,10 @@ func (t *simStore) loadKey(r *snapshot.Reader, mark bool) error {
 		if len(f.h) == 0 {
 			return fmt.Errorf("a group of no pair")
 		}
-		h := t.fpHash(f)
-		if t.identical(k, f, h) >= 0 {
+		if t.identical(k, f) >= 0 {
 			return fmt.Errorf("a fingerprint twice")
 		}
-		t.addGroup(k, f, h)
+		t.addGroup(k, f)
 	}
 	recs := r.Count(10, "messages")
 	if recs > 0 {

@@ -4,7 +4,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"unsafe"
 
 	"github.com/chatpulse/chatpulse/chat"
 )
@@ -23,21 +22,22 @@ import (
 //   - groups, one per distinct fingerprint, each with its messages (the
 //     user's hash and the instant, in the order they came): a copy-paste
 //     wave of a thousand copies is one group, compared once per check.
-//   - post, the index: each of a group's keys (fingerprint.keys) to the
-//     groups indexed by it. Identical fingerprints have the same keys, so
-//     a fingerprint's group, if any, is among those of its first key.
+//   - post, the index (simindex.go): each of a group's keys
+//     (fingerprint.keys) to the groups indexed by it. Identical
+//     fingerprints have the same keys, so a fingerprint's group, if any,
+//     is among those of its first key.
 //
 // Memory per message: 16 bytes in recs, 16 in its group; per distinct
 // fingerprint, 4 bytes a pair hash (at most simK: 512 bytes), 72 bytes
 // of group, and an entry in the index for each of its keys
 // (one for a text of fewer than 20 pairs; at the default similarity at
-// most 26 single keys and 28 pair keys). Measured with maps' slack
+// most 26 single keys and 28 pair keys). Measured with the index's slack
 // (TestSimilarMemoryBounded): about 210 bytes a message of unique 8-word
-// texts, 1.8 KB of unique texts of 128 pairs or more. Never the text.
+// texts, 1.7 KB of unique texts of 128 pairs or more. Never the text.
 // A group goes with its last message, and a key
 // with its last message (as every store forgets a key at rest); a key
 // whose window held many more groups and index entries than it does now
-// copies what it keeps into right-sized slabs and maps (shrink), so a
+// copies what it keeps into right-sized slabs and index (shrink), so a
 // flood of unique texts is given back once it has left the window.
 //
 // Keys are in a list from the most to the least recently observed; a new
@@ -76,10 +76,9 @@ type simKey struct {
 	recs   []simRec    // recs[head:] are the messages, in the order they came
 	head   int
 	groups []simGroup
-	free   []int32            // places in groups with no group
-	post   map[uint64]int32   // index key (fingerprint.keys) -> its group, or -1: more
-	more   map[uint64][]int32 // index key -> its groups, where it has two or more
-	peak   int                // the largest size since the last shrink
+	free   []int32  // places in groups with no group
+	post   postings // index key (fingerprint.keys) -> its groups
+	peak   int      // the largest size since the last shrink
 	ids    map[uint64]simID
 	extra  *keyExtra // its penalty and strikes (not its ids: see ids)
 	prev   *simKey
@@ -93,7 +92,7 @@ type simRec struct {
 
 type simGroup struct {
 	fp      fingerprint
-	hash    uint64
+	key     uint64   // its first index key (fingerprint.keys): most have one
 	members []member // in the order they came
 	seen    uint64
 }
@@ -136,17 +135,6 @@ func (t *simStore) nameOf(m *msg) string {
 		return m.user
 	}
 	return m.room
-}
-
-// fpHash is the hash of a fingerprint, by which identical ones are kept
-// once.
-func (t *simStore) fpHash(f fingerprint) uint64 {
-	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f.h))), 4*len(f.h))
-	h := t.hk.hash(t.hk.name^0x66707269, b)
-	if f.cut {
-		h = ^h
-	}
-	return h
 }
 
 // key returns the key of m, adding it if new (evicting first).
@@ -230,7 +218,11 @@ func (t *simStore) expire(k *simKey, now int64) {
 	edge := now - t.w
 	for k.head < len(k.recs) && k.recs[k.head].at <= edge {
 		g := &k.groups[k.recs[k.head].g]
-		g.members = g.members[1:]
+		if len(g.members) == 1 {
+			g.members = g.members[:0] // dropGroup may keep its room
+		} else {
+			g.members = g.members[1:]
+		}
 		if len(g.members) == 0 {
 			t.dropGroup(k, k.recs[k.head].g)
 		}
@@ -258,15 +250,14 @@ func (t *simStore) expire(k *simKey, now int64) {
 // its index (a long text's group has up to 54 of them at the default
 // similarity, a short one's 1).
 func (k *simKey) size() int {
-	return len(k.groups) - len(k.free) + len(k.post)
+	return len(k.groups) - len(k.free) + k.post.keys()
 }
 
 // record adds a message of fingerprint f by user at `at` to k's window.
 func (t *simStore) record(k *simKey, f fingerprint, user uint64, at int64) {
-	h := t.fpHash(f)
-	gi := t.identical(k, f, h)
+	gi := t.identical(k, f)
 	if gi < 0 {
-		gi = t.addGroup(k, fingerprint{h: slices.Clone(f.h), cut: f.cut}, h)
+		gi = t.addGroup(k, f)
 	}
 	g := &k.groups[gi]
 	g.members = append(g.members, member{at: at, user: user})
@@ -276,35 +267,30 @@ func (t *simStore) record(k *simKey, f fingerprint, user uint64, at int64) {
 // indexed returns the groups of k indexed by key x, in t's scratch when
 // one: valid until the next call.
 func (t *simStore) indexed(k *simKey, x uint64) []int32 {
-	switch v, ok := k.post[x]; {
-	case !ok:
-		return nil
-	case v >= 0:
-		t.one[0] = v
-		return t.one[:]
-	}
-	return k.more[x]
+	return k.post.lookup(x, &t.one)
 }
 
-// identical returns the group of k whose fingerprint is f, of hash h, or
-// -1 if none.
-func (t *simStore) identical(k *simKey, f fingerprint, h uint64) int32 {
+// identical returns the group of k whose fingerprint is f, or -1 if none.
+// Its candidates are few, and were compared with f a moment before (gather).
+func (t *simStore) identical(k *simKey, f fingerprint) int32 {
 	t.ixKeys = f.keys(t.sim, t.ixKeys[:0])
 	if len(t.ixKeys) == 0 {
 		return -1
 	}
 	for _, gi := range t.indexed(k, t.ixKeys[0]) {
 		g := &k.groups[gi]
-		if g.hash == h && g.fp.cut == f.cut && slices.Equal(g.fp.h, f.h) {
+		if g.fp.cut == f.cut && slices.Equal(g.fp.h, f.h) {
 			return gi
 		}
 	}
 	return -1
 }
 
-// addGroup adds a group of fingerprint f (kept as it is), of hash h, and
-// indexes it.
-func (t *simStore) addGroup(k *simKey, f fingerprint, h uint64) int32 {
+// addGroup adds a group of a copy of fingerprint f and indexes it. A group owns its fingerprint's hashes: a place reuses those
+// of the group it had before when they fit, and are no more than about
+// twice as many (so a short text's group never sits in a long one's
+// room).
+func (t *simStore) addGroup(k *simKey, f fingerprint) int32 {
 	var gi int32
 	if n := len(k.free); n > 0 {
 		gi, k.free = k.free[n-1], k.free[:n-1]
@@ -312,23 +298,16 @@ func (t *simStore) addGroup(k *simKey, f fingerprint, h uint64) int32 {
 		gi = int32(len(k.groups))
 		k.groups = append(k.groups, simGroup{})
 	}
-	k.groups[gi] = simGroup{fp: f, hash: h}
-	if k.post == nil {
-		k.post = map[uint64]int32{}
+	g := &k.groups[gi]
+	room := g.fp.h[:0]
+	if c := cap(room); c < len(f.h) || c > 2*len(f.h)+4 {
+		room = nil
 	}
+	*g = simGroup{fp: fingerprint{h: append(room, f.h...), cut: f.cut}, members: g.members[:0]}
 	t.ixKeys = f.keys(t.sim, t.ixKeys[:0])
+	g.key = t.ixKeys[0]
 	for _, x := range t.ixKeys {
-		switch v, ok := k.post[x]; {
-		case !ok:
-			k.post[x] = gi
-		case v >= 0:
-			if k.more == nil {
-				k.more = map[uint64][]int32{}
-			}
-			k.post[x], k.more[x] = -1, []int32{v, gi}
-		default:
-			k.more[x] = append(k.more[x], gi)
-		}
+		k.post.add(x, gi)
 	}
 	k.peak = max(k.peak, k.size())
 	return gi
@@ -337,28 +316,27 @@ func (t *simStore) addGroup(k *simKey, f fingerprint, h uint64) int32 {
 // dropGroup forgets group gi, which has no message left.
 func (t *simStore) dropGroup(k *simKey, gi int32) {
 	g := &k.groups[gi]
-	t.ixKeys = g.fp.keys(t.sim, t.ixKeys[:0])
-	for _, x := range t.ixKeys {
-		if k.post[x] >= 0 {
-			delete(k.post, x)
-			continue
-		}
-		list := k.more[x]
-		i := slices.Index(list, gi)
-		list[i] = list[len(list)-1]
-		if list = list[:len(list)-1]; len(list) == 1 {
-			k.post[x] = list[0]
-			delete(k.more, x)
-		} else {
-			k.more[x] = list
+	if g.fp.oneKey() {
+		k.post.remove(g.key, gi) // its hashes need not be read
+	} else {
+		t.ixKeys = g.fp.keys(t.sim, t.ixKeys[:0])
+		for _, x := range t.ixKeys {
+			k.post.remove(x, gi)
 		}
 	}
-	*g = simGroup{}
+	// A place's next group reuses the room of its members, if small (most
+	// groups are one message's), and of its hashes (addGroup): most
+	// messages allocate nothing.
+	room := g.members[:0]
+	if cap(room) > 4 {
+		room = nil
+	}
+	*g = simGroup{fp: fingerprint{h: g.fp.h[:0]}, members: room}
 	k.free = append(k.free, gi)
 }
 
-// shrink copies k's window into right-sized slabs and maps: Go's maps
-// never shrink, so a key that once held a flood would keep its size.
+// shrink copies k's window into right-sized slabs, index and maps: none of
+// them ever shrinks, so a key that once held a flood would keep its size.
 func (t *simStore) shrink(k *simKey) {
 	t.refill(k, k.recs[k.head:], k.groups)
 	if len(k.ids) > 0 {
@@ -371,17 +349,18 @@ func (t *simStore) shrink(k *simKey) {
 }
 
 // refill makes k's window the messages recs, of groups, in new slabs
-// and maps, indexed by t's similarity. Fingerprints are never changed once
-// made: k shares them with groups.
+// and maps, indexed by t's similarity. It copies everything: a place's
+// hashes and members are reused once its group is gone, so k shares
+// nothing with groups (carry's old store may still be observing).
 func (t *simStore) refill(k *simKey, recs []simRec, groups []simGroup) {
-	k.groups, k.free, k.post, k.more, k.peak, k.head = nil, nil, nil, nil, 0, 0
+	k.groups, k.free, k.post, k.peak, k.head = nil, nil, postings{}, 0, 0
 	k.recs = make([]simRec, 0, len(recs))
 	place := make(map[int32]int32)
 	for _, r := range recs {
 		gi, ok := place[r.g]
 		if !ok {
 			g := &groups[r.g]
-			gi = t.addGroup(k, g.fp, g.hash)
+			gi = t.addGroup(k, g.fp)
 			k.groups[gi].members = slices.Clone(g.members)
 			place[r.g] = gi
 		}
