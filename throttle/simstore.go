@@ -117,6 +117,7 @@ func newSimStore(s settings, scope Scope, max int, hk *hashKey) *simStore {
 // sketchOf sets sk to the fingerprint of m's text and reports whether it
 // has one: a text of at least minChars code points with a word pair.
 func (t *simStore) sketchOf(m *msg, sk *sketch) bool {
+	sk.n, sk.cut = 0, false // no fingerprint: not the last message's (observeAll reuses sk)
 	n := 0
 	for range m.body {
 		if n++; n >= t.minChars {
