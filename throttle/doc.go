@@ -67,6 +67,8 @@
 //     algorithm, its parameters and row; each key's window of
 //     fingerprints; its index; how it decides and records; how it saves,
 //     loads and carries them.
+//   - lru.go: the list, most recently observed first, in which the
+//     similar and spike stores keep their keys for eviction.
 //   - policy.go, rules.go: Policy, the table of
 //     algorithms and validation; the policies as a Set decides with them.
 //   - extra.go: what a few keys keep beyond their algorithm's state: the

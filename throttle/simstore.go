@@ -52,9 +52,9 @@ type simStore struct {
 	hk       *hashKey
 	max      int
 
-	mu               sync.Mutex
-	keys             map[string]*simKey
-	head, tail       *simKey
+	mu   sync.Mutex
+	keys map[string]*simKey
+	lru[simKey, *simKey]
 	evicted, expired uint64
 	rule             extraRule
 	ids              bool     // a consuming check has come: hits' ids are remembered
@@ -81,9 +81,10 @@ type simKey struct {
 	peak   int      // the largest size since the last shrink
 	ids    map[uint64]simID
 	extra  *keyExtra // its penalty and strikes (not its ids: see ids)
-	prev   *simKey
-	next   *simKey
+	lruLinks[simKey]
 }
+
+func (k *simKey) links() *lruLinks[simKey] { return &k.lruLinks }
 
 type simRec struct {
 	at int64
@@ -159,37 +160,6 @@ func (t *simStore) key(m *msg) *simKey {
 	t.keys[k.name] = k
 	t.pushHead(k)
 	return k
-}
-
-func (t *simStore) pushHead(k *simKey) {
-	k.prev, k.next = nil, t.head
-	if t.head != nil {
-		t.head.prev = k
-	} else {
-		t.tail = k
-	}
-	t.head = k
-}
-
-func (t *simStore) unlink(k *simKey) {
-	if k.prev != nil {
-		k.prev.next = k.next
-	} else {
-		t.head = k.next
-	}
-	if k.next != nil {
-		k.next.prev = k.prev
-	} else {
-		t.tail = k.prev
-	}
-}
-
-// touch moves k to the head of the list.
-func (t *simStore) touch(k *simKey) {
-	if t.head != k {
-		t.unlink(k)
-		t.pushHead(k)
-	}
 }
 
 func (t *simStore) remove(k *simKey) {

@@ -21,12 +21,12 @@ type spikeStore struct {
 	rule spikeRule
 	max  int
 
-	mu         sync.Mutex
-	rooms      map[string]*spikeRoom
-	peak       int        // the most rooms since the map was made: a Go map never shrinks
-	head, tail *spikeRoom // the most and least recently observed
-	evicted    uint64
-	expired    uint64
+	mu    sync.Mutex
+	rooms map[string]*spikeRoom
+	peak  int // the most rooms since the map was made: a Go map never shrinks
+	lru[spikeRoom, *spikeRoom]
+	evicted uint64
+	expired uint64
 	// ids: a consuming check has come (consume.go), so the ids of the
 	// hits are remembered.
 	ids bool
@@ -58,11 +58,13 @@ type spikeRoom struct {
 	// ids are the recent hits' ids (by their keyed hashes) while the
 	// store remembers them; idsNewest is the newest instant among them
 	// (chat.Never: none yet), and idsKept how many the last pruning kept.
-	ids        map[uint64]spikeID
-	idsNewest  int64
-	idsKept    int
-	prev, next *spikeRoom
+	ids       map[uint64]spikeID
+	idsNewest int64
+	idsKept   int
+	lruLinks[spikeRoom]
 }
+
+func (r *spikeRoom) links() *lruLinks[spikeRoom] { return &r.lruLinks }
 
 type bucketCount struct {
 	b int64
@@ -108,42 +110,12 @@ func (s *spikeStore) room(name string, at int64) *spikeRoom {
 func (s *spikeStore) add(r *spikeRoom) {
 	s.rooms[r.name] = r
 	s.peak = max(s.peak, len(s.rooms))
-	r.prev, r.next = nil, s.head
-	if s.head != nil {
-		s.head.prev = r
-	} else {
-		s.tail = r
-	}
-	s.head = r
-}
-
-func (s *spikeStore) unlink(r *spikeRoom) {
-	if r.prev != nil {
-		r.prev.next = r.next
-	} else {
-		s.head = r.next
-	}
-	if r.next != nil {
-		r.next.prev = r.prev
-	} else {
-		s.tail = r.prev
-	}
-	r.prev, r.next = nil, nil
+	s.pushHead(r)
 }
 
 func (s *spikeStore) remove(r *spikeRoom) {
 	s.unlink(r)
 	delete(s.rooms, r.name)
-}
-
-// touch moves r to the head of the list.
-func (s *spikeStore) touch(r *spikeRoom) {
-	if s.head != r {
-		s.unlink(r)
-		r.next = s.head
-		s.head.prev = r
-		s.head = r
-	}
 }
 
 // atRest reports whether r is the same as a fresh room at now: no
