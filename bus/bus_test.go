@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chatpulse/chatpulse/ingest"
 	"github.com/chatpulse/chatpulse/internal/wait"
@@ -37,6 +38,49 @@ func drain(src *Source) []ingest.Msg {
 		all = append(all, buf...)
 	}
 	return all
+}
+
+// feedReader reads a Feeds' source on its own goroutine, as ingest does.
+type feedReader struct {
+	feeds *Feeds
+	mu    sync.Mutex
+	got   []ingest.Msg
+	done  chan struct{}
+}
+
+func readFeeds(feeds *Feeds) *feedReader {
+	r := &feedReader{feeds: feeds, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		buf := make([]ingest.Msg, 0, 16)
+		for more := true; more; {
+			buf, more = feeds.Source().Next(buf[:0])
+			r.mu.Lock()
+			r.got = append(r.got, buf...)
+			r.mu.Unlock()
+		}
+	}()
+	return r
+}
+
+// await waits until n messages were delivered.
+func (r *feedReader) await(t *testing.T, n int) {
+	t.Helper()
+	wait.For(t, 10*time.Second, func() error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if len(r.got) < n {
+			return fmt.Errorf("%d of %d messages delivered", len(r.got), n)
+		}
+		return nil
+	})
+}
+
+// stop stops the source and returns every message it delivered.
+func (r *feedReader) stop() []ingest.Msg {
+	r.feeds.Source().Stop()
+	<-r.done
+	return r.got
 }
 
 // Every message published before Stop is delivered, in order, then Next
@@ -92,37 +136,12 @@ func TestFeedReplayThenLive(t *testing.T) {
 	if err != nil || caughtUp {
 		t.Fatalf("Start: caught up %v, %v; want something to replay", caughtUp, err)
 	}
-	var (
-		mu  sync.Mutex
-		got []ingest.Msg
-	)
-	done := make(chan struct{})
-	go func() { // the source's reader, as ingest is
-		defer close(done)
-		buf := make([]ingest.Msg, 0, 16)
-		for more := true; more; {
-			buf, more = feeds.Source().Next(buf[:0])
-			mu.Lock()
-			got = append(got, buf...)
-			mu.Unlock()
-		}
-	}()
-	read := func(n int) {
-		wait.For(t, 10*time.Second, func() error {
-			mu.Lock()
-			defer mu.Unlock()
-			if len(got) < n {
-				return fmt.Errorf("%d of %d messages delivered", len(got), n)
-			}
-			return nil
-		})
-	}
-	read(5)
+	r := readFeeds(feeds)
+	r.await(t, 5)
 	natsRequest(b.nc, "chat.r.live")
-	read(6)
+	r.await(t, 6)
 	feed.Stop()
-	feeds.Source().Stop()
-	<-done
+	got := r.stop()
 	if len(got) != 6 {
 		t.Fatalf("got %d messages, want 6", len(got))
 	}
@@ -131,6 +150,58 @@ func TestFeedReplayThenLive(t *testing.T) {
 		if m.Replay != wantReplay || m.CaughtUp != wantCaughtUp || m.Received == 0 || m.Seq != uint64(i+1) {
 			t.Errorf("message %d (%s): seq %d replay %v caughtUp %v received %d", i, m.Subject, m.Seq, m.Replay, m.CaughtUp, m.Received)
 		}
+	}
+}
+
+// A feed whose consumer delivers nothing while the stream holds messages
+// of its filter after the last it delivered (as an ordered consumer
+// whose recreation waits on a lost NATS node) is given another consumer,
+// from the message after its last: every message is delivered once, in
+// order. Its stalled consumer here is one of a filter without messages.
+func TestFeedReplacesAStalledConsumer(t *testing.T) {
+	defer func(d time.Duration) { feedCheck = d }(feedCheck)
+	feedCheck = 50 * time.Millisecond
+	b := openTest(t, true)
+	ctx := context.Background()
+	if err := b.EnsureStreams(ctx, StreamConfig{Stream: "CHAT", Subject: "chat.>", MaxAge: time.Hour}, 0); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			if _, err := b.js.Publish(ctx, "chat.r.u", []byte(fmt.Sprint(i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish(0, 3)
+	feeds := b.NewFeeds()
+	feed, _, err := feeds.Start(ctx, FeedConfig{Stream: "CHAT", Filter: "chat.>", FromSeq: 1, Subject: "chat.>"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := readFeeds(feeds)
+	r.await(t, 3)
+	stalled, err := b.js.OrderedConsumer(ctx, "CHAT", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"chat.none.none"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := feed.consume(stalled); err != nil {
+		t.Fatal(err)
+	}
+	publish(3, 6)
+	r.await(t, 6)
+	feed.Stop()
+	got := r.stop()
+	if len(got) != 6 {
+		t.Errorf("%d messages delivered, want 6", len(got))
+	}
+	for i, m := range got {
+		if string(m.Data) != fmt.Sprint(i) || m.Seq != uint64(i+1) {
+			t.Errorf("message %d: seq %d, %q", i, m.Seq, m.Data)
+		}
+	}
+	if feed.gen < 3 {
+		t.Errorf("consumer generation %d: the stalled one (2) was not replaced", feed.gen)
 	}
 }
 

@@ -41,9 +41,12 @@ type Feeds struct {
 	src *Source
 }
 
-// A Feed is one ordered consumer of Feeds.
+// A Feed is one filter of a stream read in order by Feeds: an ordered
+// consumer at a time. Its watch replaces a consumer that is stalled
+// (stall), from the message after the last it delivered.
 type Feed struct {
-	cc      jetstream.ConsumeContext
+	fs      *Feeds
+	cfg     FeedConfig
 	first   uint64        // the first stream sequence it could deliver
 	pending atomic.Uint64 // messages of the filter not yet delivered, as of the last delivered
 	last    atomic.Uint64 // stream sequence of the newest message delivered
@@ -53,10 +56,25 @@ type Feed struct {
 	calls    atomic.Int64
 	idle     chan struct{}
 	idleOnce sync.Once
+
+	// mu is held by the callback delivering a message, and to replace
+	// the consumer: messages of a consumer replaced (not of gen) are
+	// dropped, so one consumer's messages at a time reach Feeds, in
+	// order, each once.
+	mu       sync.Mutex
+	gen      int
+	cc       jetstream.ConsumeContext
+	caughtUp bool // a message marked CaughtUp was delivered, or none was pending at the start
+
+	quit    context.CancelFunc // ends watch
+	watched chan struct{}      // closed when watch returns
 }
 
 // halted is the bit of Feed.calls that Halt sets.
 const halted = 1 << 40
+
+// feedCheck is how often a feed's watch looks whether it is stalled.
+var feedCheck = 5 * time.Second
 
 // NewFeeds returns an empty set of feeds.
 func (b *Bus) NewFeeds() *Feeds {
@@ -87,33 +105,125 @@ func (fs *Feeds) Start(ctx context.Context, c FeedConfig) (feed *Feed, caughtUp 
 	if err != nil {
 		return nil, false, fmt.Errorf("stream %s: consumer of %s: %w", c.Stream, c.Filter, err)
 	}
-	feed = &Feed{first: info.Delivered.Stream + 1, idle: make(chan struct{})} // nothing delivered yet: the sequence before its start
+	feed = &Feed{fs: fs, cfg: c, first: info.Delivered.Stream + 1, idle: make(chan struct{}), watched: make(chan struct{})} // nothing delivered yet: the sequence before its start
 	feed.pending.Store(info.NumPending)
 	caughtUp = info.NumPending == 0
-	done := caughtUp // owned by the callback from here on
-	feed.cc, err = cons.Consume(func(m jetstream.Msg) {
-		if !feed.enter() {
-			return
-		}
-		defer feed.leave()
-		in := ingest.Msg{Subject: Unfiled(m.Subject(), c.Subject), Data: m.Data(), Header: m.Headers(), Sink: c.Sink}
-		if md, err := m.Metadata(); err == nil {
-			in.Received = md.Timestamp.UnixMilli()
-			in.Seq = md.Sequence.Stream
-			in.Replay = in.Seq <= c.ReplayThrough
-			in.CaughtUp = !done && md.NumPending == 0
-			done = done || in.CaughtUp
-			feed.pending.Store(md.NumPending)
-			feed.last.Store(in.Seq)
-		}
-		fs.ch <- in
-	}, jetstream.PullMaxMessages(jsBuffer), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		fs.b.log.Warn("jetstream consumer", "stream", c.Stream, "filter", c.Filter, "err", err)
-	}))
-	if err != nil {
-		return nil, false, fmt.Errorf("stream %s: consume %s: %w", c.Stream, c.Filter, err)
+	feed.caughtUp = caughtUp
+	if err := feed.consume(cons); err != nil {
+		return nil, false, err
 	}
+	var wctx context.Context
+	wctx, feed.quit = context.WithCancel(context.Background())
+	go feed.watch(wctx)
 	return feed, caughtUp, nil
+}
+
+// consume has cons deliver the feed's messages from now on, in place of
+// the consumer before it (which it stops).
+func (f *Feed) consume(cons jetstream.Consumer) error {
+	c := f.cfg
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gen++
+	gen := f.gen
+	cc, err := cons.Consume(func(m jetstream.Msg) { f.deliver(gen, m) },
+		jetstream.PullMaxMessages(jsBuffer), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			f.fs.b.log.Warn("jetstream consumer", "stream", c.Stream, "filter", c.Filter, "err", err)
+		}))
+	if err != nil {
+		return fmt.Errorf("stream %s: consume %s: %w", c.Stream, c.Filter, err)
+	}
+	if f.cc != nil {
+		go f.cc.Stop()
+	}
+	f.cc = cc
+	return nil
+}
+
+// deliver hands m, of the consumer of generation gen, to Feeds.
+func (f *Feed) deliver(gen int, m jetstream.Msg) {
+	if !f.enter() {
+		return
+	}
+	defer f.leave()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	md, err := m.Metadata()
+	if gen != f.gen || err == nil && md.Sequence.Stream <= f.last.Load() {
+		return // a consumer replaced, or a message it delivered already
+	}
+	c := f.cfg
+	in := ingest.Msg{Subject: Unfiled(m.Subject(), c.Subject), Data: m.Data(), Header: m.Headers(), Sink: c.Sink}
+	if err == nil {
+		in.Received = md.Timestamp.UnixMilli()
+		in.Seq = md.Sequence.Stream
+		in.Replay = in.Seq <= c.ReplayThrough
+		in.CaughtUp = !f.caughtUp && md.NumPending == 0
+		f.caughtUp = f.caughtUp || in.CaughtUp
+		f.pending.Store(md.NumPending)
+		f.last.Store(in.Seq)
+	}
+	f.fs.ch <- in
+}
+
+// watch replaces the feed's consumer each time it is stalled, until ctx
+// ends.
+//
+// An ordered consumer recreates itself on the server when it misses
+// heartbeats, under the same name at each try; after a NATS node is
+// lost, one whose recreation is placed on that node is never answered,
+// and it tries again forever (nats.go v1.55.0): its filter's messages
+// would wait for the node to come back. A consumer under a new name is
+// placed again.
+func (f *Feed) watch(ctx context.Context) {
+	defer close(f.watched)
+	t := time.NewTicker(feedCheck)
+	defer t.Stop()
+	seen := f.last.Load()
+	var stream jetstream.Stream
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		last := f.last.Load()
+		if last != seen || f.calls.Load() != 0 {
+			seen = last // it moved, is delivering (Feeds' reader may be slow), or is halted
+			continue
+		}
+		from, stalled := f.stalled(ctx, &stream, last)
+		if !stalled {
+			continue
+		}
+		f.fs.b.log.Warn("jetstream consumer stalled: starting another", "stream", f.cfg.Stream, "filter", f.cfg.Filter, "from", from)
+		cons, err := f.fs.b.js.OrderedConsumer(ctx, f.cfg.Stream, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{f.cfg.Filter}, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from})
+		if err == nil {
+			err = f.consume(cons)
+		}
+		if err != nil {
+			f.fs.b.log.Warn("jetstream consumer not replaced; trying again", "stream", f.cfg.Stream, "filter", f.cfg.Filter, "err", err)
+		}
+	}
+}
+
+// stalled says whether the stream holds a message of the feed's filter
+// that it has not delivered, while it delivered nothing since last (a
+// feedCheck ago), and from where to read again.
+func (f *Feed) stalled(ctx context.Context, stream *jetstream.Stream, last uint64) (from uint64, stalled bool) {
+	from = max(f.first, last+1)
+	ctx, cancel := context.WithTimeout(ctx, feedCheck)
+	defer cancel()
+	if *stream == nil {
+		s, err := f.fs.b.js.Stream(ctx, f.cfg.Stream)
+		if err != nil {
+			return from, false
+		}
+		*stream = s
+	}
+	m, err := (*stream).GetLastMsgForSubject(ctx, f.cfg.Filter)
+	return from, err == nil && m.Sequence >= from
 }
 
 // Pending is how many messages of the feed's filter the stream held that
@@ -169,23 +279,36 @@ func (f *Feed) leave() {
 // is closed, or after 5 s.
 func (f *Feed) Stop() {
 	f.Halt()
-	f.cc.Stop()
+	f.unwatch().Stop()
 	f.closed()
 }
 
 // Drain stops the feed once it has delivered what it fetched; it returns
 // once it delivers no more.
 func (f *Feed) Drain() {
-	f.cc.Drain()
+	cc := f.unwatch()
+	cc.Drain()
 	if !f.closed() {
-		f.cc.Stop()
+		cc.Stop()
 	}
+}
+
+// unwatch ends the watch, and returns the consumer it leaves: the last.
+func (f *Feed) unwatch() jetstream.ConsumeContext {
+	f.quit()
+	<-f.watched
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cc
 }
 
 // closed waits, up to 5 s, for the feed to deliver no more.
 func (f *Feed) closed() bool {
+	f.mu.Lock()
+	cc := f.cc
+	f.mu.Unlock()
 	select {
-	case <-f.cc.Closed():
+	case <-cc.Closed():
 		return true
 	case <-time.After(5 * time.Second):
 		return false

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	neturl "net/url"
 	"os"
 	"path/filepath"
@@ -21,6 +23,7 @@ import (
 	"github.com/chatpulse/chatpulse/bus"
 	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/group"
+	"github.com/chatpulse/chatpulse/ingest"
 	"github.com/chatpulse/chatpulse/internal/natstest"
 	tcpproxy "github.com/chatpulse/chatpulse/internal/proxy"
 	"github.com/chatpulse/chatpulse/internal/wait"
@@ -34,6 +37,9 @@ type alertCount struct {
 	mu    sync.Mutex
 	heard map[throttle.Alert]int
 	total int
+	// kept says, for a wait's error, how many alerts the stream read
+	// holds ("": not a stream).
+	kept func() string
 }
 
 func countAlerts(t *testing.T, url string) (*alertCount, *nats.Conn) {
@@ -54,29 +60,55 @@ func countAlerts(t *testing.T, url string) (*alertCount, *nats.Conn) {
 }
 
 // countStreamAlerts counts the alerts group's alert stream keeps, read
-// from its start with an ordered consumer. Where a NATS node is lost,
-// this is what to count: the stream republishes what it keeps on
-// chatpulse.alerts.throttle over core NATS, which reaches a subscriber
-// at most once, and not while the route to the node republishing is
-// stalled; the stream itself keeps each crossing once, for consumers.
+// from its start by a feed, as a member reads events. Where a NATS node
+// is lost, this is what to count: the stream republishes what it keeps
+// on chatpulse.alerts.throttle over core NATS, which reaches a
+// subscriber at most once, and not while the route to the node
+// republishing is stalled; the stream itself keeps each crossing once,
+// for consumers. (A feed, not an ordered consumer of its own: the
+// consumer of one, recreated after the node loss, can wait for the node
+// forever.)
 func countStreamAlerts(t *testing.T, url, group string) *alertCount {
 	t.Helper()
+	b, err := bus.Open(bus.Options{URL: url, JetStream: true, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	feeds := b.NewFeeds()
+	feed, _, err := feeds.Start(context.Background(), bus.FeedConfig{Stream: bus.AlertStream(group), Filter: bus.AlertIntake(group), FromSeq: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
 	js, _ := jetstream.New(nc)
-	cons, err := js.OrderedConsumer(context.Background(), bus.AlertStream(group), jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &alertCount{heard: map[throttle.Alert]int{}}
-	cc, err := cons.Consume(func(m jetstream.Msg) { c.add(t, m.Data()) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cc.Stop)
+	c := &alertCount{heard: map[throttle.Alert]int{}, kept: func() string {
+		s, err := js.Stream(context.Background(), bus.AlertStream(group))
+		if err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("the stream keeps %d", s.CachedInfo().State.Msgs)
+	}}
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		buf := make([]ingest.Msg, 0, 64)
+		for more := true; more; {
+			buf, more = feeds.Source().Next(buf[:0])
+			for _, m := range buf {
+				c.add(t, m.Data)
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		feed.Stop()
+		feeds.Source().Stop()
+		<-read
+		b.Close()
+	})
 	return c
 }
 
@@ -139,21 +171,21 @@ func crossingEvents(u int, now int64) []chat.Event {
 }
 
 // crossings publishes, user after user, the crossingEvents of each, until
-// stop is closed; it returns how many users it published. As a chat
+// stop is closed; users counts those it published. As a chat
 // server would, it publishes again while the stream has no leader (a
 // node lost), with one Nats-Msg-Id, so that the stream keeps each once.
-func crossings(t *testing.T, url string, now int64, stop <-chan struct{}) int {
+func crossings(t *testing.T, url string, now int64, stop <-chan struct{}, users *atomic.Int64) {
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Error(err)
-		return 0
+		return
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	for u := 0; ; u++ {
 		select {
 		case <-stop:
-			return u
+			return
 		default:
 		}
 		for i, e := range crossingEvents(u, now) {
@@ -164,9 +196,10 @@ func crossings(t *testing.T, url string, now int64, stop <-chan struct{}) int {
 				return err
 			}); err != nil {
 				t.Error(err)
-				return u
+				return
 			}
 		}
+		users.Store(int64(u + 1))
 	}
 }
 
@@ -202,7 +235,7 @@ func (c *crossingTraffic) start(now int64) {
 	c.stop, c.done = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(c.done)
-		c.users.Store(int64(crossings(c.t, c.url, now, c.stop)))
+		crossings(c.t, c.url, now, c.stop, &c.users)
 	}()
 }
 
@@ -217,7 +250,11 @@ func (c *crossingTraffic) heard(n int) {
 	c.t.Helper()
 	wait.For(c.t, 30*time.Second, func() error {
 		if d, _ := c.alerts.counts(); d < n {
-			return fmt.Errorf("%d crossings heard, want at least %d; of the first %d users, not heard: %v", d, n, n, c.alerts.missing(n))
+			kept := ""
+			if c.alerts.kept != nil {
+				kept = ", " + c.alerts.kept()
+			}
+			return fmt.Errorf("%d crossings heard%s, want at least %d (%d users published); of the first %d users, not heard: %v", d, kept, n, c.users.Load(), n, c.alerts.missing(n))
 		}
 		return nil
 	})
