@@ -18,6 +18,7 @@
 package natstest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +30,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chatpulse/chatpulse/bus"
 	"github.com/chatpulse/chatpulse/internal/proxy"
@@ -137,7 +140,34 @@ func start(t testing.TB, opts []*server.Options, via map[[2]int]*proxy.Proxy) *C
 		c.opts[i].Port = ns.Addr().(*net.TCPAddr).Port
 	}
 	c.url = strings.Join(urls, ",")
+	if len(opts) > 1 {
+		wait.For(t, readyWait, c.placeable)
+	}
 	return c
+}
+
+// placeable makes, and deletes, a stream with a replica on every node:
+// the meta leader can place one only once it has every node's
+// configuration, which may come after Ready (which sees its peers and
+// their stats). Before, a stream of chatpulse at three replicas would be
+// refused "no suitable peers for placement, peer offline".
+func (c *Cluster) placeable() error {
+	nc, err := nats.Connect(c.url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	const name = "NATSTEST_PLACEABLE"
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"natstest.placeable"}, Replicas: len(c.nodes), Storage: jetstream.MemoryStorage}); err != nil {
+		return fmt.Errorf("a stream at %d replicas: %w", len(c.nodes), err)
+	}
+	return js.DeleteStream(ctx, name)
 }
 
 // run starts node i with its options.
