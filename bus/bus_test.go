@@ -200,8 +200,8 @@ func TestFeedReplacesAStalledConsumer(t *testing.T) {
 			t.Errorf("message %d: seq %d, %q", i, m.Seq, m.Data)
 		}
 	}
-	if feed.gen < 3 {
-		t.Errorf("consumer generation %d: the stalled one (2) was not replaced", feed.gen)
+	if feed.gen < 3 || b.ConsumersReplaced() == 0 {
+		t.Errorf("consumer generation %d, %d replaced: the stalled one (2) was not replaced", feed.gen, b.ConsumersReplaced())
 	}
 }
 

@@ -46,9 +46,15 @@ type Bus struct {
 	dropped    atomic.Uint64                     // events its client dropped
 	droppedLog logEvery
 
-	dead   deadLetters
-	alerts atomic.Pointer[alertStream] // nil: alerts go to AlertSubject at once
+	dead     deadLetters
+	alerts   atomic.Pointer[alertStream] // nil: alerts go to AlertSubject at once
+	replaced atomic.Uint64               // stalled feed consumers replaced (Feed.watch)
 }
+
+// ConsumersReplaced is how many feed consumers were replaced for
+// delivering nothing while their stream held more of their filter: after
+// a NATS node loss (Feed.watch).
+func (b *Bus) ConsumersReplaced() uint64 { return b.replaced.Load() }
 
 // Open starts the embedded server, or connects to o.URL. With an external
 // server the connection reconnects forever, buffering what is published

@@ -202,7 +202,9 @@ func (f *Feed) watch(ctx context.Context) {
 		if err == nil {
 			err = f.consume(cons)
 		}
-		if err != nil {
+		if err == nil {
+			f.fs.b.replaced.Add(1)
+		} else {
 			f.fs.b.log.Warn("jetstream consumer not replaced; trying again", "stream", f.cfg.Stream, "filter", f.cfg.Filter, "err", err)
 		}
 	}

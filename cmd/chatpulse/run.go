@@ -127,6 +127,10 @@ func (m *Main) build() error {
 		Name: "chatpulse_alerts_failed_total",
 		Help: "Alerts a group's alert stream did not take: not sent, or not acked in time (0 standalone).",
 	}, func() float64 { return float64(m.bus.AlertFailed()) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "chatpulse_consumers_replaced_total",
+		Help: "JetStream consumers of the events replaced for delivering nothing while the stream held more for them (after a NATS node loss).",
+	}, func() float64 { return float64(m.bus.ConsumersReplaced()) }))
 	m.moderation = engine.NewModeration(m.Now, m.Log)
 	var onOver func(string, throttle.Over)
 	if c.Act != "" {
