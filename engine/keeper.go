@@ -225,14 +225,17 @@ func (k *Keeper) Save(ctx context.Context, job Job, pause func(func())) (time.Du
 
 // Restore loads the snapshot saved under job's name into its stages, fresh
 // ones, and returns, per stage name, the first stream sequence to read
-// (none: no snapshot of it; read from the start, as without one). first is
-// the stream's oldest sequence: a snapshot that covers less than what came
-// before it cannot be caught up from the stream. A snapshot that is
-// missing, corrupt, of another version, configuration or stream, or too
-// old is ignored with one log line, and nothing is loaded.
-func (k *Keeper) Restore(ctx context.Context, job Job, first uint64) map[string]uint64 {
+// (none: no snapshot of it; read from the start, as without one). first and
+// last are the stream's oldest and newest sequences: a snapshot that
+// covers less than what came before first cannot be caught up from the
+// stream, and one that covers more than last was taken of another stream
+// (one deleted and made again under the name): reading on after it would
+// skip what this one holds. A snapshot that is missing, corrupt, of
+// another version, configuration or stream, too old or ahead of the
+// stream is ignored with one log line, and nothing is loaded.
+func (k *Keeper) Restore(ctx context.Context, job Job, first, last uint64) map[string]uint64 {
 	start := time.Now()
-	from, err := k.restore(ctx, job, first)
+	from, err := k.restore(ctx, job, first, last)
 	switch {
 	case errors.Is(err, bus.ErrNoObject):
 		k.log.Info("no snapshot: replaying the stream", "snapshot", job.Name)
@@ -246,7 +249,7 @@ func (k *Keeper) Restore(ctx context.Context, job Job, first uint64) map[string]
 	return from
 }
 
-func (k *Keeper) restore(ctx context.Context, job Job, first uint64) (map[string]uint64, error) {
+func (k *Keeper) restore(ctx context.Context, job Job, first, last uint64) (map[string]uint64, error) {
 	data, err := k.store.Get(ctx, job.Name)
 	if err != nil {
 		return nil, err
@@ -265,6 +268,9 @@ func (k *Keeper) restore(ctx context.Context, job Job, first uint64) (map[string
 		st := &snap.Stages[i]
 		if st.Seq+1 < first {
 			return nil, fmt.Errorf("stage %s covers up to sequence %d, and the stream starts at %d now", st.Name, st.Seq, first)
+		}
+		if st.Seq > last {
+			return nil, fmt.Errorf("stage %s covers up to sequence %d, and the stream ends at %d: another stream of the name", st.Name, st.Seq, last)
 		}
 		byName[st.Name] = st
 	}

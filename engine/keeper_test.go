@@ -15,27 +15,35 @@ import (
 	"github.com/chatpulse/chatpulse/rolling"
 )
 
-// A job that is no longer its owner's when its snapshot is about to be
-// written (a group member that lost the partition meanwhile) writes
-// nothing; one that still is, writes.
-func TestSaveOnlyWhileActing(t *testing.T) {
+// keeperOf is a Keeper on the snapshot store of a JetStream server of
+// its own, and a stage of windows ws that handled one event, up to stream
+// sequence 7.
+func keeperOf(t *testing.T) (k *Keeper, store *bus.Objects, s *Stage, ws []rolling.Window) {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	b, err := bus.Open(bus.Options{Host: "127.0.0.1", JetStream: true, DataDir: t.TempDir(), Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
-	ctx := context.Background()
-	store, err := b.Snapshots(ctx, 1)
-	if err != nil {
+	t.Cleanup(b.Close)
+	if store, err = b.Snapshots(context.Background(), 1); err != nil {
 		t.Fatal(err)
 	}
-	k := NewKeeper(store, "config", "CHAT", prometheus.NewRegistry(), log)
-	ws, _ := rolling.ParseWindows("1m")
+	k = NewKeeper(store, "config", "CHAT", prometheus.NewRegistry(), log)
+	ws, _ = rolling.ParseWindows("1m")
 	agg, _ := aggregator.New(ws)
-	s := &Stage{Name: "room", Agg: agg}
+	s = &Stage{Name: "room", Agg: agg}
 	agg.Observe(1000, []chat.Event{{Room: "r", User: "u", TS: 1000}}, nil)
 	s.Handled(7, false)
+	return k, store, s, ws
+}
+
+// A job that is no longer its owner's when its snapshot is about to be
+// written (a group member that lost the partition meanwhile) writes
+// nothing; one that still is, writes.
+func TestSaveOnlyWhileActing(t *testing.T) {
+	k, store, s, ws := keeperOf(t)
+	ctx := context.Background()
 	acting := true
 	job := Job{Name: "group.g.p0", Stages: []*Stage{s}, Acting: func() bool { return acting }}
 	inline := func(f func()) { f() }
@@ -52,7 +60,36 @@ func TestSaveOnlyWhileActing(t *testing.T) {
 		t.Fatalf("Save of an acting job: %v", err)
 	}
 	fresh, _ := aggregator.New(ws)
-	if from := k.Restore(ctx, Job{Name: job.Name, Stages: []*Stage{{Name: "room", Agg: fresh}}}, 1); from["room"] != 8 {
+	if from := k.Restore(ctx, Job{Name: job.Name, Stages: []*Stage{{Name: "room", Agg: fresh}}}, 1, 7); from["room"] != 8 {
 		t.Fatalf("restored from %v, want room from sequence 8", from)
+	}
+}
+
+// A snapshot is ignored, and nothing of it loaded, when the stream
+// contradicts it: it covers messages the stream no longer holds (the
+// stream starts after the message after it), or messages the stream
+// never had (it ends before the snapshot's sequence: another stream of
+// the name).
+func TestRestoreRefusesWhatTheStreamContradicts(t *testing.T) {
+	k, _, s, ws := keeperOf(t)
+	ctx := context.Background()
+	if _, err := k.Save(ctx, Job{Name: "standalone.CHAT.i", Stages: []*Stage{s}}, func(f func()) { f() }); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		first, last uint64
+		want        bool
+	}{
+		{1, 7, true}, {8, 20, true}, // the stream holds every message after it
+		{9, 20, false}, // message 8 is gone from the stream
+		{1, 6, false},  // the stream never reached 7
+		{0, 0, false},  // an empty stream, made again
+	} {
+		fresh, _ := aggregator.New(ws)
+		from := k.Restore(ctx, Job{Name: "standalone.CHAT.i", Stages: []*Stage{{Name: "room", Agg: fresh}}}, c.first, c.last)
+		loaded := fresh.Stats().Rooms > 0
+		if (from["room"] == 8) != c.want || loaded != c.want {
+			t.Errorf("stream %d..%d: restored from %v, state loaded %v; want loaded %v", c.first, c.last, from, loaded, c.want)
+		}
 	}
 }

@@ -30,12 +30,12 @@ func (m *Member) restore(ctx context.Context, pt *partition) map[string]uint64 {
 	if m.keeper == nil {
 		return nil
 	}
-	first, _, err := m.bus.Seqs(ctx, m.cfg.Stream)
+	first, last, err := m.bus.Seqs(ctx, m.cfg.Stream)
 	if err != nil {
 		m.log.Warn("group: no snapshot loaded", "partition", pt.p, "err", err)
 		return nil
 	}
-	return m.keeper.Restore(ctx, m.job(pt), first)
+	return m.keeper.Restore(ctx, m.job(pt), first, last)
 }
 
 // snapshots are the jobs of the snapshot loop: each open run that has

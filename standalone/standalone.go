@@ -142,11 +142,11 @@ func (e *Engine) restore(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	e.keeper = engine.NewKeeper(store, e.config(), e.cfg.Stream, e.reg, e.cfg.Log)
-	first, _, err := e.bus.Seqs(ctx, e.cfg.Stream)
+	first, last, err := e.bus.Seqs(ctx, e.cfg.Stream)
 	if err != nil {
 		return 0, err
 	}
-	return e.keeper.Restore(ctx, e.job(), first)[stageName], nil
+	return e.keeper.Restore(ctx, e.job(), first, last)[stageName], nil
 }
 
 // Run starts counting, and saving snapshots.
