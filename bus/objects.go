@@ -28,12 +28,29 @@ func (b *Bus) Snapshots(ctx context.Context, replicas int) (*Objects, error) {
 	return &Objects{obj: obj}, nil
 }
 
-// Put saves data under name. The object store replaces the previous
-// object of that name only once the new one is complete, so a reader never
-// sees half of one, even if chatpulse dies while it writes.
-func (o *Objects) Put(ctx context.Context, name string, data []byte) error {
-	_, err := o.obj.PutBytes(ctx, name, data)
-	return err
+// Put saves data under name, and returns the id the store gave this
+// object (its NUID). The object store replaces the previous object of
+// that name only once the new one is complete, so a reader never sees
+// half of one, even if chatpulse dies while it writes.
+func (o *Objects) Put(ctx context.Context, name string, data []byte) (id string, err error) {
+	info, err := o.obj.PutBytes(ctx, name, data)
+	if err != nil {
+		return "", err
+	}
+	return info.NUID, nil
+}
+
+// ID is the id of the object saved under name now (what Put returned for
+// it): a copy of it elsewhere is this object if it was saved with this id.
+func (o *Objects) ID(ctx context.Context, name string) (string, error) {
+	info, err := o.obj.GetInfo(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return "", ErrNoObject
+	}
+	if err != nil {
+		return "", err
+	}
+	return info.NUID, nil
 }
 
 // ErrNoObject is the answer for a name with no object.

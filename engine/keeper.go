@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -44,7 +45,15 @@ type Keeper struct {
 
 	took, bytes, restoreTook prometheus.Gauge
 	last                     atomic.Int64 // Unix ms of the last snapshot saved
+
+	local string   // where a copy of each snapshot saved is kept ("": none)
+	pre   *Preload // the local copy loaded at the start, for the first Restore
 }
+
+// KeepLocal keeps a copy of each snapshot saved in dir (local.go), and
+// has the first Restore use pre, that copy loaded at the start (nil:
+// none), if the store holds that very snapshot. Call it before either.
+func (k *Keeper) KeepLocal(dir string, pre *Preload) { k.local, k.pre = dir, pre }
 
 // NewKeeper returns a keeper of snapshots taken under config, of stream.
 func NewKeeper(store *bus.Objects, config, stream string, reg prometheus.Registerer, log *slog.Logger) *Keeper {
@@ -214,8 +223,14 @@ func (k *Keeper) Save(ctx context.Context, job Job, pause func(func())) (time.Du
 	if job.Acting != nil && !job.Acting() {
 		return paused, errNotActing
 	}
-	if err := k.store.Put(ctx, job.Name, data); err != nil {
+	id, err := k.store.Put(ctx, job.Name, data)
+	if err != nil {
 		return paused, fmt.Errorf("snapshot %s: %w", job.Name, err)
+	}
+	if k.local != "" {
+		if err := writeLocal(k.local, job.Name, id, data); err != nil {
+			k.log.Warn("snapshot: no local copy kept", "snapshot", job.Name, "err", err)
+		}
 	}
 	k.took.Set(time.Since(start).Seconds())
 	k.bytes.Set(float64(len(data)))
@@ -235,7 +250,7 @@ func (k *Keeper) Save(ctx context.Context, job Job, pause func(func())) (time.Du
 // stream is ignored with one log line, and nothing is loaded.
 func (k *Keeper) Restore(ctx context.Context, job Job, first, last uint64) map[string]uint64 {
 	start := time.Now()
-	from, err := k.restore(ctx, job, first, last)
+	from, local, err := k.restore(ctx, job, first, last)
 	switch {
 	case errors.Is(err, bus.ErrNoObject):
 		k.log.Info("no snapshot: replaying the stream", "snapshot", job.Name)
@@ -245,50 +260,91 @@ func (k *Keeper) Restore(ctx context.Context, job Job, first, last uint64) map[s
 		return nil
 	}
 	k.restoreTook.Set(time.Since(start).Seconds())
-	k.log.Info("snapshot loaded", "snapshot", job.Name, "seconds", time.Since(start).Seconds(), "from", from)
+	k.log.Info("snapshot loaded", "snapshot", job.Name, "seconds", time.Since(start).Seconds(), "from", from, "local_copy", local)
 	return from
 }
 
-func (k *Keeper) restore(ctx context.Context, job Job, first, last uint64) (map[string]uint64, error) {
+func (k *Keeper) restore(ctx context.Context, job Job, first, last uint64) (from map[string]uint64, local bool, err error) {
+	if p := k.pre; p != nil {
+		k.pre = nil // one start's
+		if from, used, err := k.fromPreload(ctx, p, job, first, last); used {
+			return from, true, err
+		}
+	}
 	data, err := k.store.Get(ctx, job.Name)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	snap, err := snapshot.Decode(data)
+	if err != nil {
+		return nil, false, err
+	}
+	if from, err = k.usable(snap, job, first, last); err != nil {
+		return nil, false, err
+	}
+	if err := loadStages(job, snap); err != nil {
+		return nil, false, err
+	}
+	k.bytes.Set(float64(len(data)))
+	return from, false, nil
+}
+
+// fromPreload decides on p, the local copy of job's snapshot loaded into
+// its stages: used if the store holds that very snapshot (then from, or
+// why the stream contradicts it, its state emptied again); if not, the
+// stages are emptied again, for the store's snapshot.
+func (k *Keeper) fromPreload(ctx context.Context, p *Preload, job Job, first, last uint64) (from map[string]uint64, used bool, err error) {
+	p.Wait()
+	if !p.loaded {
+		if !errors.Is(p.err, fs.ErrNotExist) {
+			k.log.Info("local snapshot copy not used", "snapshot", job.Name, "why", p.err)
+		}
+		return nil, false, nil
+	}
+	id, err := k.store.ID(ctx, job.Name)
+	if err != nil || id != p.id {
+		for _, s := range job.Stages {
+			s.reset()
+		}
+		k.log.Info("local snapshot copy not used: the store holds another", "snapshot", job.Name, "err", err)
+		return nil, false, nil
+	}
+	if from, err = k.usable(p.snap, job, first, last); err != nil {
+		for _, s := range job.Stages {
+			s.reset()
+		}
+		return nil, true, err
+	}
+	k.bytes.Set(float64(p.size))
+	return from, true, nil
+}
+
+// usable checks snap against the state's configuration and the stream's
+// first and last sequences (Restore), and returns, per stage of job it
+// holds, the first sequence to read after it.
+func (k *Keeper) usable(snap *snapshot.Snapshot, job Job, first, last uint64) (map[string]uint64, error) {
 	switch {
-	case err != nil:
-		return nil, err
 	case snap.Config != *k.config.Load():
 		return nil, errors.New("taken under other windows, policies or partitions")
 	case snap.Stream != k.stream:
 		return nil, fmt.Errorf("of stream %s, not %s", snap.Stream, k.stream)
 	}
-	byName := map[string]*snapshot.Stage{}
-	for i := range snap.Stages {
-		st := &snap.Stages[i]
+	seqs := map[string]uint64{}
+	for _, st := range snap.Stages {
 		if st.Seq+1 < first {
 			return nil, fmt.Errorf("stage %s covers up to sequence %d, and the stream starts at %d now", st.Name, st.Seq, first)
 		}
 		if st.Seq > last {
 			return nil, fmt.Errorf("stage %s covers up to sequence %d, and the stream ends at %d: another stream of the name", st.Name, st.Seq, last)
 		}
-		byName[st.Name] = st
+		seqs[st.Name] = st.Seq
 	}
 	from := map[string]uint64{}
 	for _, s := range job.Stages {
-		st := byName[s.Name]
-		if st == nil {
-			continue
+		if seq, ok := seqs[s.Name]; ok {
+			from[s.Name] = seq + 1
 		}
-		if err := s.load(st.Agg, st.Thr); err != nil {
-			for _, s := range job.Stages { // none loaded, or all
-				s.reset()
-			}
-			return nil, fmt.Errorf("stage %s: %w", s.Name, err)
-		}
-		from[s.Name] = st.Seq + 1
 	}
-	k.bytes.Set(float64(len(data)))
 	return from, nil
 }
 

@@ -1,10 +1,13 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -91,5 +94,52 @@ func TestRestoreRefusesWhatTheStreamContradicts(t *testing.T) {
 		if (from["room"] == 8) != c.want || loaded != c.want {
 			t.Errorf("stream %d..%d: restored from %v, state loaded %v; want loaded %v", c.first, c.last, from, loaded, c.want)
 		}
+	}
+}
+
+// A preloaded local copy is kept only when the store holds that very
+// snapshot; a copy that is corrupt, of another configuration or of
+// another snapshot is not, and the store's snapshot is loaded instead,
+// exactly: nothing of the copy stays.
+func TestPreloadKeptOnlyIfTheStoreHoldsIt(t *testing.T) {
+	k, store, s, ws := keeperOf(t)
+	dir := t.TempDir()
+	k.KeepLocal(dir, nil)
+	ctx := context.Background()
+	name := "standalone.CHAT.i"
+	inline := func(f func()) { f() }
+	if _, err := k.Save(ctx, Job{Name: name, Stages: []*Stage{s}}, inline); err != nil {
+		t.Fatal(err)
+	}
+	restore := func(config string) (from map[string]uint64, rooms int, log string) {
+		t.Helper()
+		var buf bytes.Buffer
+		fresh, _ := aggregator.New(ws)
+		job := Job{Name: name, Stages: []*Stage{{Name: "room", Agg: fresh}}}
+		k2 := NewKeeper(store, "config", "CHAT", prometheus.NewRegistry(), slog.New(slog.NewTextHandler(&buf, nil)))
+		k2.KeepLocal(dir, StartPreload(dir, job, config, "CHAT"))
+		from = k2.Restore(ctx, job, 1, 100)
+		return from, fresh.Stats().Rooms, buf.String()
+	}
+	if from, rooms, log := restore("config"); from["room"] != 8 || rooms != 1 || !strings.Contains(log, "local_copy=true") {
+		t.Errorf("the store's own snapshot copied: from %v, %d rooms; log %s", from, rooms, log)
+	}
+	if from, rooms, log := restore("other"); from["room"] != 8 || rooms != 1 || !strings.Contains(log, "local_copy=false") {
+		t.Errorf("a copy of another configuration: from %v, %d rooms; log %s", from, rooms, log)
+	}
+	// The store takes a later snapshot whose copy is not kept.
+	s.Agg.Observe(2000, []chat.Event{{Room: "r2", User: "u", TS: 2000}}, nil)
+	s.Handled(9, false)
+	if _, err := NewKeeper(store, "config", "CHAT", prometheus.NewRegistry(), slog.New(slog.DiscardHandler)).Save(ctx, Job{Name: name, Stages: []*Stage{s}}, inline); err != nil {
+		t.Fatal(err)
+	}
+	if from, rooms, log := restore("config"); from["room"] != 10 || rooms != 2 || !strings.Contains(log, "the store holds another") {
+		t.Errorf("a copy of an earlier snapshot: from %v, %d rooms; log %s", from, rooms, log)
+	}
+	if err := os.WriteFile(localPath(dir, name), []byte(localMagic+"id\ngarbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if from, rooms, log := restore("config"); from["room"] != 10 || rooms != 2 || !strings.Contains(log, "local snapshot copy not used") {
+		t.Errorf("a corrupt copy: from %v, %d rooms; log %s", from, rooms, log)
 	}
 }

@@ -36,6 +36,10 @@ type Engine struct {
 	stage    *engine.Stage
 	consumer *ingest.Consumer
 	keeper   *engine.Keeper // nil: no snapshots
+	// local and pre: the directory of the snapshot's local copy, and
+	// that copy loading meanwhile (Preload); "" and nil: none.
+	local string
+	pre   *engine.Preload
 
 	bus  *bus.Bus
 	src  *bus.Source
@@ -81,6 +85,20 @@ func SnapshotName(stream, instance string) string { return "standalone." + strea
 
 func (e *Engine) job() engine.Job {
 	return engine.Job{Name: SnapshotName(e.cfg.Stream, e.cfg.Instance), Stages: []*engine.Stage{e.stage}}
+}
+
+// Preload starts loading the local copy of the instance's newest
+// snapshot, kept in dir beside the embedded NATS server's store, while
+// the server recovers (engine/local.go); Attach keeps the copy's state
+// only if the snapshot store holds that very snapshot and the stream
+// agrees. Every snapshot saved from then on is copied to dir too. Call
+// it before Attach, with JetStream and snapshots on.
+func (e *Engine) Preload(dir string) {
+	if e.cfg.SnapshotInterval == 0 {
+		return
+	}
+	e.local = dir
+	e.pre = engine.StartPreload(dir, e.job(), e.config(), e.cfg.Stream)
 }
 
 // config is what the state is taken under: windows and policies.
@@ -142,6 +160,9 @@ func (e *Engine) restore(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	e.keeper = engine.NewKeeper(store, e.config(), e.cfg.Stream, e.reg, e.cfg.Log)
+	if e.local != "" {
+		e.keeper.KeepLocal(e.local, e.pre)
+	}
 	first, last, err := e.bus.Seqs(ctx, e.cfg.Stream)
 	if err != nil {
 		return 0, err
@@ -211,6 +232,7 @@ func (e *Engine) Ready() bool { return e.stage.CaughtUp() }
 // are not valid), while ingest waits, as a snapshot is taken: so a
 // snapshot holds the state of the policies it is labelled with.
 func (e *Engine) Reconfigure(policies []throttle.Policy) error {
+	e.pre.Wait() // the stages are the preload's until it is over
 	return e.keeper.Reconfigure(e.consumer.Pause, func() (string, error) {
 		if err := e.Set.Reconfigure(policies); err != nil {
 			return "", err

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -217,6 +218,10 @@ func (m *Main) attach(ctx context.Context) (net.Listener, error) {
 		return nil, usagef("--http %s: %v", c.HTTP, err)
 	}
 	m.httpAddr = ln.Addr()
+	if p, ok := m.engine.(interface{ Preload(dir string) }); ok && c.JetStream && c.NATSURL == "" {
+		// The embedded server recovers its store meanwhile.
+		p.Preload(filepath.Join(c.DataDir, "snapshots"))
+	}
 	if err := m.connect(); err != nil {
 		ln.Close()
 		return nil, err

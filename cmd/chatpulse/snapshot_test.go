@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,10 +19,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chatpulse/chatpulse/aggregator/oracle"
+	"github.com/chatpulse/chatpulse/bus"
 	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/internal/natstest"
 	"github.com/chatpulse/chatpulse/internal/wait"
 	"github.com/chatpulse/chatpulse/rolling"
+	"github.com/chatpulse/chatpulse/snapshot"
 	"github.com/chatpulse/chatpulse/standalone"
 )
 
@@ -275,4 +281,128 @@ func TestSnapshotSurvivesSIGKILL(t *testing.T) {
 		t.Error("the last restart did not load a snapshot")
 	}
 	tm.compareGroup(o, evs)
+}
+
+// After a SIGKILL with the embedded NATS server, the restart loads the
+// local copy of the last snapshot while the server recovers its store,
+// and keeps it because the snapshot store holds that very snapshot: every
+// view equals the oracle's. A copy the store does not hold (another id:
+// the store got a later one, say, and the copy was not written) is not
+// used; the store's snapshot is, and every view is exact still.
+func TestSnapshotLocalCopyAfterSIGKILL(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	httpPort, natsPort := freePort(t), freePort(t)
+	copyPath := filepath.Join(dir, "snapshots", standalone.SnapshotName("CHAT", "local")+".snapshot")
+	var log *syncBuffer
+	tm := &testMain{t: t, url: fmt.Sprint("http://127.0.0.1:", httpPort)}
+	start := func() *exec.Cmd {
+		cmd := exec.Command(bin, "--data-dir", dir, "--http", fmt.Sprint("127.0.0.1:", httpPort), "--nats-listen", fmt.Sprint("127.0.0.1:", natsPort),
+			"--snapshot-interval", "100ms", "--instance", "local")
+		log = &syncBuffer{t: t}
+		cmd.Stderr = log
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		tm.waitReady()
+		return cmd
+	}
+	evs := recentTrace(31, 3000)
+	ws, _ := rolling.ParseWindows(rolling.DefaultWindows)
+	o := oracle.New(ws)
+	o.Observe(time.Now().UnixMilli(), evs)
+	publish := func(from, to int) {
+		nc, err := nats.Connect(fmt.Sprint("nats://127.0.0.1:", natsPort))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		js, _ := jetstream.New(nc)
+		for i := from; i < to; i++ {
+			if _, err := js.Publish(context.Background(), "chat.x.y", []byte(eventJSON(evs[i], i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// settled waits until the store's snapshot covers the whole stream
+	// (so that no other is saved: nothing came since) and the local copy
+	// is of it.
+	settled := func() {
+		nc, err := nats.Connect(fmt.Sprint("nats://127.0.0.1:", natsPort))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		js, _ := jetstream.New(nc)
+		ctx := context.Background()
+		wait.For(t, 30*time.Second, func() error {
+			s, err := js.Stream(ctx, "CHAT")
+			if err != nil {
+				return err
+			}
+			obj, err := js.ObjectStore(ctx, bus.SnapshotBucket)
+			if err != nil {
+				return err
+			}
+			name := standalone.SnapshotName("CHAT", "local")
+			data, err := obj.GetBytes(ctx, name)
+			if err != nil {
+				return err
+			}
+			snap, err := snapshot.Decode(data)
+			if err != nil {
+				return err
+			}
+			if last := s.CachedInfo().State.LastSeq; len(snap.Stages) != 1 || snap.Stages[0].Seq != last {
+				return fmt.Errorf("the store's snapshot covers %+v, the stream ends at %d", snap.Stages, last)
+			}
+			info, err := obj.GetInfo(ctx, name)
+			if err != nil {
+				return err
+			}
+			b, err := os.ReadFile(copyPath)
+			if err != nil {
+				return err
+			}
+			if !bytes.Contains(b[:min(len(b), 100)], []byte("\n"+info.NUID+"\n")) {
+				return fmt.Errorf("the local copy is not of the store's snapshot %s yet", info.NUID)
+			}
+			return nil
+		})
+	}
+	kill := func(cmd *exec.Cmd) {
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Wait()
+	}
+
+	cmd := start()
+	publish(0, 2000)
+	settled()
+	kill(cmd)
+	cmd = start()
+	if !strings.Contains(log.String(), "local_copy=true") {
+		t.Errorf("the restart did not load the local copy:\n%s", log.String())
+	}
+	publish(2000, 2500)
+	settled()
+	kill(cmd)
+	// The copy's id is not the store's: the copy is not used.
+	b, err := os.ReadFile(copyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(copyPath, bytes.Replace(b, []byte("\n"), []byte("\nnot-"), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd = start()
+	if l := log.String(); !strings.Contains(l, "the store holds another") || !strings.Contains(l, "local_copy=false") {
+		t.Errorf("the restart used a local copy the store does not hold:\n%s", l)
+	}
+	publish(2500, len(evs))
+	settled()
+	tm.compareGroup(o, evs)
+	kill(cmd)
 }
