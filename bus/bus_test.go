@@ -153,12 +153,12 @@ func TestFeedReplayThenLive(t *testing.T) {
 	}
 }
 
-// A feed whose consumer delivers nothing while the stream holds messages
-// of its filter after the last it delivered (as an ordered consumer
-// whose recreation waits on a lost NATS node) is given another consumer,
-// from the message after its last: every message is delivered once, in
-// order. Its stalled consumer here is one of a filter without messages.
-func TestFeedReplacesAStalledConsumer(t *testing.T) {
+// A feed whose consumer reports an error and then delivers nothing (as
+// an ordered consumer whose recreation waits on a lost NATS node) is
+// given another consumer, from the message after its last: every message
+// is delivered once, in order. Its troubled consumer here is one of a
+// filter without messages, deleted on the server.
+func TestFeedReplacesATroubledConsumer(t *testing.T) {
 	defer func(d time.Duration) { feedCheck = d }(feedCheck)
 	feedCheck = 50 * time.Millisecond
 	b := openTest(t, true)
@@ -188,6 +188,18 @@ func TestFeedReplacesAStalledConsumer(t *testing.T) {
 	if err := feed.consume(stalled); err != nil {
 		t.Fatal(err)
 	}
+	if err := b.js.DeleteConsumer(ctx, "CHAT", stalled.CachedInfo().Name); err != nil {
+		t.Fatal(err)
+	}
+	// It hears so at once if it had a pull waiting, or else when its
+	// heartbeats stop (10 s); then it recreates itself, with the same
+	// filter, which has no messages.
+	wait.For(t, 30*time.Second, func() error {
+		if feed.gen.Load() < 3 {
+			return fmt.Errorf("consumer generation %d: the troubled one (2) not replaced yet", feed.gen.Load())
+		}
+		return nil
+	})
 	publish(3, 6)
 	r.await(t, 6)
 	feed.Stop()
@@ -200,8 +212,8 @@ func TestFeedReplacesAStalledConsumer(t *testing.T) {
 			t.Errorf("message %d: seq %d, %q", i, m.Seq, m.Data)
 		}
 	}
-	if feed.gen < 3 || b.ConsumersReplaced() == 0 {
-		t.Errorf("consumer generation %d, %d replaced: the stalled one (2) was not replaced", feed.gen, b.ConsumersReplaced())
+	if gen := feed.gen.Load(); gen < 3 || b.ConsumersReplaced() == 0 {
+		t.Errorf("consumer generation %d, %d replaced: the troubled one (2) was not replaced", gen, b.ConsumersReplaced())
 	}
 }
 

@@ -48,12 +48,13 @@ type Bus struct {
 
 	dead     deadLetters
 	alerts   atomic.Pointer[alertStream] // nil: alerts go to AlertSubject at once
-	replaced atomic.Uint64               // stalled feed consumers replaced (Feed.watch)
+	replaced atomic.Uint64               // feed consumers replaced (Feed.watch)
+	lost     atomic.Uint64               // connections lost
 }
 
 // ConsumersReplaced is how many feed consumers were replaced for
-// delivering nothing while their stream held more of their filter: after
-// a NATS node loss (Feed.watch).
+// delivering nothing after an error or a lost connection: after a NATS
+// node loss (Feed.watch).
 func (b *Bus) ConsumersReplaced() uint64 { return b.replaced.Load() }
 
 // Open starts the embedded server, or connects to o.URL. With an external
@@ -73,6 +74,7 @@ func Open(o Options) (*Bus, error) {
 		nats.ReconnectBufSize(64 << 20),
 		nats.ErrorHandler(b.asyncError),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			b.lost.Add(1)
 			if err != nil {
 				b.log.Warn("nats disconnected", "err", err)
 			}
@@ -89,7 +91,8 @@ func Open(o Options) (*Bus, error) {
 			return nil, fmt.Errorf("connect to NATS at %s: %w", b.url, err)
 		}
 		b.nc = nc
-		b.js, _ = jetstream.New(nc) // only bad options fail
+		js, _ := jetstream.New(nc) // only bad options fail
+		b.js = placing{js, b.log}
 		return b, b.startDeadLetters(o.JetStream)
 	}
 	port := o.Port
@@ -135,7 +138,8 @@ func Open(o Options) (*Bus, error) {
 		return nil, fmt.Errorf("connect to the embedded NATS server: %w", err)
 	}
 	b.ns, b.nc = ns, nc
-	b.js, _ = jetstream.New(nc)
+	js, _ := jetstream.New(nc)
+	b.js = placing{js, b.log}
 	return b, b.startDeadLetters(o.JetStream)
 }
 

@@ -42,8 +42,8 @@ type Feeds struct {
 }
 
 // A Feed is one filter of a stream read in order by Feeds: an ordered
-// consumer at a time. Its watch replaces a consumer that is stalled
-// (stall), from the message after the last it delivered.
+// consumer at a time. Its watch replaces a consumer in trouble that
+// delivers nothing, from the message after the last it delivered.
 type Feed struct {
 	fs      *Feeds
 	cfg     FeedConfig
@@ -62,9 +62,12 @@ type Feed struct {
 	// dropped, so one consumer's messages at a time reach Feeds, in
 	// order, each once.
 	mu       sync.Mutex
-	gen      int
+	gen      atomic.Int64 // written under mu
 	cc       jetstream.ConsumeContext
 	caughtUp bool // a message marked CaughtUp was delivered, or none was pending at the start
+	// trouble: the consumer reported an error, or the connection was
+	// lost, and it delivered nothing since.
+	trouble atomic.Bool
 
 	quit    context.CancelFunc // ends watch
 	watched chan struct{}      // closed when watch returns
@@ -124,11 +127,13 @@ func (f *Feed) consume(cons jetstream.Consumer) error {
 	c := f.cfg
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.gen++
-	gen := f.gen
+	gen := f.gen.Add(1)
 	cc, err := cons.Consume(func(m jetstream.Msg) { f.deliver(gen, m) },
 		jetstream.PullMaxMessages(jsBuffer), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			f.fs.b.log.Warn("jetstream consumer", "stream", c.Stream, "filter", c.Filter, "err", err)
+			if f.gen.Load() == gen {
+				f.trouble.Store(true)
+			}
 		}))
 	if err != nil {
 		return fmt.Errorf("stream %s: consume %s: %w", c.Stream, c.Filter, err)
@@ -141,7 +146,7 @@ func (f *Feed) consume(cons jetstream.Consumer) error {
 }
 
 // deliver hands m, of the consumer of generation gen, to Feeds.
-func (f *Feed) deliver(gen int, m jetstream.Msg) {
+func (f *Feed) deliver(gen int64, m jetstream.Msg) {
 	if !f.enter() {
 		return
 	}
@@ -149,8 +154,11 @@ func (f *Feed) deliver(gen int, m jetstream.Msg) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	md, err := m.Metadata()
-	if gen != f.gen || err == nil && md.Sequence.Stream <= f.last.Load() {
+	if gen != f.gen.Load() || err == nil && md.Sequence.Stream <= f.last.Load() {
 		return // a consumer replaced, or a message it delivered already
+	}
+	if f.trouble.Load() {
+		f.trouble.Store(false)
 	}
 	c := f.cfg
 	in := ingest.Msg{Subject: Unfiled(m.Subject(), c.Subject), Data: m.Data(), Header: m.Headers(), Sink: c.Sink}
@@ -166,66 +174,55 @@ func (f *Feed) deliver(gen int, m jetstream.Msg) {
 	f.fs.ch <- in
 }
 
-// watch replaces the feed's consumer each time it is stalled, until ctx
-// ends.
+// watch replaces the feed's consumer when it is in trouble and delivers
+// nothing for a whole feedCheck, until ctx ends.
 //
 // An ordered consumer recreates itself on the server when it misses
-// heartbeats, under the same name at each try; after a NATS node is
-// lost, one whose recreation is placed on that node is never answered,
-// and it tries again forever (nats.go v1.55.0): its filter's messages
-// would wait for the node to come back. A consumer under a new name is
-// placed again.
+// heartbeats or its connection comes back, under the same name at each
+// try. After a NATS node is lost, one whose recreation is placed on that
+// node is never answered, and it tries again forever (nats.go v1.55.0):
+// its filter's messages would wait for the node to come back. A consumer
+// under a new name is placed again.
+//
+// Whether the stream holds messages the consumer did not deliver is not
+// asked: for a filter with wildcards the server walks every subject that
+// matches (half a second for a million subjects). So a consumer in
+// trouble is replaced even when it had nothing to deliver: once an
+// episode, as the new one starts out of trouble.
 func (f *Feed) watch(ctx context.Context) {
 	defer close(f.watched)
 	t := time.NewTicker(feedCheck)
 	defer t.Stop()
-	seen := f.last.Load()
-	var stream jetstream.Stream
+	seen, lost := f.last.Load(), f.fs.b.lost.Load()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		if l := f.fs.b.lost.Load(); l != lost {
+			lost = l
+			f.trouble.Store(true) // its recreation on reconnecting is not reported
+		}
 		last := f.last.Load()
-		if last != seen || f.calls.Load() != 0 {
-			seen = last // it moved, is delivering (Feeds' reader may be slow), or is halted
+		if last != seen || !f.trouble.Load() || f.calls.Load() != 0 {
+			seen = last // it moved, is fine, is delivering (Feeds' reader may be slow), or is halted
 			continue
 		}
-		from, stalled := f.stalled(ctx, &stream, last)
-		if !stalled {
-			continue
-		}
-		f.fs.b.log.Warn("jetstream consumer stalled: starting another", "stream", f.cfg.Stream, "filter", f.cfg.Filter, "from", from)
+		from := max(f.first, last+1)
+		f.fs.b.log.Warn("jetstream consumer in trouble and silent: starting another", "stream", f.cfg.Stream, "filter", f.cfg.Filter, "from", from)
 		cons, err := f.fs.b.js.OrderedConsumer(ctx, f.cfg.Stream, jetstream.OrderedConsumerConfig{
 			FilterSubjects: []string{f.cfg.Filter}, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from})
 		if err == nil {
 			err = f.consume(cons)
 		}
-		if err == nil {
-			f.fs.b.replaced.Add(1)
-		} else {
-			f.fs.b.log.Warn("jetstream consumer not replaced; trying again", "stream", f.cfg.Stream, "filter", f.cfg.Filter, "err", err)
-		}
-	}
-}
-
-// stalled says whether the stream holds a message of the feed's filter
-// that it has not delivered, while it delivered nothing since last (a
-// feedCheck ago), and from where to read again.
-func (f *Feed) stalled(ctx context.Context, stream *jetstream.Stream, last uint64) (from uint64, stalled bool) {
-	from = max(f.first, last+1)
-	ctx, cancel := context.WithTimeout(ctx, feedCheck)
-	defer cancel()
-	if *stream == nil {
-		s, err := f.fs.b.js.Stream(ctx, f.cfg.Stream)
 		if err != nil {
-			return from, false
+			f.fs.b.log.Warn("jetstream consumer not replaced; trying again", "stream", f.cfg.Stream, "filter", f.cfg.Filter, "err", err)
+			continue
 		}
-		*stream = s
+		f.trouble.Store(false)
+		f.fs.b.replaced.Add(1)
 	}
-	m, err := (*stream).GetLastMsgForSubject(ctx, f.cfg.Filter)
-	return from, err == nil && m.Sequence >= from
 }
 
 // Pending is how many messages of the feed's filter the stream held that

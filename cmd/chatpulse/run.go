@@ -130,7 +130,7 @@ func (m *Main) build() error {
 	}, func() float64 { return float64(m.bus.AlertFailed()) }))
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "chatpulse_consumers_replaced_total",
-		Help: "JetStream consumers of the events replaced for delivering nothing while the stream held more for them (after a NATS node loss).",
+		Help: "JetStream consumers of the events replaced for delivering nothing after an error or a lost connection (a NATS node lost).",
 	}, func() float64 { return float64(m.bus.ConsumersReplaced()) }))
 	m.moderation = engine.NewModeration(m.Now, m.Log)
 	var onOver func(string, throttle.Over)
