@@ -84,9 +84,14 @@ func (t *simStore) verifyKey(k *simKey) error {
 		}
 	}
 	var bad error
+	listed := 0
 	k.post.each(func(x uint64, groups []int32) {
-		if posts -= len(groups); len(groups) == 0 || len(k.post.more[x]) == 1 {
-			bad = fmt.Errorf("key %#x: %d groups, %d in more", x, len(groups), len(k.post.more[x]))
+		s := k.post.slots[k.post.find(x)]
+		if s.g < 0 {
+			listed++
+		}
+		if posts -= len(groups); len(groups) == 0 || s.g < 0 && len(groups) < 2 {
+			bad = fmt.Errorf("key %#x: %d groups, slot %d", x, len(groups), s.g)
 		}
 	})
 	if bad != nil {
@@ -95,8 +100,8 @@ func (t *simStore) verifyKey(k *simKey) error {
 	if hashes != k.hashes.live {
 		return fmt.Errorf("groups hold %d hashes, the slab counts %d", hashes, k.hashes.live)
 	}
-	if posts != 0 || len(k.post.more) > k.post.keys() {
-		return fmt.Errorf("%d postings too few, or more keys in more than in post", -posts)
+	if posts != 0 || listed != len(k.post.lists)-len(k.post.spare) {
+		return fmt.Errorf("%d postings too few, or %d keys listed of %d lists and %d spare", -posts, listed, len(k.post.lists), len(k.post.spare))
 	}
 	return nil
 }
