@@ -71,11 +71,12 @@ func (t *simStore) visit(k *simKey, gi int32, f fingerprint, at int64) {
 		return
 	}
 	g.seen = t.stamp
-	if !alike(f, g.fp, t.sim) {
+	if !alike(f, k.fp(g), t.sim) {
 		return
 	}
-	for i := len(g.members) - 1; i >= 0; i-- {
-		m := g.members[i]
+	members := g.members()
+	for i := len(members) - 1; i >= 0; i-- {
+		m := members[i]
 		if m.at <= at-t.w {
 			continue
 		}
@@ -186,15 +187,19 @@ func (t *simStore) hit(m *msg, f fingerprint, has, mark bool) crossing {
 	return c
 }
 
-// add puts a message in k's window if it has a fingerprint and is not
-// older than the window, and moves the window on to its instant.
+// add moves k's window on to m's instant and puts m in it if it has a
+// fingerprint and is not older than the window. The window moves first:
+// the group place that expiry frees is then in cache when record reuses
+// it (most messages' texts are new), where the other way round the
+// reused place is the one the previous message freed, long out of cache
+// on a process of many rooms.
 func (t *simStore) add(k *simKey, m *msg, f fingerprint, has bool) {
 	now := max(m.at, k.newest)
+	k.newest = now
+	t.expire(k, now)
 	if has && m.at > now-t.w {
 		t.record(k, f, m.userHash, m.at)
 	}
-	k.newest = now
-	t.expire(k, now)
 }
 
 // cross marks k as crossed by m, of fingerprint f, starts its penalty if
@@ -366,14 +371,15 @@ func (t *simStore) untake(m msg) bool {
 // group's.
 func (t *simStore) unrecord(k *simKey, f fingerprint, user uint64, at int64) {
 	gi := int32(slices.IndexFunc(k.groups, func(g simGroup) bool {
-		return len(g.members) > 0 && g.fp.cut == f.cut && slices.Equal(g.fp.h, f.h)
+		return g.count > 0 && g.cut == f.cut && slices.Equal(k.fp(&g).h, f.h)
 	}))
 	if gi < 0 {
 		return
 	}
 	g := &k.groups[gi]
-	j := len(g.members) - 1
-	for j >= 0 && (g.members[j].at != at || g.members[j].user != user) {
+	members := g.members()
+	j := len(members) - 1
+	for j >= 0 && (members[j].at != at || members[j].user != user) {
 		j--
 	}
 	if j < 0 {
@@ -390,8 +396,7 @@ func (t *simStore) unrecord(k *simKey, f fingerprint, user uint64, at int64) {
 		}
 		rank++
 	}
-	g.members = slices.Delete(g.members, j, j+1)
-	if len(g.members) == 0 {
+	if g.drop(j); g.count == 0 {
 		t.dropGroup(k, gi)
 	}
 }

@@ -142,34 +142,13 @@ func BenchmarkSimilarObserve(b *testing.B) {
 	}
 	without := mustSet(b, DefaultPolicies())
 	with := mustSet(b, append(DefaultPolicies(), Policy{Name: "alike", Scope: ScopeRoom, Algorithm: AlgSimilar, Limit: 10, Window: time.Minute}))
-	run := func(s *Set, from, to int) time.Duration {
-		t0 := cpuTime()
+	sideBySide(b, warm, without, with, "similar", func(s *Set, from, to int) {
 		for i := from; i < to; i++ {
 			e := evs[i&(len(evs)-1)]
 			e.TS = benchBase + int64(i)*1000/rate
 			s.Observe(e)
 		}
-		return cpuTime() - t0
-	}
-	run(without, 0, warm)
-	run(with, 0, warm)
-	var tWith, tWithout time.Duration
-	b.ResetTimer()
-	for start, n := warm, 0; start < warm+b.N; start, n = start+4096, n+1 {
-		end := min(start+4096, warm+b.N)
-		if n%2 == 0 {
-			tWith += run(with, start, end)
-			tWithout += run(without, start, end)
-		} else {
-			tWithout += run(without, start, end)
-			tWith += run(with, start, end)
-		}
-	}
-	b.StopTimer()
-	per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(b.N) }
-	b.ReportMetric(per(tWithout), "default-cpu-ns/event")
-	b.ReportMetric(per(tWith), "similar-cpu-ns/event")
-	b.ReportMetric(per(tWith)-per(tWithout), "added-cpu-ns/event")
+	})
 	k := with.state.Load().stores[len(DefaultPolicies())].(*simStore).keys["lobby"]
 	b.ReportMetric(float64(len(k.recs)-k.head), "held")
 	b.ReportMetric(float64(len(k.groups)-len(k.free)), "groups")

@@ -38,30 +38,45 @@ func (t *simStore) verify() error {
 func (t *simStore) verifyKey(k *simKey) error {
 	live := map[int32][]member{}
 	for _, r := range k.recs[k.head:] {
-		g := k.groups[r.g]
+		members := k.groups[r.g].members()
 		i := len(live[r.g])
-		if i >= len(g.members) || g.members[i].at != r.at {
+		if i >= len(members) || members[i].at != r.at {
 			return fmt.Errorf("rec at %d of group %d is not its member %d", r.at, r.g, i)
 		}
-		live[r.g] = append(live[r.g], g.members[i])
+		live[r.g] = append(live[r.g], members[i])
 	}
 	free := map[int32]bool{}
 	for _, gi := range k.free {
 		free[gi] = true
 	}
-	posts := 0
+	posts, hashes := 0, 0
+	block := map[int32]bool{} // the hash blocks held or free, by offset
+	for c, offs := range k.hashes.free {
+		for _, off := range offs {
+			if block[off] || int(off)+1<<c > len(k.hashes.h) {
+				return fmt.Errorf("free hash block at %d twice, or past the slab", off)
+			}
+			block[off] = true
+		}
+	}
 	for gi := range k.groups {
 		g := &k.groups[gi]
-		if free[int32(gi)] != (len(g.members) == 0) || len(live[int32(gi)]) != len(g.members) {
-			return fmt.Errorf("group %d: %d members, %d recs, free %v", gi, len(g.members), len(live[int32(gi)]), free[int32(gi)])
+		if free[int32(gi)] != (g.count == 0) || len(live[int32(gi)]) != int(g.count) {
+			return fmt.Errorf("group %d: %d members, %d recs, free %v", gi, g.count, len(live[int32(gi)]), free[int32(gi)])
 		}
 		if free[int32(gi)] {
 			continue
 		}
-		if keys := g.fp.keys(t.sim, nil); g.key != keys[0] || g.fp.oneKey() != (len(keys) == 1) {
+		if block[g.off] || int(g.off)+int(g.n) > len(k.hashes.h) {
+			return fmt.Errorf("group %d: hash block at %d shared, or past the slab", gi, g.off)
+		}
+		block[g.off] = true
+		hashes += 1 << hashClass(int(g.n))
+		f := k.fp(g)
+		if keys := f.keys(t.sim, nil); g.key != keys[0] || f.oneKey() != (len(keys) == 1) {
 			return fmt.Errorf("group %d: key %#x, keys %#x", gi, g.key, keys)
 		}
-		for _, x := range g.fp.keys(t.sim, nil) {
+		for _, x := range f.keys(t.sim, nil) {
 			posts++
 			if !slices.Contains(t.indexed(k, x), int32(gi)) {
 				return fmt.Errorf("group %d: not indexed by %#x", gi, x)
@@ -69,16 +84,24 @@ func (t *simStore) verifyKey(k *simKey) error {
 		}
 	}
 	var bad error
+	listed := 0
 	k.post.each(func(x uint64, groups []int32) {
-		if posts -= len(groups); len(groups) == 0 || len(k.post.more[x]) == 1 {
-			bad = fmt.Errorf("key %#x: %d groups, %d in more", x, len(groups), len(k.post.more[x]))
+		s := k.post.slots[k.post.find(x)]
+		if s.g < 0 {
+			listed++
+		}
+		if posts -= len(groups); len(groups) == 0 || s.g < 0 && len(groups) < 2 {
+			bad = fmt.Errorf("key %#x: %d groups, slot %d", x, len(groups), s.g)
 		}
 	})
 	if bad != nil {
 		return bad
 	}
-	if posts != 0 || len(k.post.more) > k.post.keys() {
-		return fmt.Errorf("%d postings too few, or more keys in more than in post", -posts)
+	if hashes != k.hashes.live {
+		return fmt.Errorf("groups hold %d hashes, the slab counts %d", hashes, k.hashes.live)
+	}
+	if posts != 0 || listed != len(k.post.lists)-len(k.post.spare) {
+		return fmt.Errorf("%d postings too few, or %d keys listed of %d lists and %d spare", -posts, listed, len(k.post.lists), len(k.post.spare))
 	}
 	return nil
 }
@@ -377,5 +400,67 @@ func TestRankSort(t *testing.T) {
 				t.Fatalf("%d values below %d: %v, want %v", n, span, c.v[:n], want)
 			}
 		}
+	}
+}
+
+// TestSimilarObserveBatchIsObserveInALoop: ObserveBatch, which reuses one
+// sketch for a chunk's messages, gives the alerts, checks and state of
+// Observe in a loop, on texts that are often alike, some long enough to
+// be cut, late messages and a key cap.
+func TestSimilarObserveBatchIsObserveInALoop(t *testing.T) {
+	ps := []Policy{
+		{Name: "room", Scope: ScopeRoom, Algorithm: AlgSimilar, Limit: 3, Window: 2 * time.Second},
+		{Name: "user", Scope: ScopeUser, Algorithm: AlgSimilar, Limit: 2, Window: time.Second, Similarity: 0.6, MinChars: 5},
+	}
+	one, batch := mustSet(t, ps, WithMaxKeys(6)), mustSet(t, ps, WithMaxKeys(6))
+	// One hash key for both: a cut text's sample, and so whether it is
+	// found alike, depends on it.
+	batch.state.Store(batch.emptyState(batch.state.Load().rules, one.state.Load().hk))
+	r := rand.New(rand.NewPCG(9, 10))
+	words := strings.Fields("free gold now click here win big prize today")
+	text := func() string {
+		n := []int{0, 1, 3, 6, 12, 200}[r.IntN(6)]
+		var b strings.Builder
+		for range n {
+			b.WriteString(words[r.IntN(len(words))])
+			b.WriteByte(' ')
+		}
+		return b.String()
+	}
+	now := int64(0)
+	var want, got []Alert
+	for range 150 {
+		var evs []chat.Event
+		for range r.IntN(3 * batchChunk) {
+			now += r.Int64N(30)
+			evs = append(evs, chat.Event{TS: at(now - r.Int64N(200)), Room: fmt.Sprint("r", r.IntN(8)), User: fmt.Sprint("u", r.IntN(8)), Text: text()})
+		}
+		for _, e := range evs {
+			want = append(want, one.Observe(e)...)
+		}
+		batch.ObserveBatch(evs, func(_ int, a Alert) { got = append(got, a) }, nil)
+		if !slices.EqualFunc(got, want, func(a, b Alert) bool { return fmt.Sprint(a) == fmt.Sprint(b) }) {
+			t.Fatalf("alerts\n got %+v\nwant %+v", got, want)
+		}
+		for _, u := range []string{"u0", "u1"} {
+			txt := text()
+			if x, y := batch.Check(at(now), "r1", u, txt, true), one.Check(at(now), "r1", u, txt, true); fmt.Sprint(x) != fmt.Sprint(y) {
+				t.Fatalf("check\n got %+v\nwant %+v", x, y)
+			}
+		}
+		for i := range ps {
+			if err := batch.state.Load().stores[i].(*simStore).verify(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(want) == 0 {
+		t.Fatal("no alerts: the test tests nothing")
+	}
+	if x, y := fmt.Sprint(batch.Active(at(now))), fmt.Sprint(one.Active(at(now))); x != y {
+		t.Errorf("active\n got %s\nwant %s", x, y)
+	}
+	if x, y := batch.Stats(), one.Stats(); fmt.Sprint(x) != fmt.Sprint(y) {
+		t.Errorf("stats\n got %+v\nwant %+v", x, y)
 	}
 }

@@ -4,7 +4,9 @@ import "math/bits"
 
 // postings is a similar key's index: each index key (fingerprint.keys) to
 // the groups indexed by it. Most index keys have one group, which sits in
-// the slot itself; a key of two or more has its list in more.
+// the slot itself; a key of two or more has its list in lists, found by
+// the slot too: not in a map keyed by the index key, which hashed it
+// again, twice for each group added (a read and a write).
 //
 // It is an open-addressing hash table with linear probing, kept at most
 // three quarters full, for the reason index (index.go) is one: an index
@@ -17,11 +19,12 @@ type postings struct {
 	slots []posting
 	shift uint // 64 - log2(len(slots))
 	n     int
-	more  map[uint64][]int32
+	lists [][]int32 // the groups of keys of two or more, each of at least two
+	spare []int32   // places in lists that no key has
 }
 
 // A posting is one slot: an index key and its group plus one (0: the slot
-// is empty; -1: the groups are in more).
+// is empty; -(i+1): the groups are lists[i]).
 type posting struct {
 	key uint64
 	g   int32
@@ -31,7 +34,7 @@ const minPostings = 8
 
 func newPostings(keys int) postings {
 	size := max(minPostings, 1<<bits.Len(uint(max(4*keys/3, 1))))
-	return postings{slots: make([]posting, size), shift: uint(64 - bits.TrailingZeros(uint(size))), more: nil}
+	return postings{slots: make([]posting, size), shift: uint(64 - bits.TrailingZeros(uint(size)))}
 }
 
 // home is the first slot probed for index key x. Pair keys hold a
@@ -64,8 +67,9 @@ func (p *postings) lookup(x uint64, one *[1]int32) []int32 {
 	case s.g > 0:
 		one[0] = s.g - 1
 		return one[:]
+	default:
+		return p.lists[-s.g-1]
 	}
-	return p.more[x]
 }
 
 // add indexes group gi by x.
@@ -79,13 +83,17 @@ func (p *postings) add(x uint64, gi int32) {
 		*s = posting{key: x, g: gi + 1}
 		p.n++
 	case s.g > 0:
-		if p.more == nil {
-			p.more = map[uint64][]int32{}
+		var i int32
+		if n := len(p.spare); n > 0 {
+			i, p.spare = p.spare[n-1], p.spare[:n-1]
+		} else {
+			i = int32(len(p.lists))
+			p.lists = append(p.lists, nil)
 		}
-		p.more[x] = []int32{s.g - 1, gi}
-		s.g = -1
+		p.lists[i] = append(p.lists[i], s.g-1, gi)
+		s.g = -(i + 1)
 	default:
-		p.more[x] = append(p.more[x], gi)
+		p.lists[-s.g-1] = append(p.lists[-s.g-1], gi)
 	}
 }
 
@@ -93,18 +101,22 @@ func (p *postings) add(x uint64, gi int32) {
 func (p *postings) remove(x uint64, gi int32) {
 	i := p.find(x)
 	if s := &p.slots[i]; s.g < 0 {
-		list := p.more[x]
+		li := -s.g - 1
+		list := p.lists[li]
 		j := 0
 		for list[j] != gi {
 			j++
 		}
 		list[j] = list[len(list)-1]
-		if list = list[:len(list)-1]; len(list) == 1 {
+		list = list[:len(list)-1]
+		if len(list) == 1 {
 			s.g = list[0] + 1
-			delete(p.more, x)
-		} else {
-			p.more[x] = list
+			p.spare = append(p.spare, li)
+			if list = list[:0]; cap(list) > 8 { // a wave's: not kept for the next pair
+				list = nil
+			}
 		}
+		p.lists[li] = list
 		return
 	}
 	mask := p.mask()
@@ -125,9 +137,9 @@ func (p *postings) remove(x uint64, gi int32) {
 
 func (p *postings) grow() {
 	old := p.slots
-	more := p.more
+	lists, spare := p.lists, p.spare
 	*p = newPostings(len(old))
-	p.more = more
+	p.lists, p.spare = lists, spare
 	mask := p.mask()
 	for _, s := range old {
 		if s.g == 0 {

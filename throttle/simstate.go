@@ -83,12 +83,12 @@ func (k *simKey) append(b []byte) []byte {
 	}
 	b = snapshot.AppendUvarint(b, uint64(len(order)))
 	for _, gi := range order {
-		b = appendFingerprint(b, k.groups[gi].fp)
+		b = appendFingerprint(b, k.fp(&k.groups[gi]))
 	}
 	b = snapshot.AppendUvarint(b, uint64(len(k.recs)-k.head))
 	next := make(map[int32]int) // the member of each group that comes next
 	for _, r := range k.recs[k.head:] {
-		m := k.groups[r.g].members[next[r.g]]
+		m := k.groups[r.g].members()[next[r.g]]
 		next[r.g]++
 		b = snapshot.AppendUvarint(b, place[r.g])
 		b = snapshot.AppendUvarint(b, uint64(k.newest)-uint64(m.at))
@@ -230,11 +230,11 @@ func (t *simStore) loadKey(r *snapshot.Reader, mark bool) error {
 			next++
 		}
 		at := int64(uint64(k.newest) - d)
-		k.groups[g].members = append(k.groups[g].members, member{at: at, user: user})
+		k.groups[g].push(member{at: at, user: user})
 		k.recs = append(k.recs, simRec{at: at, g: int32(g)})
 	}
 	for gi := range k.groups {
-		if len(k.groups[gi].members) == 0 {
+		if k.groups[gi].count == 0 {
 			return fmt.Errorf("group %d has no message", gi)
 		}
 	}
@@ -284,7 +284,7 @@ func (t *simStore) carry(s settings, mark bool) *simStore {
 		if !mark {
 			nk.since, nk.wave = chat.Never, fingerprint{}
 		}
-		nt.refill(nk, k.recs[k.head:], k.groups)
+		nt.refill(nk, k.recs[k.head:], k.groups, k.hashes.h)
 		for id, h := range k.ids {
 			nk.remember(id, h)
 		}

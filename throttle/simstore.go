@@ -28,15 +28,17 @@ import (
 //     is among those of its first key.
 //
 // Memory per message: 16 bytes in recs, 16 in its group; per distinct
-// fingerprint, 4 bytes a pair hash (at most simK: 512 bytes), 72 bytes
-// of group, and an entry in the index for each of its keys
-// (one for a text of fewer than 20 pairs; at the default similarity at
-// most 26 single keys and 28 pair keys). Measured with the index's slack
-// (TestSimilarMemoryBounded): about 210 bytes a message of unique 8-word
+// fingerprint, 4 bytes a pair hash in a block of a power of two of them
+// (at most simK: 512 bytes; simgroup.go), 72 bytes of group, and an entry
+// in the index for each of its keys (one for a text of fewer than 20
+// pairs; at the default similarity at most 26 single keys and 28 pair
+// keys). Measured with the slabs' and index's slack
+// (TestSimilarMemoryBounded): about 170 bytes a message of unique 8-word
 // texts, 1.7 KB of unique texts of 128 pairs or more. Never the text.
 // A group goes with its last message, and a key
 // with its last message (as every store forgets a key at rest); a key
-// whose window held many more groups and index entries than it does now
+// whose window held many more groups and index entries than it does now,
+// or whose hash slab is mostly free blocks,
 // copies what it keeps into right-sized slabs and index (shrink), so a
 // flood of unique texts is given back once it has left the window.
 //
@@ -77,6 +79,7 @@ type simKey struct {
 	head   int
 	groups []simGroup
 	free   []int32  // places in groups with no group
+	hashes hashSlab // the groups' fingerprints (simgroup.go)
 	post   postings // index key (fingerprint.keys) -> its groups
 	peak   int      // the largest size since the last shrink
 	ids    map[uint64]simID
@@ -89,19 +92,6 @@ func (k *simKey) links() *lruLinks[simKey] { return &k.lruLinks }
 type simRec struct {
 	at int64
 	g  int32
-}
-
-type simGroup struct {
-	fp      fingerprint
-	key     uint64   // its first index key (fingerprint.keys): most have one
-	members []member // in the order they came
-	seen    uint64
-}
-
-// A member is one message of a group.
-type member struct {
-	at   int64
-	user uint64 // nameHash of its user
 }
 
 // A simID is a hit that carried an id, for a key's ids (see extraRule):
@@ -189,12 +179,7 @@ func (t *simStore) expire(k *simKey, now int64) {
 	edge := now - t.w
 	for k.head < len(k.recs) && k.recs[k.head].at <= edge {
 		g := &k.groups[k.recs[k.head].g]
-		if len(g.members) == 1 {
-			g.members = g.members[:0] // dropGroup may keep its room
-		} else {
-			g.members = g.members[1:]
-		}
-		if len(g.members) == 0 {
+		if g.drop(0); g.count == 0 {
 			t.dropGroup(k, k.recs[k.head].g)
 		}
 		k.head++
@@ -212,7 +197,7 @@ func (t *simStore) expire(k *simKey, now int64) {
 			}
 		}
 	}
-	if k.peak >= 64 && 4*k.size() < k.peak {
+	if k.peak >= 64 && 4*k.size() < k.peak || k.hashes.sparse() {
 		t.shrink(k)
 	}
 }
@@ -230,9 +215,8 @@ func (t *simStore) record(k *simKey, f fingerprint, user uint64, at int64) {
 	if gi < 0 {
 		gi = t.addGroup(k, f)
 	}
-	g := &k.groups[gi]
-	g.members = append(g.members, member{at: at, user: user})
-	k.recs = append(k.recs, simRec{at: at, g: gi})
+	k.groups[gi].push(member{at: at, user: user})
+	k.recs = append(grow(k.recs, 1), simRec{at: at, g: gi})
 }
 
 // indexed returns the groups of k indexed by key x, in t's scratch when
@@ -249,32 +233,24 @@ func (t *simStore) identical(k *simKey, f fingerprint) int32 {
 		return -1
 	}
 	for _, gi := range t.indexed(k, t.ixKeys[0]) {
-		g := &k.groups[gi]
-		if g.fp.cut == f.cut && slices.Equal(g.fp.h, f.h) {
+		if g := k.fp(&k.groups[gi]); g.cut == f.cut && slices.Equal(g.h, f.h) {
 			return gi
 		}
 	}
 	return -1
 }
 
-// addGroup adds a group of a copy of fingerprint f and indexes it. A group owns its fingerprint's hashes: a place reuses those
-// of the group it had before when they fit, and are no more than about
-// twice as many (so a short text's group never sits in a long one's
-// room).
+// addGroup adds a group of a copy of fingerprint f and indexes it.
 func (t *simStore) addGroup(k *simKey, f fingerprint) int32 {
 	var gi int32
 	if n := len(k.free); n > 0 {
 		gi, k.free = k.free[n-1], k.free[:n-1]
 	} else {
 		gi = int32(len(k.groups))
-		k.groups = append(k.groups, simGroup{})
+		k.groups = append(grow(k.groups, 1), simGroup{})
 	}
 	g := &k.groups[gi]
-	room := g.fp.h[:0]
-	if c := cap(room); c < len(f.h) || c > 2*len(f.h)+4 {
-		room = nil
-	}
-	*g = simGroup{fp: fingerprint{h: append(room, f.h...), cut: f.cut}, members: g.members[:0]}
+	*g = simGroup{off: k.hashes.put(f.h), n: uint8(len(f.h)), cut: f.cut, many: g.many[:0]}
 	t.ixKeys = f.keys(t.sim, t.ixKeys[:0])
 	g.key = t.ixKeys[0]
 	for _, x := range t.ixKeys {
@@ -287,29 +263,28 @@ func (t *simStore) addGroup(k *simKey, f fingerprint) int32 {
 // dropGroup forgets group gi, which has no message left.
 func (t *simStore) dropGroup(k *simKey, gi int32) {
 	g := &k.groups[gi]
-	if g.fp.oneKey() {
+	if f := k.fp(g); f.oneKey() {
 		k.post.remove(g.key, gi) // its hashes need not be read
 	} else {
-		t.ixKeys = g.fp.keys(t.sim, t.ixKeys[:0])
+		t.ixKeys = f.keys(t.sim, t.ixKeys[:0])
 		for _, x := range t.ixKeys {
 			k.post.remove(x, gi)
 		}
 	}
-	// A place's next group reuses the room of its members, if small (most
-	// groups are one message's), and of its hashes (addGroup): most
-	// messages allocate nothing.
-	room := g.members[:0]
+	k.hashes.release(g.off, int(g.n))
+	// A place's next group reuses the room of its members, if small.
+	room := g.many[:0]
 	if cap(room) > 4 {
 		room = nil
 	}
-	*g = simGroup{fp: fingerprint{h: g.fp.h[:0]}, members: room}
+	*g = simGroup{many: room}
 	k.free = append(k.free, gi)
 }
 
 // shrink copies k's window into right-sized slabs, index and maps: none of
 // them ever shrinks, so a key that once held a flood would keep its size.
 func (t *simStore) shrink(k *simKey) {
-	t.refill(k, k.recs[k.head:], k.groups)
+	t.refill(k, k.recs[k.head:], k.groups, k.hashes.h)
 	if len(k.ids) > 0 {
 		ids := make(map[uint64]simID, len(k.ids))
 		for id, h := range k.ids {
@@ -319,20 +294,23 @@ func (t *simStore) shrink(k *simKey) {
 	}
 }
 
-// refill makes k's window the messages recs, of groups, in new slabs
-// and maps, indexed by t's similarity. It copies everything: a place's
-// hashes and members are reused once its group is gone, so k shares
-// nothing with groups (carry's old store may still be observing).
-func (t *simStore) refill(k *simKey, recs []simRec, groups []simGroup) {
-	k.groups, k.free, k.post, k.peak, k.head = nil, nil, postings{}, 0, 0
+// refill makes k's window the messages recs, of groups whose hashes are
+// in hashes, in new slabs and maps, indexed by t's similarity. It copies
+// everything: a place's hashes and members are reused once its group is
+// gone, so k shares nothing with groups (carry's old store may still be
+// observing).
+func (t *simStore) refill(k *simKey, recs []simRec, groups []simGroup, hashes []uint32) {
+	k.groups, k.free, k.hashes, k.post, k.peak, k.head = nil, nil, hashSlab{}, postings{}, 0, 0
 	k.recs = make([]simRec, 0, len(recs))
 	place := make(map[int32]int32)
 	for _, r := range recs {
 		gi, ok := place[r.g]
 		if !ok {
 			g := &groups[r.g]
-			gi = t.addGroup(k, g.fp)
-			k.groups[gi].members = slices.Clone(g.members)
+			gi = t.addGroup(k, fingerprint{h: hashes[g.off : g.off+int32(g.n)], cut: g.cut})
+			for _, m := range g.members() {
+				k.groups[gi].push(m)
+			}
 			place[r.g] = gi
 		}
 		k.recs = append(k.recs, simRec{at: r.at, g: gi})
