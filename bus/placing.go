@@ -10,9 +10,10 @@ import (
 )
 
 // placing is JetStream whose streams, buckets and object stores, made or
-// changed, wait out "no suitable peers for placement" for up to
-// placeWait: a NATS node restarting, or a meta leader that has not heard
-// every node's configuration yet, refuses a replica for a moment, and a
+// changed, wait out "no suitable peers for placement" and "JetStream
+// system temporarily unavailable" for up to placeWait: a NATS node
+// restarting, a meta leader being elected, or one that has not heard
+// every node's configuration yet, refuses them for a moment, and a
 // chatpulse starting then should start, not exit.
 type placing struct {
 	jetstream.JetStream
@@ -22,8 +23,12 @@ type placing struct {
 // placeWait bounds how long a making waits for its replicas' places.
 const placeWait = 30 * time.Second
 
-// codeNoPeers is JetStream's "no suitable peers for placement".
-const codeNoPeers jetstream.ErrorCode = 10005
+// JetStream's "no suitable peers for placement" and "JetStream system
+// temporarily unavailable".
+const (
+	codeNoPeers     jetstream.ErrorCode = 10005
+	codeUnavailable jetstream.ErrorCode = 10008
+)
 
 func (p placing) CreateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	return placed(ctx, p.log, cfg.Name, func() (jetstream.Stream, error) { return p.JetStream.CreateStream(ctx, cfg) })
@@ -45,18 +50,18 @@ func (p placing) CreateOrUpdateObjectStore(ctx context.Context, cfg jetstream.Ob
 	return placed(ctx, p.log, cfg.Bucket, func() (jetstream.ObjectStore, error) { return p.JetStream.CreateOrUpdateObjectStore(ctx, cfg) })
 }
 
-// placed calls try until it is not refused for want of places, ctx
-// ends, or placeWait has passed.
+// placed calls try until it is not refused for want of places or of a
+// meta leader, ctx ends, or placeWait has passed.
 func placed[T any](ctx context.Context, log *slog.Logger, name string, try func() (T, error)) (T, error) {
 	deadline := time.Now().Add(placeWait)
 	for pause, logged := 100*time.Millisecond, false; ; pause = min(2*pause, 2*time.Second) {
 		v, err := try()
 		var api *jetstream.APIError
-		if err == nil || !errors.As(err, &api) || api.ErrorCode != codeNoPeers || time.Now().After(deadline) {
+		if err == nil || !errors.As(err, &api) || api.ErrorCode != codeNoPeers && api.ErrorCode != codeUnavailable || time.Now().After(deadline) {
 			return v, err
 		}
 		if !logged {
-			log.Warn("jetstream: no place for the replicas yet; trying again", "name", name, "err", err)
+			log.Warn("jetstream: cannot make it yet; trying again", "name", name, "err", err)
 			logged = true
 		}
 		select {

@@ -10,7 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// A making refused for want of places is tried again until it is not;
+// A making refused for want of places, or of a meta leader, is tried
+// again until it is not;
 // any other answer is returned at once. (The refusal itself comes of a
 // race in a cluster's start, which a test cannot bring about at will;
 // natstest's cluster start waits it out, and TestGroupLeaseLeaderLoss met
@@ -18,13 +19,14 @@ import (
 func TestPlacedTriesAgainOnlyForPlaces(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	noPeers := &jetstream.APIError{Code: 400, ErrorCode: codeNoPeers, Description: "no suitable peers for placement, peer offline"}
+	unavailable := &jetstream.APIError{Code: 503, ErrorCode: codeUnavailable, Description: "JetStream system temporarily unavailable"}
 	other := &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamNameInUse, Description: "stream name already in use"}
 	for _, c := range []struct {
 		answers []error
 		tries   int
 		want    error
 	}{
-		{[]error{noPeers, noPeers, nil}, 3, nil},
+		{[]error{noPeers, unavailable, nil}, 3, nil},
 		{[]error{noPeers, other}, 2, other},
 		{[]error{other}, 1, other},
 		{[]error{nil}, 1, nil},
