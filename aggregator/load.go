@@ -84,7 +84,8 @@ func (a *Aggregator) load(r *snapshot.Reader) error {
 	nrooms := uint64(r.Count(2, "rooms"))
 	rooms := make([]*room, 0, nrooms)
 	roomHash := make([]uint64, 0, nrooms)
-	listed := 0 // pairs, by the rooms' counts
+	listedBy := make([]uint64, 0, nrooms) // pairs, by each room's count
+	listed := 0                           // pairs, by the rooms' counts
 	for range nrooms {
 		name, n := alias(r), r.Uvarint()
 		if r.Err() != nil {
@@ -104,6 +105,7 @@ func (a *Aggregator) load(r *snapshot.Reader) error {
 		room.snap = -1                   // the last user with a pair in it
 		rooms = append(rooms, room)
 		roomHash = append(roomHash, a.pairs.hashRoom(room.name))
+		listedBy = append(listedBy, n)
 		listed += int(n)
 	}
 	nusers, npairs := r.Uvarint(), r.Uvarint()
@@ -118,8 +120,9 @@ func (a *Aggregator) load(r *snapshot.Reader) error {
 	}
 	a.pairs.reserve(int(npairs))
 	a.users = make(map[string]*user, nusers)
-	rs := a.startRestore()
-	defer rs.wait()
+	rs := a.startRestore(rooms, roomHash)
+	defer rs.stop()
+	taken := make([]uint64, nrooms) // pairs read, per room
 	for ui := range int(nusers) {
 		name, n := alias(r), r.Uvarint()
 		if r.Err() != nil {
@@ -131,11 +134,7 @@ func (a *Aggregator) load(r *snapshot.Reader) error {
 		if n == 0 || n > nrooms {
 			return fmt.Errorf("user %q with %d pairs", name, n)
 		}
-		u := a.makeUser(name)
-		u.pairs = make([]*pair, 0, n)
-		uh := a.pairs.hashUser(u.name)
 		batch := rs.batch
-		batch.users = append(batch.users, u)
 		for range n {
 			ri := r.Uvarint()
 			if r.Err() != nil {
@@ -146,25 +145,26 @@ func (a *Aggregator) load(r *snapshot.Reader) error {
 			}
 			room := rooms[ri]
 			if room.snap == ui {
-				return fmt.Errorf("pair (%q, %q) twice", room.name, u.name)
+				return fmt.Errorf("pair (%q, %q) twice", room.name, name)
 			}
-			if len(room.pairs) == cap(room.pairs) {
+			if taken[ri] == listedBy[ri] {
 				return fmt.Errorf("room %q with more pairs than listed", room.name)
 			}
 			room.snap = ui
-			p := a.linkPair(room, u)
-			batch.slots = append(batch.slots, pairSlot{roomHash[ri] ^ uh, p, u})
+			taken[ri]++
+			k := int32(len(batch.rooms))
+			batch.rooms = append(batch.rooms, int32(ri))
 			cells := len(batch.cells)
 			for i, w := range a.ws {
-				if err := loadCells(r, w, func(b, n int64) { batch.cells = append(batch.cells, loadedCell{p, i, b, n}) }); err != nil {
+				if err := loadCells(r, w, func(b, n int64) { batch.cells = append(batch.cells, loadedCell{k, int32(i), b, n}) }); err != nil {
 					return err
 				}
 			}
 			if len(batch.cells) == cells {
-				return fmt.Errorf("pair (%q, %q) with no events", room.name, u.name)
+				return fmt.Errorf("pair (%q, %q) with no events", room.name, name)
 			}
 		}
-		rs.flush(false)
+		rs.add(name)
 	}
 	if err := r.End("the last user"); err != nil {
 		return err
@@ -178,95 +178,6 @@ func (a *Aggregator) load(r *snapshot.Reader) error {
 	}
 	a.peak.users = len(a.users)
 	return nil
-}
-
-// A restorer does, on goroutines of their own, all that a load does with
-// the users and pairs it has made but for making them: one adds their
-// cells to the windows (restoreCell) and the pairs to the pair table,
-// then another the users to the users' map. Loading is cache misses and
-// the page faults of a heap growing by a gigabyte, split about evenly
-// between making the keys (CPU profile of BenchmarkLoadState: 45%),
-// counting them in (the windows' rings, the rooms' tallies, the table:
-// 35%) and the map (20%), and no stage reads what another writes but the
-// keys handed over in batches: so the three run side by side, a pipeline
-// on two cores (BenchmarkLoadState, load-ms).
-type restorer struct {
-	a     *Aggregator
-	batch *loadBatch      // being filled
-	full  chan *loadBatch // to restore
-	free  chan *loadBatch // restored, to fill again
-	done  chan int        // the users' map's size, once all is restored
-	n     int
-}
-
-// A loadBatch is whole users, their pairs with the hashes to put them
-// under, and their cells, in the order read.
-type loadBatch struct {
-	users []*user
-	slots []pairSlot
-	cells []loadedCell
-}
-
-type loadedCell struct {
-	p    *pair
-	i    int // the window
-	b, n int64
-}
-
-// loadBatchUsers is how many users a batch takes: enough to make handing
-// it over cheap, few enough to keep both goroutines busy.
-const loadBatchUsers = 1024
-
-func (a *Aggregator) startRestore() *restorer {
-	rs := &restorer{a: a, full: make(chan *loadBatch, 2), free: make(chan *loadBatch, 3), done: make(chan int, 1), n: -1}
-	for range cap(rs.free) - 1 {
-		rs.free <- &loadBatch{}
-	}
-	rs.batch = &loadBatch{}
-	named := make(chan *loadBatch, cap(rs.free))
-	go func() {
-		for batch := range rs.full {
-			a.pairs.putAll(batch.slots)
-			for _, c := range batch.cells {
-				a.restoreCell(c.p, c.i, c.b, c.n)
-			}
-			named <- batch
-		}
-		close(named)
-	}()
-	go func() {
-		for batch := range named {
-			for _, u := range batch.users {
-				a.users[u.name] = u
-			}
-			clear(batch.users)
-			clear(batch.slots)
-			clear(batch.cells)
-			batch.users, batch.slots, batch.cells = batch.users[:0], batch.slots[:0], batch.cells[:0]
-			rs.free <- batch
-		}
-		rs.done <- len(a.users)
-	}()
-	return rs
-}
-
-// flush hands the batch over once it is full, or if all.
-func (rs *restorer) flush(all bool) {
-	if len(rs.batch.users) >= loadBatchUsers || all && len(rs.batch.users) > 0 {
-		rs.full <- rs.batch
-		rs.batch = <-rs.free
-	}
-}
-
-// wait returns once every batch is restored, with the users' map's size
-// (two users of one name make one entry).
-func (rs *restorer) wait() int {
-	if rs.n < 0 {
-		rs.flush(true)
-		close(rs.full)
-		rs.n = <-rs.done
-	}
-	return rs.n
 }
 
 // loadCells reads a tally's cells in window w, handing each bucket and
