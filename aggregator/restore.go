@@ -17,7 +17,7 @@ type restorer struct {
 	roomHash []uint64
 	batch    *loadBatch         // being read
 	sent     int                // batches handed to the makers
-	make     [2]chan *loadBatch // to each maker, by turns
+	makers   [2]chan *loadBatch // to each maker, by turns
 	free     chan *loadBatch    // done with, to read again
 	done     chan int           // the users' map's size, once all is in
 	n        int                // that size, once waited for
@@ -50,10 +50,10 @@ func (a *Aggregator) startRestore(rooms []*room, roomHash []uint64) *restorer {
 	}
 	rs.batch = &loadBatch{}
 	var made [2]chan *loadBatch
-	for m := range rs.make {
-		rs.make[m], made[m] = make(chan *loadBatch, 2), make(chan *loadBatch, 2)
+	for m := range rs.makers {
+		rs.makers[m], made[m] = make(chan *loadBatch, 2), make(chan *loadBatch, 2)
 		go func() {
-			for batch := range rs.make[m] {
+			for batch := range rs.makers[m] {
 				rs.makeKeys(batch)
 				made[m] <- batch
 			}
@@ -139,7 +139,7 @@ func (rs *restorer) add(name string) {
 }
 
 func (rs *restorer) send() {
-	rs.make[rs.sent%2] <- rs.batch
+	rs.makers[rs.sent%2] <- rs.batch
 	rs.sent++
 	rs.batch = <-rs.free
 }
@@ -162,7 +162,7 @@ func (rs *restorer) stop() {
 	if rs.n >= 0 {
 		return
 	}
-	for _, ch := range rs.make {
+	for _, ch := range rs.makers {
 		close(ch)
 	}
 	rs.n = <-rs.done
