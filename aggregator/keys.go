@@ -149,15 +149,24 @@ func (a *Aggregator) addPair(r *room, u *user, h uint64) *pair {
 // linkPair makes the pair of r and u, in their lists but not yet in the
 // pair table.
 func (a *Aggregator) linkPair(r *room, u *user) *pair {
+	p := a.makePair(r, u)
+	p.inRoom = len(r.pairs)
+	r.pairs = append(r.pairs, p)
+	return p
+}
+
+// makePair makes the pair of r and u, in u's list only: a load makes
+// pairs on two goroutines (restore.go), and lists them in their rooms on
+// another, in order.
+func (a *Aggregator) makePair(r *room, u *user) *pair {
 	p, w := withWindows[pair, pairWin](len(a.ws))
-	*p = pair{room: r, user: u, at: len(u.pairs), inRoom: len(r.pairs), w: w}
+	*p = pair{room: r, user: u, at: len(u.pairs), w: w}
 	for i := range p.w {
 		pw := &p.w[i]
 		pw.pair = p
 		pw.item = topk.Item{Name: u.name, Count: &pw.tally.Count}
 	}
 	u.pairs = append(u.pairs, p)
-	r.pairs = append(r.pairs, p)
 	return p
 }
 

@@ -84,7 +84,8 @@ func (a *Aggregator) load(r *snapshot.Reader) error {
 	nrooms := uint64(r.Count(2, "rooms"))
 	rooms := make([]*room, 0, nrooms)
 	roomHash := make([]uint64, 0, nrooms)
-	listed := 0 // pairs, by the rooms' counts
+	listedBy := make([]uint64, 0, nrooms) // pairs, by each room's count
+	listed := 0                           // pairs, by the rooms' counts
 	for range nrooms {
 		name, n := alias(r), r.Uvarint()
 		if r.Err() != nil {
@@ -104,6 +105,7 @@ func (a *Aggregator) load(r *snapshot.Reader) error {
 		room.snap = -1                   // the last user with a pair in it
 		rooms = append(rooms, room)
 		roomHash = append(roomHash, a.pairs.hashRoom(room.name))
+		listedBy = append(listedBy, n)
 		listed += int(n)
 	}
 	nusers, npairs := r.Uvarint(), r.Uvarint()
@@ -118,12 +120,9 @@ func (a *Aggregator) load(r *snapshot.Reader) error {
 	}
 	a.pairs.reserve(int(npairs))
 	a.users = make(map[string]*user, nusers)
-	users := fillUsers(a.users)
-	defer users.wait()
-	var (
-		chunk [64]pairSlot // pairs made, for the table
-		made  int
-	)
+	rs := a.startRestore(rooms, roomHash)
+	defer rs.stop()
+	taken := make([]uint64, nrooms) // pairs read, per room
 	for ui := range int(nusers) {
 		name, n := alias(r), r.Uvarint()
 		if r.Err() != nil {
@@ -135,10 +134,7 @@ func (a *Aggregator) load(r *snapshot.Reader) error {
 		if n == 0 || n > nrooms {
 			return fmt.Errorf("user %q with %d pairs", name, n)
 		}
-		u := a.makeUser(name)
-		users.add(u)
-		u.pairs = make([]*pair, 0, n)
-		uh := a.pairs.hashUser(u.name)
+		batch := rs.batch
 		for range n {
 			ri := r.Uvarint()
 			if r.Err() != nil {
@@ -149,83 +145,39 @@ func (a *Aggregator) load(r *snapshot.Reader) error {
 			}
 			room := rooms[ri]
 			if room.snap == ui {
-				return fmt.Errorf("pair (%q, %q) twice", room.name, u.name)
+				return fmt.Errorf("pair (%q, %q) twice", room.name, name)
 			}
-			if len(room.pairs) == cap(room.pairs) {
+			if taken[ri] == listedBy[ri] {
 				return fmt.Errorf("room %q with more pairs than listed", room.name)
 			}
 			room.snap = ui
-			p := a.linkPair(room, u)
-			if chunk[made] = (pairSlot{roomHash[ri] ^ uh, p, u}); made+1 == len(chunk) {
-				a.pairs.putAll(chunk[:])
-				made = 0
-			} else {
-				made++
-			}
+			taken[ri]++
+			k := int32(len(batch.rooms))
+			batch.rooms = append(batch.rooms, int32(ri))
+			cells := len(batch.cells)
 			for i, w := range a.ws {
-				if err := loadCells(r, w, func(b, n int64) { a.restoreCell(p, i, b, n) }); err != nil {
+				if err := loadCells(r, w, func(b, n int64) { batch.cells = append(batch.cells, loadedCell{k, int32(i), b, n}) }); err != nil {
 					return err
 				}
 			}
-			if p.live == 0 {
-				return fmt.Errorf("pair (%q, %q) with no events", room.name, u.name)
+			if len(batch.cells) == cells {
+				return fmt.Errorf("pair (%q, %q) with no events", room.name, name)
 			}
 		}
+		rs.add(name)
 	}
-	a.pairs.putAll(chunk[:made])
 	if err := r.End("the last user"); err != nil {
 		return err
 	}
+	named := rs.wait()
 	if a.pairs.n != int(npairs) {
 		return fmt.Errorf("%d pairs listed, %d found", npairs, a.pairs.n)
 	}
-	if n := users.wait(); n != int(nusers) {
-		return fmt.Errorf("%d users listed, %d names", nusers, n)
+	if named != int(nusers) {
+		return fmt.Errorf("%d users listed, %d names", nusers, named)
 	}
 	a.peak.users = len(a.users)
 	return nil
-}
-
-// A userFiller puts loaded users into the users' map on a goroutine of
-// its own. Each put is a cache miss or two in a map of a million users,
-// about a third of a load's time, and nothing else in a load reads the
-// map: so the puts overlap the rest on another core.
-type userFiller struct {
-	batch []*user
-	ch    chan []*user
-	done  chan int // the map's size, once filled
-	n     int
-}
-
-func fillUsers(m map[string]*user) *userFiller {
-	f := &userFiller{ch: make(chan []*user, 4), done: make(chan int, 1), n: -1}
-	go func() {
-		for batch := range f.ch {
-			for _, u := range batch {
-				m[u.name] = u
-			}
-		}
-		f.done <- len(m)
-	}()
-	return f
-}
-
-func (f *userFiller) add(u *user) {
-	if f.batch = append(f.batch, u); len(f.batch) == 1024 {
-		f.ch <- f.batch
-		f.batch = nil
-	}
-}
-
-// wait returns once every user added is in the map, with the map's size
-// (two users of one name make one entry).
-func (f *userFiller) wait() int {
-	if f.n < 0 {
-		f.ch <- f.batch
-		close(f.ch)
-		f.n = <-f.done
-	}
-	return f.n
 }
 
 // loadCells reads a tally's cells in window w, handing each bucket and

@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"errors"
+	"unsafe"
 
 	"github.com/chatpulse/chatpulse/chat"
 	"github.com/chatpulse/chatpulse/rolling"
@@ -78,6 +79,7 @@ type StateWriter struct {
 	counts []int   // pairs written, per room number
 	users  int
 	pairs  int
+	sink   uintptr // where writeAll's early loads go
 }
 
 // StartState starts writing the aggregator's state as it is now, and
@@ -145,12 +147,11 @@ func (sw *StateWriter) Finish() ([]byte, error) {
 		a.mu.Unlock()
 		return nil, ErrStateAbandoned
 	}
-	n := 0
+	chunk := make([]*user, 0, stateChunk)
 	for _, u := range a.users {
-		if u.written != sw.epoch {
-			sw.write(u)
-		}
-		if n++; n%stateChunk == 0 {
+		if chunk = append(chunk, u); len(chunk) == cap(chunk) {
+			sw.writeAll(chunk)
+			chunk = chunk[:0]
 			a.mu.Unlock()
 			if stateYield != nil {
 				stateYield()
@@ -162,6 +163,8 @@ func (sw *StateWriter) Finish() ([]byte, error) {
 			}
 		}
 	}
+	sw.writeAll(chunk)
+	clear(chunk)
 	a.cow = nil
 	a.mu.Unlock()
 
@@ -184,6 +187,40 @@ func (a *Aggregator) AppendState(b []byte) []byte {
 		panic("aggregator: a state abandoned while AppendState wrote it")
 	}
 	return append(b, state...)
+}
+
+// writeAll writes those of users not written yet, with the aggregator's lock
+// held throughout. A state's time is cache misses: each user, its list of
+// pairs and each pair is one, and a million users lie all over the heap.
+// Written one after another, each waits for the last; so writeAll first
+// reaches every list, then every pair (and the lines of its windows), in
+// loops that only load, whose misses the processor overlaps, and writes
+// them from the cache after. It is about twice as fast as writing them
+// one by one (BenchmarkSnapshotPause, encode-ms).
+func (sw *StateWriter) writeAll(users []*user) {
+	var sink uintptr
+	for _, u := range users {
+		if u.written != sw.epoch && len(u.pairs) > 0 {
+			sink += uintptr(unsafe.Pointer(u.pairs[0]))
+		}
+	}
+	for _, u := range users {
+		if u.written == sw.epoch {
+			continue
+		}
+		for _, p := range u.pairs {
+			sink += uintptr(p.live)
+			for i := range p.w {
+				sink += uintptr(p.w[i].tally.Count)
+			}
+		}
+	}
+	sw.sink = sink
+	for _, u := range users {
+		if u.written != sw.epoch {
+			sw.write(u)
+		}
+	}
 }
 
 // write writes user u, and marks it written. Only pairs with events are
