@@ -278,8 +278,9 @@ func (f *Feed) leave() {
 // is closed, or after 5 s.
 func (f *Feed) Stop() {
 	f.Halt()
-	f.unwatch().Stop()
-	f.closed()
+	cc := f.unwatch()
+	cc.Stop()
+	closed(cc)
 }
 
 // Drain stops the feed once it has delivered what it fetched; it returns
@@ -287,7 +288,7 @@ func (f *Feed) Stop() {
 func (f *Feed) Drain() {
 	cc := f.unwatch()
 	cc.Drain()
-	if !f.closed() {
+	if !closed(cc) {
 		cc.Stop()
 	}
 }
@@ -301,11 +302,8 @@ func (f *Feed) unwatch() jetstream.ConsumeContext {
 	return f.cc
 }
 
-// closed waits, up to 5 s, for the feed to deliver no more.
-func (f *Feed) closed() bool {
-	f.mu.Lock()
-	cc := f.cc
-	f.mu.Unlock()
+// closed waits, up to 5 s, for cc to deliver no more.
+func closed(cc jetstream.ConsumeContext) bool {
 	select {
 	case <-cc.Closed():
 		return true
