@@ -112,6 +112,13 @@ type Job struct {
 	Acting func() bool
 }
 
+// reset empties every stage of the job: none loaded, or all.
+func (j Job) reset() {
+	for _, s := range j.Stages {
+		s.reset()
+	}
+}
+
 // handled is how far a job's stages have read, in all, and how many
 // consuming checks they recorded: what changes their state.
 func (j Job) handled() uint64 {
@@ -295,7 +302,7 @@ func (k *Keeper) restore(ctx context.Context, job Job, first, last uint64) (from
 // stages are emptied again, for the store's snapshot.
 func (k *Keeper) fromPreload(ctx context.Context, p *Preload, job Job, first, last uint64) (from map[string]uint64, used bool, err error) {
 	p.Wait()
-	if !p.loaded {
+	if p.err != nil {
 		if !errors.Is(p.err, fs.ErrNotExist) {
 			k.log.Info("local snapshot copy not used", "snapshot", job.Name, "why", p.err)
 		}
@@ -303,16 +310,12 @@ func (k *Keeper) fromPreload(ctx context.Context, p *Preload, job Job, first, la
 	}
 	id, err := k.store.ID(ctx, job.Name)
 	if err != nil || id != p.id {
-		for _, s := range job.Stages {
-			s.reset()
-		}
+		job.reset()
 		k.log.Info("local snapshot copy not used: the store holds another", "snapshot", job.Name, "err", err)
 		return nil, false, nil
 	}
 	if from, err = k.usable(p.snap, job, first, last); err != nil {
-		for _, s := range job.Stages {
-			s.reset()
-		}
+		job.reset()
 		return nil, true, err
 	}
 	k.bytes.Set(float64(p.size))
@@ -323,11 +326,8 @@ func (k *Keeper) fromPreload(ctx context.Context, p *Preload, job Job, first, la
 // first and last sequences (Restore), and returns, per stage of job it
 // holds, the first sequence to read after it.
 func (k *Keeper) usable(snap *snapshot.Snapshot, job Job, first, last uint64) (map[string]uint64, error) {
-	switch {
-	case snap.Config != *k.config.Load():
-		return nil, errors.New("taken under other windows, policies or partitions")
-	case snap.Stream != k.stream:
-		return nil, fmt.Errorf("of stream %s, not %s", snap.Stream, k.stream)
+	if err := taken(snap, *k.config.Load(), k.stream); err != nil {
+		return nil, err
 	}
 	seqs := map[string]uint64{}
 	for _, st := range snap.Stages {

@@ -72,11 +72,10 @@ func readLocal(dir, name string) (id string, data []byte, err error) {
 type Preload struct {
 	done chan struct{}
 	// Set before done is closed:
-	id     string
-	snap   *snapshot.Snapshot // the stages' sequences; their bytes dropped
-	loaded bool               // the stages hold it
-	err    error
-	size   int
+	id   string
+	snap *snapshot.Snapshot // the stages' sequences; their bytes dropped
+	err  error              // nil: the stages hold it
+	size int
 }
 
 // StartPreload loads the copy of job's snapshot kept in dir into job's
@@ -97,18 +96,16 @@ func (p *Preload) load(dir string, job Job, config, stream string) error {
 		return err
 	}
 	snap, err := snapshot.Decode(data)
-	switch {
-	case err != nil:
+	if err != nil {
 		return err
-	case snap.Config != config:
-		return errors.New("taken under other windows, policies or partitions")
-	case snap.Stream != stream:
-		return fmt.Errorf("of stream %s, not %s", snap.Stream, stream)
+	}
+	if err := taken(snap, config, stream); err != nil {
+		return err
 	}
 	if err := loadStages(job, snap); err != nil {
 		return err
 	}
-	p.id, p.loaded, p.size = id, true, len(data)
+	p.id, p.size = id, len(data)
 	for i := range snap.Stages {
 		snap.Stages[i].Agg, snap.Stages[i].Thr = nil, nil // loaded: not kept twice
 	}
@@ -136,11 +133,21 @@ func loadStages(job Job, snap *snapshot.Snapshot) error {
 			continue
 		}
 		if err := s.load(st.Agg, st.Thr); err != nil {
-			for _, s := range job.Stages {
-				s.reset()
-			}
+			job.reset()
 			return fmt.Errorf("stage %s: %w", s.Name, err)
 		}
+	}
+	return nil
+}
+
+// taken says why snap was not taken under config, of stream (nil: it
+// was).
+func taken(snap *snapshot.Snapshot, config, stream string) error {
+	switch {
+	case snap.Config != config:
+		return errors.New("taken under other windows, policies or partitions")
+	case snap.Stream != stream:
+		return fmt.Errorf("of stream %s, not %s", snap.Stream, stream)
 	}
 	return nil
 }
