@@ -4,15 +4,23 @@ package rolling
 // was seen in. Embed it in the caller's per-key struct; Keyed keeps pointers
 // to keys, so the struct must not move.
 //
-// The newest bucket lives inline (most events land in the bucket the key
-// was last seen in, and this keeps them off a second cache line); older
-// buckets are in cells, oldest first, from off. A key seen in one bucket
-// only never allocates.
+// It is three words, because a tracked (room, user) pair holds one per
+// window. The newest bucket is inline, its events being Count less those of
+// the older buckets (most events land in the bucket the key was last seen
+// in, and this keeps them off a second cache line); older buckets are in
+// more, oldest first. A key seen in one bucket only never allocates.
 type Tally struct {
 	Count int64  // events of this key in the window
-	last  cell   // the newest bucket with events; n == 0 iff Count == 0
-	cells []cell // older buckets with events, oldest first, from off
+	last  int64  // the newest bucket with events, if Count > 0
+	more  *older // the buckets before last with events; nil if none ever
+}
+
+// older are a key's buckets before its newest: cells[off:], oldest first,
+// holding sum events.
+type older struct {
+	cells []cell
 	off   int
+	sum   int64
 }
 
 type cell struct {
@@ -24,7 +32,7 @@ type cell struct {
 // the i-th of them, oldest first, with its count: what a snapshot saves of
 // a key.
 func (t *Tally) NumCells() int {
-	n := len(t.cells) - t.off
+	n := len(t.older())
 	if t.Count > 0 {
 		n++
 	}
@@ -36,61 +44,85 @@ func (t *Tally) CellAt(i int) (b, n int64) {
 	if older := t.older(); i < len(older) {
 		return older[i].b, older[i].n
 	}
-	return t.last.b, t.last.n
+	return t.last, t.lastN()
 }
 
 // older are the cells before last that are still in the window.
-func (t *Tally) older() []cell { return t.cells[t.off:] }
+func (t *Tally) older() []cell {
+	if t.more == nil {
+		return nil
+	}
+	return t.more.cells[t.more.off:]
+}
+
+// lastN is the number of events in the newest bucket.
+func (t *Tally) lastN() int64 {
+	if t.more == nil {
+		return t.Count
+	}
+	return t.Count - t.more.sum
+}
 
 // push appends a cell, reusing the space of expired cells at the front once
 // they are at least half the buffer, so a key that stays busy stops
 // allocating and the copy is O(1) amortized.
 func (t *Tally) push(c cell) {
-	if len(t.cells) == cap(t.cells) && t.off >= len(t.cells)/2 && t.off > 0 {
-		n := copy(t.cells, t.cells[t.off:])
-		t.cells = t.cells[:n]
-		t.off = 0
+	if t.more == nil {
+		t.more = new(older)
 	}
-	t.cells = append(t.cells, c)
+	m := t.more
+	if len(m.cells) == cap(m.cells) && m.off >= len(m.cells)/2 && m.off > 0 {
+		n := copy(m.cells, m.cells[m.off:])
+		m.cells = m.cells[:n]
+		m.off = 0
+	}
+	m.cells = append(m.cells, c)
+	m.sum += c.n
 }
 
 // insert adds k events in bucket b, older than last; it reports whether
 // that made a new cell.
 func (t *Tally) insert(b, k int64) bool {
-	older := t.older()
-	lo, hi := 0, len(older)
+	cs := t.older()
+	lo, hi := 0, len(cs)
 	for lo < hi { // first cell with bucket >= b
 		m := int(uint(lo+hi) >> 1)
-		if older[m].b < b {
+		if cs[m].b < b {
 			lo = m + 1
 		} else {
 			hi = m
 		}
 	}
-	if lo < len(older) && older[lo].b == b {
-		older[lo].n += k
+	if lo < len(cs) && cs[lo].b == b {
+		cs[lo].n += k
+		t.more.sum += k
 		return false
 	}
-	i := t.off + lo
-	t.cells = append(t.cells, cell{})
-	copy(t.cells[i+1:], t.cells[i:])
-	t.cells[i] = cell{b, k}
+	if t.more == nil {
+		t.more = new(older)
+	}
+	m := t.more
+	i := m.off + lo
+	m.cells = append(m.cells, cell{})
+	copy(m.cells[i+1:], m.cells[i:])
+	m.cells[i] = cell{b, k}
+	m.sum += k
 	return true
 }
 
-// dropOldest removes the oldest cell and returns it.
+// dropOldest removes the oldest cell and returns it, leaving Count to the
+// caller.
 func (t *Tally) dropOldest() cell {
-	if t.off < len(t.cells) {
-		c := t.cells[t.off]
-		t.off++
-		if t.off == len(t.cells) {
-			t.cells, t.off = t.cells[:0], 0
+	if m := t.more; m != nil && m.off < len(m.cells) {
+		c := m.cells[m.off]
+		m.off++
+		m.sum -= c.n
+		if m.off == len(m.cells) {
+			m.cells, m.off = m.cells[:0], 0
 		}
 		return c
 	}
-	c := t.last
-	t.last = cell{}
-	return c
+	return cell{t.last, t.lastN()}
 }
 
 // Keyed counts events per key over the last n buckets, sparsely: a key has
@@ -177,8 +209,8 @@ func (w *Keyed[K]) expire(old int64) bool {
 		t.Count -= c.n
 		if t.Count == 0 {
 			w.keys--
-			if cap(t.cells) > keepCells { // a key with nothing here holds little here
-				t.cells, t.off = nil, 0
+			if t.more != nil && cap(t.more.cells) > keepCells { // a key with nothing here holds little here
+				t.more = nil
 			}
 		}
 		lost = append(lost, c.n)
@@ -207,9 +239,8 @@ func (w *Keyed[K]) expire(old int64) bool {
 // Add counts k > 0 events of key, whose Tally is t, in bucket b, like
 // Counter.Add.
 func (w *Keyed[K]) Add(key K, t *Tally, b int64, k int64) error {
-	if k > 0 && t.Count > 0 && b == t.last.b { // the key's newest bucket: in the window
+	if k > 0 && t.Count > 0 && b == t.last { // the key's newest bucket: in the window
 		t.Count += k
-		t.last.n += k
 		return nil
 	}
 	return w.add(key, t, b, k)
@@ -223,16 +254,19 @@ func (w *Keyed[K]) add(key K, t *Tally, b int64, k int64) error {
 	if b <= w.head-int64(len(w.ring)) {
 		return ErrLate
 	}
-	t.Count += k
 	switch {
-	case t.Count == k: // new in the window
+	case t.Count == 0: // new in the window
 		w.keys++
-		t.last = cell{b, k}
-	case b > t.last.b:
-		t.push(t.last)
-		t.last = cell{b, k}
+		t.Count, t.last = k, b
+	case b > t.last:
+		t.push(cell{t.last, t.lastN()})
+		t.Count += k
+		t.last = b
 	case !t.insert(b, k):
+		t.Count += k
 		return nil
+	default:
+		t.Count += k
 	}
 	i := slot(b, len(w.ring))
 	w.ring[i] = append(w.ring[i], key)
@@ -254,8 +288,8 @@ func (w *Keyed[K]) Series(key K, dst []int64) []int64 {
 		case len(older) > 0 && older[0].b == s:
 			v = older[0].n
 			older = older[1:]
-		case t.Count > 0 && t.last.b == s:
-			v = t.last.n
+		case t.Count > 0 && t.last == s:
+			v = t.lastN()
 		}
 		dst = append(dst, v)
 	}
