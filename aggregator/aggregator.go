@@ -238,20 +238,20 @@ func (a *Aggregator) observe(ev *chat.Event, p *pair) {
 			rw.distinct++
 		}
 		w.pairs.Add(pw, &pw.tally, b, 1)
-		rw.talkers.Push(&pw.item)
+		rw.talkers.Push(&pw.item, pw.tally.Count)
 
 		if rw.tally.Count == 0 {
 			r.live++
 		}
 		w.rooms.Add(rw, &rw.tally, b, 1)
-		w.topRooms.Push(&rw.item)
+		w.topRooms.Push(&rw.item, rw.tally.Count)
 
 		if uw.count == 0 {
 			u.live++
 			w.users++
 		}
 		uw.count++
-		w.topUsers.Push(&uw.item)
+		w.topUsers.Push(&uw.item, uw.count)
 	}
 }
 

@@ -43,9 +43,9 @@ type room struct {
 }
 
 type roomWin struct {
+	item     topk.Item // in the window's top rooms: first, see roomKeys
 	room     *room
 	tally    rolling.Tally
-	item     topk.Item // in the window's top rooms
 	talkers  topk.Heap // its users in this window
 	distinct int       // users with messages here in this window
 }
@@ -62,32 +62,55 @@ type user struct {
 }
 
 type userWin struct {
+	item  topk.Item // in the window's top users: first, see userKeys
 	count int64     // the sum of its pairs' counts in this window
-	item  topk.Item // in the window's top users
+	user  *user
 }
 
 type pair struct {
 	room   *room
 	user   *user
-	at     int // index in user.pairs
-	inRoom int // index in room.pairs
 	w      []pairWin
-	live   int
+	at     int32 // index in user.pairs
+	inRoom int32 // index in room.pairs
+	live   int32
 }
 
 type pairWin struct {
+	item  topk.Item // in the room's talkers: first, see pairKeys
 	pair  *pair
 	tally rolling.Tally
-	item  topk.Item // in the room's talkers
 }
+
+// The rankings' keys. Each item is the first field of its per-window
+// struct, so an item a heap gives back is that struct, and the item need
+// not hold the key's name and count (two words in every window of every
+// pair).
+type (
+	pairKeys struct{}
+	userKeys struct{}
+	roomKeys struct{}
+)
+
+// An item at any offset but 0 fails to compile here.
+var _ = [1]struct{}{}[unsafe.Offsetof(pairWin{}.item)+unsafe.Offsetof(userWin{}.item)+unsafe.Offsetof(roomWin{}.item)]
+
+func pairWinOf(it *topk.Item) *pairWin { return (*pairWin)(unsafe.Pointer(it)) }
+func userWinOf(it *topk.Item) *userWin { return (*userWin)(unsafe.Pointer(it)) }
+func roomWinOf(it *topk.Item) *roomWin { return (*roomWin)(unsafe.Pointer(it)) }
+
+func (pairKeys) Count(it *topk.Item) int64 { return pairWinOf(it).tally.Count }
+func (pairKeys) Name(it *topk.Item) string { return pairWinOf(it).pair.user.name }
+func (userKeys) Count(it *topk.Item) int64 { return userWinOf(it).count }
+func (userKeys) Name(it *topk.Item) string { return userWinOf(it).user.name }
+func (roomKeys) Count(it *topk.Item) int64 { return roomWinOf(it).tally.Count }
+func (roomKeys) Name(it *topk.Item) string { return roomWinOf(it).room.name }
 
 func (a *Aggregator) newRoom(name string) *room {
 	r, w := withWindows[room, roomWin](len(a.ws))
 	r.name, r.w = strings.Clone(name), w
 	for i := range r.w {
-		rw := &r.w[i]
-		rw.room = r
-		rw.item = topk.Item{Name: r.name, Count: &rw.tally.Count}
+		r.w[i].room = r
 	}
 	a.rooms[r.name] = r
 	a.peak.rooms = max(a.peak.rooms, len(a.rooms))
@@ -107,8 +130,7 @@ func (a *Aggregator) makeUser(name string) *user {
 	u.setName(name)
 	u.w, u.written = w, a.epoch
 	for i := range u.w {
-		uw := &u.w[i]
-		uw.item = topk.Item{Name: u.name, Count: &uw.count}
+		u.w[i].user = u
 	}
 	return u
 }
@@ -150,7 +172,7 @@ func (a *Aggregator) addPair(r *room, u *user, h uint64) *pair {
 // pair table.
 func (a *Aggregator) linkPair(r *room, u *user) *pair {
 	p := a.makePair(r, u)
-	p.inRoom = len(r.pairs)
+	p.inRoom = int32(len(r.pairs))
 	r.pairs = append(r.pairs, p)
 	return p
 }
@@ -160,11 +182,9 @@ func (a *Aggregator) linkPair(r *room, u *user) *pair {
 // another, in order.
 func (a *Aggregator) makePair(r *room, u *user) *pair {
 	p, w := withWindows[pair, pairWin](len(a.ws))
-	*p = pair{room: r, user: u, at: len(u.pairs), w: w}
+	*p = pair{room: r, user: u, at: int32(len(u.pairs)), w: w}
 	for i := range p.w {
-		pw := &p.w[i]
-		pw.pair = p
-		pw.item = topk.Item{Name: u.name, Count: &pw.tally.Count}
+		p.w[i].pair = p
 	}
 	u.pairs = append(u.pairs, p)
 	return p
@@ -199,12 +219,12 @@ func together[K, W, A any](slice func(*A) []W) (*K, []W) {
 func (a *Aggregator) forgetPair(p *pair) {
 	a.pairs.delete(p)
 	u, r := p.user, p.room
-	last := len(u.pairs) - 1
+	last := int32(len(u.pairs) - 1)
 	u.pairs[p.at] = u.pairs[last]
 	u.pairs[p.at].at = p.at
 	u.pairs[last] = nil
 	u.pairs = u.pairs[:last]
-	last = len(r.pairs) - 1
+	last = int32(len(r.pairs) - 1)
 	r.pairs[p.inRoom] = r.pairs[last]
 	r.pairs[p.inRoom].inRoom = p.inRoom
 	r.pairs[last] = nil

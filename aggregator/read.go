@@ -93,10 +93,11 @@ func (r *room) talkerItems(i int) iter.Seq[*topk.Item] {
 
 func (w *window) rate(messages int64) float64 { return float64(messages) / w.Size.Seconds() }
 
-func talkers(items []*topk.Item) []Talker {
+// talkers are the users or a room's talkers that a ranking of keys gave.
+func talkers(items []*topk.Item, keys topk.Keys) []Talker {
 	out := make([]Talker, len(items))
 	for i, it := range items {
-		out[i] = Talker{User: it.Name, Messages: *it.Count}
+		out[i] = Talker{User: keys.Name(it), Messages: keys.Count(it)}
 	}
 	return out
 }
@@ -116,7 +117,7 @@ func (a *Aggregator) Overview(win string, k int, now int64) (Overview, error) {
 		Messages:      w.total.Count(b),
 		DistinctUsers: w.users,
 		ActiveRooms:   w.rooms.Keys(),
-		TopUsers:      talkers(w.topUsers.Top(k, items[:0], a.userItems(w.i))),
+		TopUsers:      talkers(w.topUsers.Top(k, items[:0], userKeys{}, a.userItems(w.i)), userKeys{}),
 		Series:        w.total.Series(b, make([]int64, 0, w.n)),
 		Joins:         w.joins.Count(b),
 		Leaves:        w.leaves.Count(b),
@@ -124,10 +125,11 @@ func (a *Aggregator) Overview(win string, k int, now int64) (Overview, error) {
 	}
 	v.Rate = w.rate(v.Messages)
 	v.TopTalker = topTalker(v.TopUsers)
-	top := w.topRooms.Top(k, items[:0], a.roomItems(w.i))
+	top := w.topRooms.Top(k, items[:0], roomKeys{}, a.roomItems(w.i))
 	v.TopRooms = make([]RoomCount, len(top))
 	for i, it := range top {
-		v.TopRooms[i] = RoomCount{Room: it.Name, Messages: *it.Count}
+		rw := roomWinOf(it)
+		v.TopRooms[i] = RoomCount{Room: rw.room.name, Messages: rw.tally.Count}
 	}
 	return v, nil
 }
@@ -140,15 +142,15 @@ func (a *Aggregator) Rooms(win string, limit int, now int64) (Rooms, error) {
 	if err != nil {
 		return Rooms{}, err
 	}
-	top := w.topRooms.Top(limit, nil, a.roomItems(w.i))
+	top := w.topRooms.Top(limit, nil, roomKeys{}, a.roomItems(w.i))
 	v := Rooms{Window: w.Name, AsOf: chat.Time(t), Rooms: make([]RoomSummary, len(top))}
 	var one [1]*topk.Item
 	for i, it := range top {
-		r := a.rooms[it.Name]
-		rw := &r.w[w.i]
-		s := RoomSummary{Room: it.Name, Messages: *it.Count, Rate: w.rate(*it.Count), DistinctUsers: rw.distinct}
-		if tt := rw.talkers.Top(1, one[:0], r.talkerItems(w.i)); len(tt) > 0 {
-			s.TopTalker = &Talker{User: tt[0].Name, Messages: *tt[0].Count}
+		rw := roomWinOf(it)
+		r := rw.room
+		s := RoomSummary{Room: r.name, Messages: rw.tally.Count, Rate: w.rate(rw.tally.Count), DistinctUsers: rw.distinct}
+		if tt := rw.talkers.Top(1, one[:0], pairKeys{}, r.talkerItems(w.i)); len(tt) > 0 {
+			s.TopTalker = &talkers(tt, pairKeys{})[0]
 		}
 		v.Rooms[i] = s
 	}
@@ -175,7 +177,7 @@ func (a *Aggregator) Room(name, win string, k int, now int64) (Room, error) {
 		v.Messages = rw.tally.Count
 		v.Rate = w.rate(v.Messages)
 		v.DistinctUsers = rw.distinct
-		v.TopUsers = talkers(rw.talkers.Top(k, items[:0], r.talkerItems(w.i)))
+		v.TopUsers = talkers(rw.talkers.Top(k, items[:0], pairKeys{}, r.talkerItems(w.i)), pairKeys{})
 		v.TopTalker = topTalker(v.TopUsers)
 		v.Series = w.rooms.Series(rw, series)
 	}

@@ -109,7 +109,7 @@ func (rs *restorer) count(batch *loadBatch) {
 	a := rs.a
 	for _, s := range batch.slots {
 		r := s.p.room
-		s.p.inRoom = len(r.pairs)
+		s.p.inRoom = int32(len(r.pairs))
 		r.pairs = append(r.pairs, s.p)
 	}
 	a.pairs.putAll(batch.slots)

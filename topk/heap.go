@@ -11,9 +11,9 @@ func (h *Heap) rebuild(all iter.Seq[*Item]) {
 	clear(h.es)
 	h.es, h.floor = h.es[:0], 0
 	for it := range all {
-		if n := *it.Count; n > 0 {
+		if n := h.keys.Count(it); n > 0 {
 			it.ver++
-			h.es = append(h.es, entry{n: n, pre: prefix(it.Name), ver: it.ver, it: it})
+			h.es = append(h.es, entry{n: n, pre: prefix(h.keys.Name(it)), ver: it.ver, it: it})
 		}
 	}
 	h.built = len(h.es)
@@ -66,7 +66,7 @@ func above(es []entry, floor int64) []entry {
 func (h *Heap) keep(es []entry, floor int64) []entry {
 	live := es[:0]
 	for _, e := range es {
-		if n := *e.it.Count; e.ver == e.it.ver && n > floor {
+		if n := h.keys.Count(e.it); e.ver == e.it.ver && n > floor {
 			e.n = n
 			live = append(live, e)
 		}
@@ -109,14 +109,14 @@ func kth(es []entry, k int) int64 {
 
 func median(a, b, c int64) int64 { return max(min(a, b), min(max(a, b), c)) }
 
-func less(a, b *entry) bool {
+func (h *Heap) less(a, b *entry) bool {
 	if a.n != b.n {
 		return a.n > b.n
 	}
 	if a.pre != b.pre {
 		return a.pre < b.pre
 	}
-	return a.it.Name < b.it.Name
+	return h.keys.Name(a.it) < h.keys.Name(b.it)
 }
 
 func (h *Heap) push(e entry) {
@@ -140,7 +140,7 @@ func (h *Heap) up(i int) {
 	e := h.es[i]
 	for i > 0 {
 		p := (i - 1) / 2
-		if !less(&e, &h.es[p]) {
+		if !h.less(&e, &h.es[p]) {
 			break
 		}
 		h.es[i] = h.es[p]
@@ -157,10 +157,10 @@ func (h *Heap) down(i int) {
 		if c >= n {
 			break
 		}
-		if r := c + 1; r < n && less(&h.es[r], &h.es[c]) {
+		if r := c + 1; r < n && h.less(&h.es[r], &h.es[c]) {
 			c = r
 		}
-		if !less(&h.es[c], &e) {
+		if !h.less(&h.es[c], &e) {
 			break
 		}
 		h.es[i] = h.es[c]

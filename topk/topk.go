@@ -56,13 +56,21 @@ package topk
 
 import "iter"
 
-// Item is a key as the heap sees it. Embed one in the owner's per-key
-// struct, which must not move: the heap keeps pointers to items.
+// Item is a key as the heap sees it: the heap's own bookkeeping, two
+// words less than a key's name and count, which the owner keeps and tells
+// through Keys. Embed one in the owner's per-key struct, which must not
+// move: the heap keeps pointers to items.
 type Item struct {
-	Name    string
-	Count   *int64 // the key's live count, owned and changed by the owner
 	ver     uint32 // which of the item's entries speaks for it: the newest
 	pending bool   // pushed since the heap last flushed
+}
+
+// Keys tells a heap its items' counts, kept by the owner, and names. A
+// tracked (room, user) pair has an item in each window, so what the item
+// does not hold, a million pairs do not hold either.
+type Keys interface {
+	Count(*Item) int64 // the key's live count
+	Name(*Item) string
 }
 
 // entry is one push of an item: a snapshot of its count.
@@ -85,6 +93,7 @@ type Heap struct {
 	built   int     // items with a count at the last rebuild: its cost
 	pending []*Item // pushed but not yet in es
 	taken   []entry // scratch for Top
+	keys    Keys    // the owner's, as given to Top
 }
 
 const (
@@ -110,10 +119,10 @@ const (
 	minIdle    = 1024
 )
 
-// Push records that it's count rose. Call it after every increase; a
+// Push records that it's count rose to n. Call it after every increase; a
 // decrease needs no call, but a fall to zero needs Fell.
-func (h *Heap) Push(it *Item) {
-	if h.on && !it.pending && *it.Count > h.floor {
+func (h *Heap) Push(it *Item, n int64) {
+	if h.on && !it.pending && n > h.floor {
 		h.take(it)
 	}
 }
@@ -149,21 +158,22 @@ func (h *Heap) reset() {
 	for _, it := range h.pending {
 		it.pending = false
 	}
-	*h = Heap{want: h.want}
+	*h = Heap{want: h.want, keys: h.keys}
 }
 
 // flush pushes a fresh entry for every pending item, at its count now.
 func (h *Heap) flush() {
 	for _, it := range h.pending {
 		it.pending = false
-		if *it.Count <= h.floor {
+		n := h.keys.Count(it)
+		if n <= h.floor {
 			continue // fell since, or a compaction raised the floor
 		}
 		if len(h.es) >= max(h.limit, minLimit) {
 			h.compact()
 		}
 		it.ver++
-		h.push(entry{n: *it.Count, pre: prefix(it.Name), ver: it.ver, it: it})
+		h.push(entry{n: n, pre: prefix(h.keys.Name(it)), ver: it.ver, it: it})
 	}
 	clear(h.pending)
 	h.pending = h.pending[:0]
@@ -183,10 +193,12 @@ func prefix(s string) uint64 {
 }
 
 // Top appends to dst the k items with the largest counts (count above
-// zero), largest first, ties by the smaller name. all lists every item
-// that may have a count (items at zero are skipped); Top walks it only
-// when the heap is off or the floor hides items it needs.
-func (h *Heap) Top(k int, dst []*Item, all iter.Seq[*Item]) []*Item {
+// zero), largest first, ties by the smaller name. keys tells their counts
+// and names, the same for every call on a heap. all lists every item that
+// may have a count (items at zero are skipped); Top walks it only when the
+// heap is off or the floor hides items it needs.
+func (h *Heap) Top(k int, dst []*Item, keys Keys, all iter.Seq[*Item]) []*Item {
+	h.keys = keys
 	h.want = max(h.want, k)
 	h.idle = 0
 	if !h.on {
@@ -212,7 +224,7 @@ func (h *Heap) top(k int, dst []*Item) []*Item {
 		if e.ver != e.it.ver {
 			continue // superseded by a newer push
 		}
-		n := *e.it.Count
+		n := h.keys.Count(e.it)
 		if n <= h.floor {
 			continue // it needs no entry now; if it rises, it is pushed
 		}

@@ -7,12 +7,21 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 type key struct {
-	Item
+	Item  // first: an *Item the heap gives back is its key
+	Name  string
 	count int64
 }
+
+// testKeys tells a heap of keys their counts and names.
+type testKeys struct{}
+
+func keyOf(it *Item) *key             { return (*key)(unsafe.Pointer(it)) }
+func (testKeys) Count(it *Item) int64 { return keyOf(it).count }
+func (testKeys) Name(it *Item) string { return keyOf(it).Name }
 
 // newKeys names keys so that ties are decided in the first 8 bytes, after
 // them, and by length alone.
@@ -26,8 +35,7 @@ func newKeys(n int) []*key {
 		case 2:
 			name = strings.Repeat("z", i)
 		}
-		ks[i] = &key{}
-		ks[i].Item = Item{Name: name, Count: &ks[i].count}
+		ks[i] = &key{Name: name}
 	}
 	return ks
 }
@@ -78,7 +86,7 @@ func bruteTop(ks []*key, k int) []string {
 func names(items []*Item) []string {
 	var out []string
 	for _, it := range items {
-		out = append(out, fmt.Sprintf("%s=%d", it.Name, *it.Count))
+		out = append(out, fmt.Sprintf("%s=%d", keyOf(it).Name, keyOf(it).count))
 	}
 	return out
 }
@@ -121,7 +129,7 @@ func oracleRun(t *testing.T, seed uint64, n, steps, maxK int) (rose bool, rebuil
 		switch p := r.IntN(10_000); {
 		case p < 5500:
 			x.count += int64(1 + r.IntN(2))
-			h.Push(&x.Item)
+			h.Push(&x.Item, x.count)
 		case p < 8500:
 			if x.count > 0 {
 				x.count -= min(x.count, int64(1+r.IntN(3))) // expiry: no call
@@ -141,7 +149,7 @@ func oracleRun(t *testing.T, seed uint64, n, steps, maxK int) (rose bool, rebuil
 		case p < 8700:
 			k := 1 + r.IntN(maxK)
 			floor := h.floor
-			got, want := names(h.Top(k, nil, all(ks))), bruteTop(ks, k)
+			got, want := names(h.Top(k, nil, testKeys{}, all(ks))), bruteTop(ks, k)
 			if !slices.Equal(got, want) {
 				t.Fatalf("seed %d step %d: top %d = %v, want %v", seed, step, k, got, want)
 			}
@@ -161,9 +169,9 @@ func TestTies(t *testing.T) {
 	var h Heap
 	for _, i := range []int{3, 1, 4, 0, 2} {
 		ks[i].count = 7
-		h.Push(&ks[i].Item)
+		h.Push(&ks[i].Item, ks[i].count)
 	}
-	if got := names(h.Top(3, nil, all(ks))); !slices.Equal(got, []string{"a-long-shared-prefix-001=7", "a-long-shared-prefix-004=7", "k000=7"}) {
+	if got := names(h.Top(3, nil, testKeys{}, all(ks))); !slices.Equal(got, []string{"a-long-shared-prefix-001=7", "a-long-shared-prefix-004=7", "k000=7"}) {
 		t.Fatalf("ties: %v", got)
 	}
 }
@@ -176,7 +184,7 @@ func TestCompactionBoundsMemory(t *testing.T) {
 	for i := range 1_000_000 {
 		x := ks[i%len(ks)]
 		x.count++
-		h.Push(&x.Item)
+		h.Push(&x.Item, x.count)
 		if i%1000 == 999 {
 			for _, y := range ks {
 				y.count = 0
@@ -198,9 +206,9 @@ func TestFellForgets(t *testing.T) {
 	var h Heap
 	for _, x := range ks {
 		x.count = 1
-		h.Push(&x.Item)
+		h.Push(&x.Item, x.count)
 	}
-	h.Top(10, nil, all(ks))
+	h.Top(10, nil, testKeys{}, all(ks))
 	for i, x := range ks {
 		x.count = 0
 		h.Fell(len(ks) - 1 - i)
@@ -212,8 +220,8 @@ func TestFellForgets(t *testing.T) {
 		t.Fatalf("%d entries, capacity %d and %d kept", h.Len(), cap(h.es), cap(h.pending))
 	}
 	ks[3].count = 2 // and it still works
-	h.Push(&ks[3].Item)
-	if got := names(h.Top(2, nil, all(ks))); !slices.Equal(got, []string{ks[3].Name + "=2"}) {
+	h.Push(&ks[3].Item, ks[3].count)
+	if got := names(h.Top(2, nil, testKeys{}, all(ks))); !slices.Equal(got, []string{ks[3].Name + "=2"}) {
 		t.Fatalf("after forgetting: %v", got)
 	}
 }
@@ -224,16 +232,16 @@ func TestIdleHeapTurnsOff(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 1))
 	ks := newKeys(500)
 	var h Heap
-	if h.Push(&ks[0].Item); h.Len() != 0 {
+	if h.Push(&ks[0].Item, ks[0].count); h.Len() != 0 {
 		t.Fatalf("a heap never read took a push")
 	}
 	for round := range 5 {
-		h.Top(3, nil, all(ks)) // on
+		h.Top(3, nil, testKeys{}, all(ks)) // on
 		off := false
 		for range 10 * (idleFactor*len(ks) + minIdle) {
 			x := ks[r.IntN(len(ks))]
 			x.count++
-			h.Push(&x.Item)
+			h.Push(&x.Item, x.count)
 			if !h.on {
 				off = true
 				if h.Len() != 0 {
@@ -244,7 +252,7 @@ func TestIdleHeapTurnsOff(t *testing.T) {
 		if !off {
 			t.Fatalf("round %d: still on after %d pushes without a read", round, 10*(idleFactor*len(ks)+minIdle))
 		}
-		if got, want := names(h.Top(10, nil, all(ks))), bruteTop(ks, 10); !slices.Equal(got, want) {
+		if got, want := names(h.Top(10, nil, testKeys{}, all(ks))), bruteTop(ks, 10); !slices.Equal(got, want) {
 			t.Fatalf("round %d: top 10 = %v, want %v", round, got, want)
 		}
 	}
@@ -255,12 +263,12 @@ func TestTopDoesNotAllocate(t *testing.T) {
 	var h Heap
 	for i, x := range ks {
 		x.count = int64(i % 17)
-		h.Push(&x.Item)
+		h.Push(&x.Item, x.count)
 	}
 	dst := make([]*Item, 0, 10)
 	seq := all(ks)
-	h.Top(10, dst, seq)
-	if a := testing.AllocsPerRun(100, func() { h.Top(10, dst[:0], seq) }); a != 0 {
+	h.Top(10, dst, testKeys{}, seq)
+	if a := testing.AllocsPerRun(100, func() { h.Top(10, dst[:0], testKeys{}, seq) }); a != 0 {
 		t.Fatalf("%v allocations per Top", a)
 	}
 }
@@ -280,7 +288,7 @@ func BenchmarkPush(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
 				x := ks[idx[i&(len(idx)-1)]]
 				x.count++
-				h.Push(&x.Item)
+				h.Push(&x.Item, x.count)
 			}
 		})
 	}
@@ -292,11 +300,11 @@ func BenchmarkTop10(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 1))
 	for _, x := range ks {
 		x.count = int64(1 + r.IntN(1000))
-		h.Push(&x.Item)
+		h.Push(&x.Item, x.count)
 	}
 	dst := make([]*Item, 0, 10)
 	b.ReportAllocs()
 	for b.Loop() {
-		dst = h.Top(10, dst[:0], all(ks))
+		dst = h.Top(10, dst[:0], testKeys{}, all(ks))
 	}
 }
