@@ -25,12 +25,13 @@ type Aggregator struct {
 	users map[string]*user
 	// Rooms with joins or leaves: crowds.go; the last membership of
 	// each (room, user): members.go.
-	crowds  map[string]*crowd
-	members members
-	clock   int64 // as_of so far: the latest now or accepted event time seen
-	late    []uint64
-	pairs   pairTable
-	peak    struct{ rooms, users, crowds int } // the maps' sizes, for shrunk
+	crowds    map[string]*crowd
+	members   members
+	clock     int64 // as_of so far: the latest now or accepted event time seen
+	late      []uint64
+	pairs     pairTable
+	pairBlock pairBlock                          // how a pair and its windows are allocated
+	peak      struct{ rooms, users, crowds int } // the maps' sizes, for shrunk
 
 	buckets []int64 // scratch: an event's bucket in each window
 	found   []*pair // scratch: the pairs of a batch's events
@@ -79,6 +80,7 @@ func New(windows []rolling.Window) (*Aggregator, error) {
 func (a *Aggregator) init(windows []rolling.Window) {
 	a.ws, a.found, a.peak, a.cow = nil, nil, struct{ rooms, users, crowds int }{}, nil
 	a.rooms, a.users, a.pairs = make(map[string]*room), make(map[string]*user), newPairTable()
+	a.pairBlock = newPairBlock(len(windows))
 	a.crowds = make(map[string]*crowd)
 	var largest int64
 	for _, spec := range windows {
@@ -104,7 +106,7 @@ func (a *Aggregator) init(windows []rolling.Window) {
 func (a *Aggregator) pairFell(w *window) func(*pairWin, int64) {
 	i := w.i
 	return func(pw *pairWin, k int64) {
-		p := pw.pair
+		p := pw.pairOf(i)
 		u := p.user
 		if pw.tally.Count == 0 {
 			rw := &p.room.w[i]
@@ -232,7 +234,7 @@ func (a *Aggregator) observe(ev *chat.Event, p *pair) {
 		}
 		w.total.Add(b, 1)
 
-		pw, rw, uw := &p.w[w.i], &r.w[w.i], &u.w[w.i]
+		pw, rw, uw := p.win(w.i), &r.w[w.i], &u.w[w.i]
 		if pw.tally.Count == 0 {
 			p.live++
 			rw.distinct++

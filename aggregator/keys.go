@@ -67,10 +67,10 @@ type userWin struct {
 	user  *user
 }
 
+// A pair is followed in memory by its windows (see pairs.go's win).
 type pair struct {
 	room   *room
 	user   *user
-	w      []pairWin
 	at     int32 // index in user.pairs
 	inRoom int32 // index in room.pairs
 	live   int32
@@ -78,7 +78,6 @@ type pair struct {
 
 type pairWin struct {
 	item  topk.Item // in the room's talkers: first, see pairKeys
-	pair  *pair
 	tally rolling.Tally
 }
 
@@ -87,7 +86,7 @@ type pairWin struct {
 // not hold the key's name and count (two words in every window of every
 // pair).
 type (
-	pairKeys struct{}
+	pairKeys struct{ i int } // window i's
 	userKeys struct{}
 	roomKeys struct{}
 )
@@ -99,12 +98,12 @@ func pairWinOf(it *topk.Item) *pairWin { return (*pairWin)(unsafe.Pointer(it)) }
 func userWinOf(it *topk.Item) *userWin { return (*userWin)(unsafe.Pointer(it)) }
 func roomWinOf(it *topk.Item) *roomWin { return (*roomWin)(unsafe.Pointer(it)) }
 
-func (pairKeys) Count(it *topk.Item) int64 { return pairWinOf(it).tally.Count }
-func (pairKeys) Name(it *topk.Item) string { return pairWinOf(it).pair.user.name }
-func (userKeys) Count(it *topk.Item) int64 { return userWinOf(it).count }
-func (userKeys) Name(it *topk.Item) string { return userWinOf(it).user.name }
-func (roomKeys) Count(it *topk.Item) int64 { return roomWinOf(it).tally.Count }
-func (roomKeys) Name(it *topk.Item) string { return roomWinOf(it).room.name }
+func (pairKeys) Count(it *topk.Item) int64   { return pairWinOf(it).tally.Count }
+func (k pairKeys) Name(it *topk.Item) string { return pairWinOf(it).pairOf(k.i).user.name }
+func (userKeys) Count(it *topk.Item) int64   { return userWinOf(it).count }
+func (userKeys) Name(it *topk.Item) string   { return userWinOf(it).user.name }
+func (roomKeys) Count(it *topk.Item) int64   { return roomWinOf(it).tally.Count }
+func (roomKeys) Name(it *topk.Item) string   { return roomWinOf(it).room.name }
 
 func (a *Aggregator) newRoom(name string) *room {
 	r, w := withWindows[room, roomWin](len(a.ws))
@@ -181,11 +180,8 @@ func (a *Aggregator) linkPair(r *room, u *user) *pair {
 // pairs on two goroutines (restore.go), and lists them in their rooms on
 // another, in order.
 func (a *Aggregator) makePair(r *room, u *user) *pair {
-	p, w := withWindows[pair, pairWin](len(a.ws))
-	*p = pair{room: r, user: u, at: int32(len(u.pairs)), w: w}
-	for i := range p.w {
-		p.w[i].pair = p
-	}
+	p := a.pairBlock.make()
+	*p = pair{room: r, user: u, at: int32(len(u.pairs))}
 	u.pairs = append(u.pairs, p)
 	return p
 }

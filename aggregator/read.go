@@ -84,7 +84,7 @@ func (a *Aggregator) roomItems(i int) iter.Seq[*topk.Item] {
 func (r *room) talkerItems(i int) iter.Seq[*topk.Item] {
 	return func(yield func(*topk.Item) bool) {
 		for _, p := range r.pairs {
-			if !yield(&p.w[i].item) {
+			if !yield(&p.win(i).item) {
 				return
 			}
 		}
@@ -149,8 +149,8 @@ func (a *Aggregator) Rooms(win string, limit int, now int64) (Rooms, error) {
 		rw := roomWinOf(it)
 		r := rw.room
 		s := RoomSummary{Room: r.name, Messages: rw.tally.Count, Rate: w.rate(rw.tally.Count), DistinctUsers: rw.distinct}
-		if tt := rw.talkers.Top(1, one[:0], pairKeys{}, r.talkerItems(w.i)); len(tt) > 0 {
-			s.TopTalker = &talkers(tt, pairKeys{})[0]
+		if tt := rw.talkers.Top(1, one[:0], pairKeys{w.i}, r.talkerItems(w.i)); len(tt) > 0 {
+			s.TopTalker = &talkers(tt, pairKeys{w.i})[0]
 		}
 		v.Rooms[i] = s
 	}
@@ -177,7 +177,7 @@ func (a *Aggregator) Room(name, win string, k int, now int64) (Room, error) {
 		v.Messages = rw.tally.Count
 		v.Rate = w.rate(v.Messages)
 		v.DistinctUsers = rw.distinct
-		v.TopUsers = talkers(rw.talkers.Top(k, items[:0], pairKeys{}, r.talkerItems(w.i)), pairKeys{})
+		v.TopUsers = talkers(rw.talkers.Top(k, items[:0], pairKeys{w.i}, r.talkerItems(w.i)), pairKeys{w.i})
 		v.TopTalker = topTalker(v.TopUsers)
 		v.Series = w.rooms.Series(rw, series)
 	}
@@ -208,7 +208,7 @@ func (a *Aggregator) User(name, win string, now int64) (User, error) {
 	}
 	v.Messages = u.w[w.i].count
 	for _, p := range u.pairs {
-		if c := p.w[w.i].tally.Count; c > 0 {
+		if c := p.win(w.i).tally.Count; c > 0 {
 			v.Rooms = append(v.Rooms, RoomCount{Room: p.room.name, Messages: c})
 		}
 	}

@@ -210,8 +210,8 @@ func (sw *StateWriter) writeAll(users []*user) {
 		}
 		for _, p := range u.pairs {
 			sink += uintptr(p.live)
-			for i := range p.w {
-				sink += uintptr(p.w[i].tally.Count)
+			for i := range sw.heads {
+				sink += uintptr(p.win(i).tally.Count)
 			}
 		}
 	}
@@ -259,7 +259,7 @@ func (sw *StateWriter) appendPair(b []byte, p *pair) []byte {
 	sw.counts[r.snap]++
 	b = snapshot.AppendUvarint(b, uint64(r.snap))
 	for i, head := range sw.heads {
-		b = appendCells(b, head, &p.w[i].tally)
+		b = appendCells(b, head, &p.win(i).tally)
 	}
 	return b
 }
