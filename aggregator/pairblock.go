@@ -9,7 +9,7 @@ import (
 // windows are laid out after it in one allocation, a pairWin each, and
 // found by arithmetic: the pair needs no slice of them (three words) and
 // they need no pointer back to it (a word each). That makes a pair and
-// three windows 128 bytes.
+// three windows 176 bytes.
 //
 // The allocation's type is built once per aggregator, for its number of
 // windows, so that the collector knows where every pointer in it is; a

@@ -1,27 +1,34 @@
 package rolling
 
+import "unsafe"
+
 // Tally is one key's share of a Keyed window: its count and the buckets it
 // was seen in. Embed it in the caller's per-key struct; Keyed keeps pointers
 // to keys, so the struct must not move.
 //
-// It is three words, because a tracked (room, user) pair holds one per
-// window. The newest bucket is inline, its events being Count less those of
-// the older buckets (most events land in the bucket the key was last seen
-// in, and this keeps them off a second cache line); older buckets are in
-// more, oldest first. A key seen in one bucket only never allocates.
+// The newest bucket lives inline (most events land in the bucket the key
+// was last seen in, and this keeps them off a second cache line); older
+// buckets are in an array of their own, oldest first, from off, whose
+// bookkeeping is inline too, so that reaching the oldest or the next cell
+// is one cache miss. A key seen in one bucket only never allocates. Five
+// words: a tracked (room, user) pair holds one per window.
 type Tally struct {
-	Count int64  // events of this key in the window
-	last  int64  // the newest bucket with events, if Count > 0
-	more  *older // the buckets before last with events; nil if none ever
+	Count int64 // events of this key in the window
+	last  cell  // the newest bucket with events; n == 0 iff Count == 0
+	buf   *cell // cap cells; the older buckets are the n from off
+	off   uint16
+	n     uint16
+	cap   uint16
 }
 
-// older are a key's buckets before its newest: cells[off:], oldest first,
-// holding sum events.
-type older struct {
-	cells []cell
-	off   int
-	sum   int64
-}
+// A window has at most MaxBuckets buckets, so a key has at most
+// MaxBuckets-1 older cells, fewer than maxCells: a full array of maxCells
+// has expired cells to make room with, and never doubles (room), so the
+// counts fit in 16 bits.
+const (
+	maxCells = 1 << 15
+	_        = uint16(maxCells - MaxBuckets) // fails to compile if MaxBuckets > maxCells
+)
 
 type cell struct {
 	b int64 // bucket
@@ -32,7 +39,7 @@ type cell struct {
 // the i-th of them, oldest first, with its count: what a snapshot saves of
 // a key.
 func (t *Tally) NumCells() int {
-	n := len(t.older())
+	n := int(t.n)
 	if t.Count > 0 {
 		n++
 	}
@@ -44,40 +51,45 @@ func (t *Tally) CellAt(i int) (b, n int64) {
 	if older := t.older(); i < len(older) {
 		return older[i].b, older[i].n
 	}
-	return t.last, t.lastN()
+	return t.last.b, t.last.n
+}
+
+// cells is the whole array, expired cells and free room included.
+func (t *Tally) cells() []cell {
+	if t.buf == nil {
+		return nil
+	}
+	return unsafe.Slice(t.buf, t.cap)
 }
 
 // older are the cells before last that are still in the window.
-func (t *Tally) older() []cell {
-	if t.more == nil {
-		return nil
+func (t *Tally) older() []cell { return t.cells()[t.off : t.off+t.n] }
+
+// room makes room for one more cell at the end: it moves the cells to the
+// front once the expired ones before them are at least half the array (or
+// the array is as large as it gets), so a key that stays busy stops
+// allocating and the copy is O(1) amortized, and doubles the array
+// otherwise.
+func (t *Tally) room() {
+	if t.off+t.n < t.cap {
+		return
 	}
-	return t.more.cells[t.more.off:]
+	cs := t.cells()
+	if t.off > 0 && (t.off >= t.cap/2 || t.cap == maxCells) {
+		copy(cs, cs[t.off:])
+		t.off = 0
+		return
+	}
+	grown := make([]cell, max(2*int(t.cap), 4))
+	copy(grown, cs[t.off:])
+	t.buf, t.off, t.cap = &grown[0], 0, uint16(len(grown))
 }
 
-// lastN is the number of events in the newest bucket.
-func (t *Tally) lastN() int64 {
-	if t.more == nil {
-		return t.Count
-	}
-	return t.Count - t.more.sum
-}
-
-// push appends a cell, reusing the space of expired cells at the front once
-// they are at least half the buffer, so a key that stays busy stops
-// allocating and the copy is O(1) amortized.
+// push appends a cell.
 func (t *Tally) push(c cell) {
-	if t.more == nil {
-		t.more = new(older)
-	}
-	m := t.more
-	if len(m.cells) == cap(m.cells) && m.off >= len(m.cells)/2 && m.off > 0 {
-		n := copy(m.cells, m.cells[m.off:])
-		m.cells = m.cells[:n]
-		m.off = 0
-	}
-	m.cells = append(m.cells, c)
-	m.sum += c.n
+	t.room()
+	t.cells()[t.off+t.n] = c
+	t.n++
 }
 
 // insert adds k events in bucket b, older than last; it reports whether
@@ -95,34 +107,29 @@ func (t *Tally) insert(b, k int64) bool {
 	}
 	if lo < len(cs) && cs[lo].b == b {
 		cs[lo].n += k
-		t.more.sum += k
 		return false
 	}
-	if t.more == nil {
-		t.more = new(older)
-	}
-	m := t.more
-	i := m.off + lo
-	m.cells = append(m.cells, cell{})
-	copy(m.cells[i+1:], m.cells[i:])
-	m.cells[i] = cell{b, k}
-	m.sum += k
+	t.room()
+	t.n++
+	cs = t.older()
+	copy(cs[lo+1:], cs[lo:])
+	cs[lo] = cell{b, k}
 	return true
 }
 
-// dropOldest removes the oldest cell and returns it, leaving Count to the
-// caller.
+// dropOldest removes the oldest cell and returns it.
 func (t *Tally) dropOldest() cell {
-	if m := t.more; m != nil && m.off < len(m.cells) {
-		c := m.cells[m.off]
-		m.off++
-		m.sum -= c.n
-		if m.off == len(m.cells) {
-			m.cells, m.off = m.cells[:0], 0
+	if t.n > 0 {
+		c := t.cells()[t.off]
+		t.off++
+		if t.n--; t.n == 0 {
+			t.off = 0
 		}
 		return c
 	}
-	return cell{t.last, t.lastN()}
+	c := t.last
+	t.last = cell{}
+	return c
 }
 
 // Keyed counts events per key over the last n buckets, sparsely: a key has
@@ -209,8 +216,8 @@ func (w *Keyed[K]) expire(old int64) bool {
 		t.Count -= c.n
 		if t.Count == 0 {
 			w.keys--
-			if t.more != nil && cap(t.more.cells) > keepCells { // a key with nothing here holds little here
-				t.more = nil
+			if t.cap > keepCells { // a key with nothing here holds little here
+				t.buf, t.off, t.cap = nil, 0, 0
 			}
 		}
 		lost = append(lost, c.n)
@@ -239,8 +246,9 @@ func (w *Keyed[K]) expire(old int64) bool {
 // Add counts k > 0 events of key, whose Tally is t, in bucket b, like
 // Counter.Add.
 func (w *Keyed[K]) Add(key K, t *Tally, b int64, k int64) error {
-	if k > 0 && t.Count > 0 && b == t.last { // the key's newest bucket: in the window
+	if k > 0 && t.Count > 0 && b == t.last.b { // the key's newest bucket: in the window
 		t.Count += k
+		t.last.n += k
 		return nil
 	}
 	return w.add(key, t, b, k)
@@ -254,19 +262,16 @@ func (w *Keyed[K]) add(key K, t *Tally, b int64, k int64) error {
 	if b <= w.head-int64(len(w.ring)) {
 		return ErrLate
 	}
+	t.Count += k
 	switch {
-	case t.Count == 0: // new in the window
+	case t.Count == k: // new in the window
 		w.keys++
-		t.Count, t.last = k, b
-	case b > t.last:
-		t.push(cell{t.last, t.lastN()})
-		t.Count += k
-		t.last = b
+		t.last = cell{b, k}
+	case b > t.last.b:
+		t.push(t.last)
+		t.last = cell{b, k}
 	case !t.insert(b, k):
-		t.Count += k
 		return nil
-	default:
-		t.Count += k
 	}
 	i := slot(b, len(w.ring))
 	w.ring[i] = append(w.ring[i], key)
@@ -288,8 +293,8 @@ func (w *Keyed[K]) Series(key K, dst []int64) []int64 {
 		case len(older) > 0 && older[0].b == s:
 			v = older[0].n
 			older = older[1:]
-		case t.Count > 0 && t.last == s:
-			v = t.lastN()
+		case t.Count > 0 && t.last.b == s:
+			v = t.last.n
 		}
 		dst = append(dst, v)
 	}

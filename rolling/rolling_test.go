@@ -257,8 +257,8 @@ func TestKeyedSteadyStateAllocs(t *testing.T) {
 	if allocs != 0 {
 		t.Fatalf("%v allocations per add in steady state", allocs)
 	}
-	if k.more != nil && cap(k.more.cells) > 4*60 {
-		t.Fatalf("cell buffer grew to %d for a 60-bucket window", cap(k.more.cells))
+	if k.cap > 4*60 {
+		t.Fatalf("cell buffer grew to %d for a 60-bucket window", k.cap)
 	}
 }
 
@@ -353,5 +353,26 @@ func TestFormatDuration(t *testing.T) {
 		if s != want || err != nil || back != d {
 			t.Errorf("FormatDuration(%v) = %q, want %q; read back as %v, %v", d, s, want, back, err)
 		}
+	}
+}
+
+// A key in every bucket of the largest window keeps its cells in an array
+// that stops growing at maxCells, and counts right all along.
+func TestKeyedLargestWindow(t *testing.T) {
+	k := &testKey{}
+	w := NewKeyed(MaxBuckets, func(k *testKey) *Tally { return &k.Tally }, nil)
+	for b := range int64(3 * MaxBuckets) {
+		if err := w.Add(k, &k.Tally, b, 2); err != nil {
+			t.Fatal(err)
+		}
+		if want := 2 * min(b+1, MaxBuckets); k.Count != want || int64(k.NumCells()) != want/2 {
+			t.Fatalf("bucket %d: count %d in %d cells, want %d", b, k.Count, k.NumCells(), want)
+		}
+	}
+	if k.cap > maxCells {
+		t.Fatalf("cell array of %d, more than %d", k.cap, maxCells)
+	}
+	if got := w.Series(k, nil); len(got) != MaxBuckets || got[0] != 2 || got[MaxBuckets-1] != 2 {
+		t.Fatalf("series of %d, first %d, last %d", len(got), got[0], got[len(got)-1])
 	}
 }
