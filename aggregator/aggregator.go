@@ -25,12 +25,14 @@ type Aggregator struct {
 	users map[string]*user
 	// Rooms with joins or leaves: crowds.go; the last membership of
 	// each (room, user): members.go.
-	crowds    map[string]*crowd
-	members   members
-	clock     int64 // as_of so far: the latest now or accepted event time seen
-	late      []uint64
-	pairs     pairTable
-	pairBlock pairBlock                          // how a pair and its windows are allocated
+	crowds  map[string]*crowd
+	members members
+	clock   int64 // as_of so far: the latest now or accepted event time seen
+	late    []uint64
+	pairs   pairTable
+	// How a pair or a user and its windows are allocated (block.go).
+	pairBlock block[pair, pairWin]
+	userBlock block[user, userWin]
 	peak      struct{ rooms, users, crowds int } // the maps' sizes, for shrunk
 
 	buckets []int64 // scratch: an event's bucket in each window
@@ -80,7 +82,7 @@ func New(windows []rolling.Window) (*Aggregator, error) {
 func (a *Aggregator) init(windows []rolling.Window) {
 	a.ws, a.found, a.peak, a.cow = nil, nil, struct{ rooms, users, crowds int }{}, nil
 	a.rooms, a.users, a.pairs = make(map[string]*room), make(map[string]*user), newPairTable()
-	a.pairBlock = newPairBlock(len(windows))
+	a.pairBlock, a.userBlock = newBlock[pair, pairWin](len(windows)), newBlock[user, userWin](len(windows))
 	a.crowds = make(map[string]*crowd)
 	var largest int64
 	for _, spec := range windows {
@@ -116,7 +118,7 @@ func (a *Aggregator) pairFell(w *window) func(*pairWin, int64) {
 				a.forgetPair(p)
 			}
 		}
-		uw := &u.w[i]
+		uw := u.win(i)
 		if uw.count -= k; uw.count == 0 {
 			w.users--
 			w.topUsers.Fell(w.users)
@@ -234,7 +236,7 @@ func (a *Aggregator) observe(ev *chat.Event, p *pair) {
 		}
 		w.total.Add(b, 1)
 
-		pw, rw, uw := p.win(w.i), &r.w[w.i], &u.w[w.i]
+		pw, rw, uw := p.win(w.i), &r.w[w.i], u.win(w.i)
 		if pw.tally.Count == 0 {
 			p.live++
 			rw.distinct++

@@ -20,9 +20,10 @@ import (
 //   - in window i, uw.count is the sum of the user's pairs' tallies,
 //     rw.distinct the number of the room's pairs with a tally above zero,
 //     and w.users the number of users with uw.count above zero;
-//   - every struct reaches its windows through w, whose backing array is
-//     allocated with the struct when there are at most four windows
-//     (withWindows), and every per-window struct points back to its key.
+//   - a pair's and a user's windows follow it in one allocation, and each
+//     finds the other by arithmetic (block.go: win, pairOf, userOf); a
+//     room reaches its windows through w, allocated with it when there are
+//     at most four (withWindows), and each points back to its room.
 //
 // Heap entries and ring slots point at per-window structs; a key that is
 // forgotten is dropped from the maps and the lists here, and the heaps and
@@ -50,10 +51,10 @@ type roomWin struct {
 	distinct int       // users with messages here in this window
 }
 
+// A user is followed in memory by its windows (see block.go).
 type user struct {
 	name  string  // in buf when it fits: see setName
 	pairs []*pair // the rooms it talks in, in any window
-	w     []userWin
 	live  int32
 	// The mark of the last state written that has it, or of the one being
 	// written when it was made: see state.go.
@@ -64,10 +65,9 @@ type user struct {
 type userWin struct {
 	item  topk.Item // in the window's top users: first, see userKeys
 	count int64     // the sum of its pairs' counts in this window
-	user  *user
 }
 
-// A pair is followed in memory by its windows (see pairs.go's win).
+// A pair is followed in memory by its windows (see block.go).
 type pair struct {
 	room   *room
 	user   *user
@@ -87,7 +87,7 @@ type pairWin struct {
 // pair).
 type (
 	pairKeys struct{ i int } // window i's
-	userKeys struct{}
+	userKeys struct{ i int } // window i's
 	roomKeys struct{}
 )
 
@@ -101,7 +101,7 @@ func roomWinOf(it *topk.Item) *roomWin { return (*roomWin)(unsafe.Pointer(it)) }
 func (pairKeys) Count(it *topk.Item) int64   { return pairWinOf(it).tally.Count }
 func (k pairKeys) Name(it *topk.Item) string { return pairWinOf(it).pairOf(k.i).user.name }
 func (userKeys) Count(it *topk.Item) int64   { return userWinOf(it).count }
-func (userKeys) Name(it *topk.Item) string   { return userWinOf(it).user.name }
+func (k userKeys) Name(it *topk.Item) string { return userWinOf(it).userOf(k.i).name }
 func (roomKeys) Count(it *topk.Item) int64   { return roomWinOf(it).tally.Count }
 func (roomKeys) Name(it *topk.Item) string   { return roomWinOf(it).room.name }
 
@@ -125,12 +125,9 @@ func (a *Aggregator) newUser(name string) *user {
 
 // makeUser makes a user, not yet in a.users.
 func (a *Aggregator) makeUser(name string) *user {
-	u, w := withWindows[user, userWin](len(a.ws))
+	u := a.userBlock.make()
 	u.setName(name)
-	u.w, u.written = w, a.epoch
-	for i := range u.w {
-		u.w[i].user = u
-	}
+	u.written = a.epoch
 	return u
 }
 

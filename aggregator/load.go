@@ -241,7 +241,7 @@ func (a *Aggregator) loadCrowds(r *snapshot.Reader) error {
 func (a *Aggregator) restoreCell(p *pair, i int, b, n int64) {
 	w := a.ws[i]
 	r, u := p.room, p.user
-	pw, rw, uw := p.win(i), &r.w[i], &u.w[i]
+	pw, rw, uw := p.win(i), &r.w[i], u.win(i)
 	w.total.Add(b, n)
 	if pw.tally.Count == 0 {
 		p.live++

@@ -64,7 +64,7 @@ func (a *Aggregator) read(win string, now int64) (w *window, t, b int64, err err
 func (a *Aggregator) userItems(i int) iter.Seq[*topk.Item] {
 	return func(yield func(*topk.Item) bool) {
 		for _, u := range a.users {
-			if !yield(&u.w[i].item) {
+			if !yield(&u.win(i).item) {
 				return
 			}
 		}
@@ -117,7 +117,7 @@ func (a *Aggregator) Overview(win string, k int, now int64) (Overview, error) {
 		Messages:      w.total.Count(b),
 		DistinctUsers: w.users,
 		ActiveRooms:   w.rooms.Keys(),
-		TopUsers:      talkers(w.topUsers.Top(k, items[:0], userKeys{}, a.userItems(w.i)), userKeys{}),
+		TopUsers:      talkers(w.topUsers.Top(k, items[:0], userKeys{w.i}, a.userItems(w.i)), userKeys{w.i}),
 		Series:        w.total.Series(b, make([]int64, 0, w.n)),
 		Joins:         w.joins.Count(b),
 		Leaves:        w.leaves.Count(b),
@@ -206,7 +206,7 @@ func (a *Aggregator) User(name, win string, now int64) (User, error) {
 	if u == nil {
 		return v, nil
 	}
-	v.Messages = u.w[w.i].count
+	v.Messages = u.win(w.i).count
 	for _, p := range u.pairs {
 		if c := p.win(w.i).tally.Count; c > 0 {
 			v.Rooms = append(v.Rooms, RoomCount{Room: p.room.name, Messages: c})
